@@ -1,0 +1,1 @@
+"""Bytes <-> messages: records, properties, ids and hashes. No I/O, and nothing else of ours."""

@@ -1,0 +1,45 @@
+"""Socket addresses as RocketMQ stores them: address bytes then a 4-byte big-endian port.
+
+Text form (the export's): ``a.b.c.d:port`` and ``[v6]:port`` with the IPv6 address written as
+Java does, eight lower-case groups without leading zeros and without ``::`` compression.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+
+from rocketstore.errors import InvalidMessageError
+
+
+@lru_cache(maxsize=4096)
+def parse_host(text: str) -> bytes:
+    """``"10.0.0.1:5000"`` or ``"[2001:db8::1]:5000"`` -> 8 or 20 bytes (address + port)."""
+    try:
+        if text.startswith("["):
+            addr, _, port = text[1:].partition("]:")
+        else:
+            addr, _, port = text.rpartition(":")
+            if ":" in addr:  # an IPv6 address given without brackets
+                raise ValueError
+        packed = ipaddress.ip_address(addr).packed
+        number = int(port)
+        if not 0 <= number <= 0xFFFFFFFF:
+            raise ValueError
+    except ValueError:
+        raise InvalidMessageError(f"not a host address of the form ip:port or [ipv6]:port: {text!r}") from None
+    return packed + number.to_bytes(4, "big")
+
+
+@lru_cache(maxsize=4096)
+def format_host(raw: bytes) -> str:
+    """8 or 20 stored bytes -> ``ip:port`` text (IPv6 in brackets, Java's uncompressed form)."""
+    addr, port = raw[:-4], int.from_bytes(raw[-4:], "big", signed=True)
+    if len(addr) == 4:
+        return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
+    groups = ":".join(f"{int.from_bytes(addr[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
+    return f"[{groups}]:{port}"
+
+
+def is_v6(raw: bytes) -> bool:
+    return len(raw) == 20

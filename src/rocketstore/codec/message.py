@@ -1,0 +1,285 @@
+"""Messages: ``Message`` is what a producer gives the store, ``StoredMessage`` what it reads back.
+
+``StoredMessage`` decodes lazily: the fixed header is unpacked once, the properties string is
+parsed only when asked for, so reading a batch costs little more than copying its bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from rocketstore.codec import sysflag as sf
+from rocketstore.codec.hosts import format_host
+from rocketstore.codec.ids import offset_msg_id
+from rocketstore.codec.properties import (
+    KEYS,
+    TAGS,
+    UNIQ_KEY,
+    decode_properties,
+    is_valid_property_text,
+)
+from rocketstore.codec.topic import validate_topic
+from rocketstore.errors import InvalidMessageError
+
+_USER_SYSFLAG_BITS = sf.COMPRESSED_FLAG | sf.MULTI_TAGS_FLAG | sf.TRANSACTION_ROLLBACK_TYPE | sf.COMPRESSION_TYPE_MASK
+
+
+class Message:
+    """A message to store.
+
+    ``keys`` is one key or a list of keys (stored space separated in ``KEYS``); ``tags`` goes to
+    ``TAGS``. The keyword-only fields are normally filled by the store; ``rocketstore import``
+    and replication pass them through to keep a message as it was.
+    """
+
+    __slots__ = (
+        "body",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "prepared_transaction_offset",
+        "properties",
+        "reconsume_times",
+        "store_host",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes | bytearray | memoryview | str,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        store_host: str | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
+        self.topic = validate_topic(topic)
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            elif isinstance(body, (bytearray, memoryview)):
+                body = bytes(body)
+            else:
+                raise InvalidMessageError(f"a message body is bytes, not {type(body).__name__}")
+        self.body = body
+        props = dict(properties) if properties else {}
+        if tags is not None:
+            props[TAGS] = tags
+        if keys is not None:
+            props[KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+        for name, value in props.items():
+            if (
+                type(name) is not str
+                or type(value) is not str
+                or not name
+                or not is_valid_property_text(name)
+                or not is_valid_property_text(value)
+            ):
+                raise InvalidMessageError(
+                    f"property {name!r}={value!r}: names and values are non-empty str without \\x01 or \\x02"
+                )
+        self.properties = props
+        if not -(2**31) <= flag < 2**31:
+            raise InvalidMessageError(f"flag {flag} does not fit a Java int")
+        self.flag = flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_host = store_host
+        if sys_flag & ~_USER_SYSFLAG_BITS:
+            raise InvalidMessageError(
+                f"sysFlag {sys_flag:#x}: only the compression, multi-tags and transaction bits are given by producers"
+            )
+        self.sys_flag = sys_flag
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(KEYS)
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={self.properties!r})"
+
+
+class StoredMessage:
+    """A record read back from the commit log. Field names are the export's, in snake_case."""
+
+    __slots__ = ("_h", "_props", "_raw_props", "body", "topic", "version")
+
+    # indexes into the unpacked header (see record.HEADER_FIELDS)
+    def __init__(self, header: tuple, body: bytes, topic: str, raw_props: bytes, version: int = 1) -> None:
+        self._h = header
+        self.body = body
+        self.topic = topic
+        self._raw_props = raw_props
+        self._props: dict[str, str] | None = None
+        self.version = version
+
+    store_size = property(lambda self: self._h[0])
+    body_crc = property(lambda self: self._h[2])
+    queue_id = property(lambda self: self._h[3])
+    flag = property(lambda self: self._h[4])
+    queue_offset = property(lambda self: self._h[5])
+    commit_log_offset = property(lambda self: self._h[6])
+    sys_flag = property(lambda self: self._h[7])
+    born_timestamp = property(lambda self: self._h[8])
+    born_host = property(lambda self: format_host(self._h[9]))
+    store_timestamp = property(lambda self: self._h[10])
+    store_host = property(lambda self: format_host(self._h[11]))
+    reconsume_times = property(lambda self: self._h[12])
+    prepared_transaction_offset = property(lambda self: self._h[13])
+
+    @property
+    def body_len(self) -> int:
+        return len(self.body)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._props
+        if props is None:
+            props = self._props = decode_properties(self._raw_props.decode("utf-8", "replace"))
+        return props
+
+    @property
+    def properties_raw(self) -> bytes:
+        """The stored properties bytes, exactly as on disk."""
+        return self._raw_props
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY)
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (store host + commit-log offset), upper-case hex."""
+        return offset_msg_id(self._h[11], self._h[6])
+
+    @property
+    def born_host_raw(self) -> bytes:
+        return self._h[9]
+
+    @property
+    def store_host_raw(self) -> bytes:
+        return self._h[11]
+
+    @property
+    def transaction_type(self) -> int:
+        return self._h[7] & sf.TRANSACTION_ROLLBACK_TYPE
+
+    def decompressed_body(self) -> bytes:
+        """The body, decompressed when the COMPRESSED flag says it is (zlib, lz4 or zstd)."""
+        return sf.decompress(self.body, self._h[7])
+
+    def to_message(self) -> Message:
+        """A ``Message`` that stores this one again as it was (hosts, times and flags kept)."""
+        return Message(
+            self.topic,
+            self.body,
+            properties=self.properties,
+            flag=self.flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            store_host=self.store_host,
+            sys_flag=self.sys_flag & _USER_SYSFLAG_BITS,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The export's JSON object (field names and order of rocketmq-vectors' expected.jsonl)."""
+        props = self.properties
+        return {
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+            "commitLogOffset": self.commit_log_offset,
+            "storeSize": self.store_size,
+            "sysFlag": self.sys_flag,
+            "flag": self.flag,
+            "tags": props.get(TAGS),
+            "keys": props.get(KEYS),
+            "properties": dict(sorted(props.items())),
+            "bodyCRC": self.body_crc,
+            "bodyLen": len(self.body),
+            "body": base64.b64encode(self.body).decode("ascii"),
+            "bornTimestamp": self.born_timestamp,
+            "bornHost": self.born_host,
+            "storeTimestamp": self.store_timestamp,
+            "storeHost": self.store_host,
+            "reconsumeTimes": self.reconsume_times,
+            "preparedTransactionOffset": self.prepared_transaction_offset,
+            "msgId": self.msg_id,
+            "uniqKey": props.get(UNIQ_KEY),
+        }
+
+    def body_crc_ok(self) -> bool:
+        return (zlib.crc32(self.body) & 0x7FFFFFFF) == self.body_crc
+
+    def __repr__(self) -> str:
+        return (
+            f"StoredMessage(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+            f"commit_log_offset={self.commit_log_offset}, body=<{len(self.body)} bytes>)"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, StoredMessage)
+            and self._h == other._h
+            and self.body == other.body
+            and self.topic == other.topic
+            and self._raw_props == other._raw_props
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def message_from_json(obj: dict[str, Any]) -> Message:
+    """An export JSON object -> a Message keeping what the store does not assign."""
+    try:
+        body = base64.b64decode(obj.get("body") or "", validate=True)
+    except (ValueError, TypeError) as exc:
+        raise InvalidMessageError(f"body is not base64: {exc}") from None
+    sys_flag = int(obj.get("sysFlag") or 0) & _USER_SYSFLAG_BITS
+    properties = obj.get("properties") or {}
+    if not isinstance(properties, dict):
+        raise InvalidMessageError("properties must be a JSON object")
+    return Message(
+        obj.get("topic"),  # type: ignore[arg-type]
+        body,
+        properties={str(k): str(v) for k, v in properties.items()},
+        flag=int(obj.get("flag") or 0),
+        born_timestamp=_opt_int(obj, "bornTimestamp"),
+        born_host=obj.get("bornHost"),
+        store_host=obj.get("storeHost"),
+        sys_flag=sys_flag,
+        reconsume_times=int(obj.get("reconsumeTimes") or 0),
+        prepared_transaction_offset=int(obj.get("preparedTransactionOffset") or 0),
+    )
+
+
+def _opt_int(obj: dict[str, Any], name: str) -> int | None:
+    value = obj.get(name)
+    return None if value is None else int(value)

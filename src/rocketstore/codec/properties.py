@@ -1,0 +1,56 @@
+"""The properties string of a record: ``name 0x01 value 0x02 ...`` (spec 3.4).
+
+Writers here use RocketMQ 4.9's form (no trailing 0x02); readers accept both that and 5.x's
+trailing separator, and drop segments without a name or a value, as RocketMQ does.
+"""
+
+from __future__ import annotations
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+# well-known keys (MessageConst)
+KEYS = "KEYS"
+TAGS = "TAGS"
+WAIT = "WAIT"
+DELAY = "DELAY"
+RETRY_TOPIC = "RETRY_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+TRAN_MSG = "TRAN_MSG"
+UNIQ_KEY = "UNIQ_KEY"
+CLUSTER = "CLUSTER"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+RECONSUME_TIME = "RECONSUME_TIME"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_CRC32 = "__CRC32#"
+KEY_SEPARATOR = " "
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    """A property dict -> the stored string (4.9 form, no trailing separator)."""
+    return PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in props.items()])
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """A stored properties string (either form) -> dict; empty names or values are dropped."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for segment in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """The KEYS property -> the keys RocketMQ indexes (split on single spaces, empties dropped)."""
+    if not keys:
+        return []
+    return [k for k in keys.split(KEY_SEPARATOR) if k]
+
+
+def is_valid_property_text(text: str) -> bool:
+    """True when a name or value can be stored without breaking the separators."""
+    return NAME_VALUE_SEPARATOR not in text and PROPERTY_SEPARATOR not in text

@@ -1,0 +1,255 @@
+"""CommitLog records: encode and decode (spec section 3).
+
+A record is a fixed header (its width depends on the IPv6 host bits of SYSFLAG), the body, the
+topic (1-byte length in V1, 2 bytes in V2) and the properties (2-byte length). Encoding is split
+in two: ``prepare`` does everything that does not depend on where the record lands, ``render``
+adds the queue offset, commit-log offset and store time under the put lock.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import NamedTuple
+
+from rocketstore.codec import sysflag as sf
+from rocketstore.codec.message import StoredMessage
+from rocketstore.errors import RecordError
+
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, V1
+MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB, V2 (2-byte topic length)
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end of file
+END_FILE_MIN_BLANK_LENGTH = 8
+CRC32_RESERVED_LEN = len("__CRC32#") + 1 + 10 + 1
+
+MAGIC_POSITION = 4
+QUEUE_OFFSET_POSITION = 20
+PHYSICAL_OFFSET_POSITION = 28
+SYSFLAG_POSITION = 36
+BORN_TIMESTAMP_POSITION = 40
+PROPERTIES_MAX_LENGTH = 32767
+TOPIC_MAX_BYTES_V1 = 127
+
+# The header up to and including BODYLEN, one struct per (born v6, store v6) combination.
+# Fields: total, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag,
+# bornTimestamp, bornHost, storeTimestamp, storeHost, reconsumeTimes, preparedTxOffset, bodyLen.
+HEADERS = tuple(struct.Struct(f">iiiiiqqiq{born}sq{store}siqi") for born, store in ((8, 8), (20, 8), (8, 20), (20, 20)))
+_INT = struct.Struct(">i")
+_INT2 = struct.Struct(">ii")
+_SHORT = struct.Struct(">h")
+_LONG = struct.Struct(">q")
+
+
+def header_for(sys_flag: int) -> struct.Struct:
+    return HEADERS[(sys_flag >> 4) & 3]
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    return 68 if sys_flag & sf.BORNHOST_V6_FLAG else 56
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool = False) -> int:
+    """TOTALSIZE of a record (``calMsgLength``)."""
+    return header_for(sys_flag).size + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
+
+
+def body_crc(body: bytes) -> int:
+    """UtilAll.crc32: CRC-32 of the stored body, masked to a non-negative int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+class Prepared(NamedTuple):
+    """A record with everything but its queue offset, commit-log offset and store time."""
+
+    header: struct.Struct
+    total: int
+    magic: int
+    crc: int
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    tail: bytes  # topic length + topic + properties length + properties
+    append_crc: bool
+
+
+def prepare(
+    topic: bytes,
+    body: bytes,
+    props: bytes,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_host: bytes,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    *,
+    v2: bool = False,
+    append_crc: bool = False,
+) -> Prepared:
+    """Check lengths and build what does not depend on the record's place in the log.
+
+    ``sys_flag`` gets its IPv6 bits from the host widths. Raises RecordError for a property
+    string over 32767 bytes or a topic too long for its version.
+    """
+    if len(born_host) == 20:
+        sys_flag |= sf.BORNHOST_V6_FLAG
+    else:
+        sys_flag &= ~sf.BORNHOST_V6_FLAG
+    if len(store_host) == 20:
+        sys_flag |= sf.STOREHOSTADDRESS_V6_FLAG
+    else:
+        sys_flag &= ~sf.STOREHOSTADDRESS_V6_FLAG
+    if append_crc:
+        if props and not props.endswith(b"\x02"):
+            props += b"\x02"
+        props_len = len(props) + CRC32_RESERVED_LEN
+    else:
+        props_len = len(props)
+    if props_len > PROPERTIES_MAX_LENGTH:
+        raise RecordError(f"the properties are {props_len} bytes; at most {PROPERTIES_MAX_LENGTH} fit")
+    if v2:
+        tail = _SHORT.pack(len(topic)) + topic + _SHORT.pack(props_len) + props
+    else:
+        if len(topic) > TOPIC_MAX_BYTES_V1:
+            raise RecordError(f"the topic is {len(topic)} bytes; a V1 record holds at most {TOPIC_MAX_BYTES_V1}")
+        tail = bytes((len(topic),)) + topic + _SHORT.pack(props_len) + props
+    header = HEADERS[(sys_flag >> 4) & 3]
+    total = header.size + len(body) + len(tail) + (CRC32_RESERVED_LEN if append_crc else 0)
+    return Prepared(
+        header,
+        total,
+        MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        queue_id,
+        flag,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body,
+        tail,
+        append_crc,
+    )
+
+
+def render(p: Prepared, queue_offset: int, physical_offset: int, store_timestamp: int) -> bytes:
+    """The record's bytes, now that its queue offset, place and store time are known."""
+    head = p.header.pack(
+        p.total,
+        p.magic,
+        p.crc,
+        p.queue_id,
+        p.flag,
+        queue_offset,
+        physical_offset,
+        p.sys_flag,
+        p.born_timestamp,
+        p.born_host,
+        store_timestamp,
+        p.store_host,
+        p.reconsume_times,
+        p.prepared_transaction_offset,
+        len(p.body),
+    )
+    record = head + p.body + p.tail
+    if p.append_crc:
+        record += crc_property(zlib.crc32(record) & 0x7FFFFFFF)
+    return record
+
+
+def crc_property(crc: int) -> bytes:
+    """The 20 bytes ``__CRC32#`` 0x01 ten digits (least significant first) 0x02."""
+    digits = "".join(str((crc // 10**i) % 10) for i in range(10))
+    return b"__CRC32#\x01" + digits.encode("ascii") + b"\x02"
+
+
+def check_crc_property(record: bytes) -> bool:
+    """True when a record's appended ``__CRC32#`` property matches its bytes (forceVerifyPropCRC)."""
+    tail = record[-CRC32_RESERVED_LEN:]
+    if len(record) <= CRC32_RESERVED_LEN or not tail.startswith(b"__CRC32#\x01") or tail[-1:] != b"\x02":
+        return False
+    digits = tail[9:19]
+    if not digits.isdigit():
+        return False
+    value = sum(int(chr(d)) * 10**i for i, d in enumerate(digits))
+    return value == zlib.crc32(record[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+
+
+def blank_record(size: int) -> bytes:
+    """The 8-byte end-of-file marker for ``size`` bytes left in a file."""
+    return _INT2.pack(size, BLANK_MAGIC_CODE)
+
+
+_topic_cache: dict[bytes, str] = {}
+
+
+def topic_text(raw: bytes) -> str:
+    topic = _topic_cache.get(raw)
+    if topic is None:
+        topic = raw.decode("utf-8", "replace")
+        if len(_topic_cache) < 65536:
+            _topic_cache[raw] = topic
+    return topic
+
+
+def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) -> StoredMessage:
+    """Decode the record at ``pos`` of ``buf``; RecordError if it is not a whole, valid record."""
+    if len(buf) - pos < 8:
+        raise RecordError(f"no record at {pos}: {len(buf) - pos} bytes left")
+    total, magic = _INT2.unpack_from(buf, pos)
+    if magic == MESSAGE_MAGIC_CODE:
+        v2 = False
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        v2 = True
+    elif magic == BLANK_MAGIC_CODE:
+        raise RecordError(f"the record at {pos} is the end-of-file marker")
+    else:
+        raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#010x} at {pos}")
+    end = pos + total
+    if total < 0 or end > len(buf):
+        raise RecordError(f"the record at {pos} claims {total} bytes; {len(buf) - pos} are there")
+    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
+    header = HEADERS[(sys_flag >> 4) & 3]
+    try:
+        h = header.unpack_from(buf, pos)
+        p = pos + header.size
+        body_len = h[14]
+        if body_len < 0:
+            raise RecordError(f"negative body length at {pos}")
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if v2:
+            topic_len = _SHORT.unpack_from(buf, p)[0]
+            p += 2
+        else:
+            topic_len = _signed_byte(buf[p])
+            p += 1
+        if topic_len < 0:
+            raise RecordError(f"negative topic length at {pos}")
+        topic = topic_text(bytes(buf[p : p + topic_len]))
+        p += topic_len
+        props_len = _SHORT.unpack_from(buf, p)[0]
+        p += 2
+        props = bytes(buf[p : p + max(props_len, 0)]) if props_len > 0 else b""
+        p += max(props_len, 0)
+    except struct.error:
+        raise RecordError(f"the record at {pos} is cut short") from None
+    if p != end:
+        raise RecordError(f"the record at {pos} has TOTALSIZE {total} but its fields take {p - pos} bytes")
+    if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != h[2]:
+        raise RecordError(f"body CRC mismatch in the record at {pos}")
+    return StoredMessage(h, body, topic, props, 2 if v2 else 1)
+
+
+def _signed_byte(b: int) -> int:
+    return b - 256 if b > 127 else b

@@ -1,0 +1,463 @@
+"""StoreConfig: every MessageStoreConfig key, by its RocketMQ name or its snake_case form.
+
+Values are plain instance attributes under their snake_case names, so the hot paths read them
+as cheaply as any attribute (``config.max_message_size``); the RocketMQ names work too
+(``config.maxMessageSize``), for reading, setting and in ``StoreConfig(...)``. A config may be
+changed while a store runs (RocketMQ's ``maxMessageSize`` is hot-reconfigurable); the store reads
+the values it needs at the moment it needs them.
+
+The defaults are RocketMQ 5.3.3's (spec section 11). Keys that belong to the broker but decide
+what the store writes (``brokerIP1``, ``listenPort``, ...) are accepted as well, so a real
+``broker.conf`` loads as is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import socket
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rocketstore.errors import ConfigError
+
+OS_PAGE_SIZE = 4096
+CQ_STORE_UNIT_SIZE = 20
+
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+_HOME = os.path.expanduser("~")
+
+# (RocketMQ name, default). The type of a key is the type of its default (str for None).
+_KEYS: tuple[tuple[str, Any], ...] = (
+    # paths and file sizes
+    ("storePathRootDir", os.path.join(_HOME, "store")),
+    ("storePathCommitLog", None),
+    ("storePathDLedgerCommitLog", None),
+    ("storePathEpochFile", None),
+    ("storePathBrokerIdentity", None),
+    ("readOnlyCommitLogStorePaths", None),
+    ("mappedFileSizeCommitLog", 1024 * 1024 * 1024),
+    ("mappedFileSizeConsumeQueue", 300000 * CQ_STORE_UNIT_SIZE),
+    ("enableConsumeQueueExt", False),
+    ("mappedFileSizeConsumeQueueExt", 48 * 1024 * 1024),
+    ("mapperFileSizeBatchConsumeQueue", 300000 * 46),
+    ("bitMapLengthConsumeQueueExt", 64),
+    ("storeType", "default"),
+    # flush and commit
+    ("flushDiskType", "ASYNC_FLUSH"),
+    ("flushIntervalCommitLog", 500),
+    ("flushCommitLogLeastPages", 4),
+    ("flushCommitLogThoroughInterval", 10000),
+    ("flushCommitLogTimed", True),
+    ("commitIntervalCommitLog", 200),
+    ("commitCommitLogLeastPages", 4),
+    ("commitCommitLogThoroughInterval", 200),
+    ("flushIntervalConsumeQueue", 1000),
+    ("flushConsumeQueueLeastPages", 2),
+    ("flushConsumeQueueThoroughInterval", 60000),
+    ("flushLeastPagesWhenWarmMapedFile", 1024 // 4 * 16),
+    ("syncFlushTimeout", 5000),
+    ("slaveTimeout", 3000),
+    ("putMessageTimeout", 8000),
+    ("transientStorePoolEnable", False),
+    ("transientStorePoolSize", 5),
+    ("fastFailIfNoBufferInStorePool", False),
+    ("writeWithoutMmap", False),
+    ("wakeCommitWhenPutMessage", True),
+    ("wakeFlushWhenPutMessage", False),
+    ("warmMapedFileEnable", False),
+    ("useReentrantLockWhenPutMessage", True),
+    ("osPageCacheBusyTimeOutMills", 1000),
+    ("readUnCommitted", False),
+    ("putConsumeQueueDataByFileChannel", True),
+    # cleanup
+    ("fileReservedTime", 72),
+    ("deleteWhen", "04"),
+    ("diskMaxUsedSpaceRatio", 75),
+    ("diskSpaceWarningLevelRatio", 90),
+    ("diskSpaceCleanForciblyRatio", 85),
+    ("cleanResourceInterval", 10000),
+    ("deleteCommitLogFilesInterval", 100),
+    ("deleteConsumeQueueFilesInterval", 100),
+    ("destroyMapedFileIntervalForcibly", 120000),
+    ("redeleteHangedFileInterval", 120000),
+    ("cleanFileForciblyEnable", True),
+    ("deleteFileBatchMax", 10),
+    ("maxBatchDeleteFilesNum", 50),
+    ("replicasPerDiskPartition", 1),
+    ("logicalDiskSpaceCleanForciblyThreshold", 0.8),
+    ("enableCleanExpiredOffset", False),
+    ("correctLogicMinOffsetSleepInterval", 1),
+    ("correctLogicMinOffsetForceInterval", 5 * 60 * 1000),
+    # messages
+    ("maxMessageSize", 1024 * 1024 * 4),
+    ("maxFilterMessageSize", 16000),
+    ("maxTopicLength", 127),
+    ("checkCRCOnRecover", True),
+    ("enabledAppendPropCRC", False),
+    ("forceVerifyPropCRC", False),
+    ("autoMessageVersionOnTopicLen", True),
+    ("duplicationEnable", False),
+    ("maxRecoveryCommitlogFiles", 30),
+    ("recheckReputOffsetFromCq", False),
+    ("enableLogConsumeQueueRepeatedlyBuildWhenRecover", False),
+    ("putMsgIndexHightWater", 600000),
+    # index
+    ("messageIndexEnable", True),
+    ("messageIndexSafe", False),
+    ("maxHashSlotNum", 5000000),
+    ("maxIndexNum", 5000000 * 4),
+    ("maxMsgsNumBatch", 64),
+    ("defaultQueryMaxNum", 32),
+    # reads
+    ("maxTransferBytesOnMessageInMemory", 1024 * 256),
+    ("maxTransferCountOnMessageInMemory", 32),
+    ("maxTransferBytesOnMessageInDisk", 1024 * 64),
+    ("maxTransferCountOnMessageInDisk", 8),
+    ("accessMessageInMemoryMaxRatio", 40),
+    ("accessMessageInMemoryHotRatio", 26),
+    ("travelCqFileNumWhenGetMessage", 1),
+    ("pullBatchMaxMessageCount", 160),
+    ("offsetCheckInSlave", False),
+    ("maxConsumeQueueScan", 20000),
+    ("sampleCountThreshold", 5000),
+    ("sampleSteps", 32),
+    ("dataReadAheadEnable", True),
+    ("coldDataFlowControlEnable", False),
+    ("coldDataScanEnable", False),
+    # schedule
+    ("messageDelayLevel", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"),
+    ("flushDelayOffsetInterval", 10000),
+    ("enableScheduleMessageStats", True),
+    ("enableScheduleAsyncDeliver", False),
+    ("scheduleAsyncDeliverMaxPendingLimit", 2000),
+    ("scheduleAsyncDeliverMaxResendNum2Blocked", 3),
+    # replication
+    ("brokerRole", "ASYNC_MASTER"),
+    ("haListenPort", 10912),
+    ("haSendHeartbeatInterval", 5000),
+    ("haHousekeepingInterval", 20000),
+    ("haTransferBatchSize", 1024 * 32),
+    ("haMasterAddress", None),
+    ("haMaxGapNotInSync", 1024 * 1024 * 256),
+    ("haFlowControlEnable", False),
+    ("maxHaTransferByteInSecond", 100 * 1024 * 1024),
+    ("haMaxTimeSlaveNotCatchup", 15000),
+    ("syncMasterFlushOffsetWhenStartup", False),
+    ("maxChecksumRange", 1024 * 1024 * 1024),
+    ("maxSlaveResendLength", 256 * 1024 * 1024),
+    ("syncFromLastFile", False),
+    ("asyncLearner", False),
+    ("totalReplicas", 1),
+    ("inSyncReplicas", 1),
+    ("minInSyncReplicas", 1),
+    ("allAckInSyncStateSet", False),
+    ("enableAutoInSyncReplicas", False),
+    # features rocketstore accepts but does not implement (their defaults are "off")
+    ("enableDLegerCommitLog", False),
+    ("dLegerGroup", None),
+    ("dLegerPeers", None),
+    ("dLegerSelfId", None),
+    ("preferredLeaderId", None),
+    ("enableBatchPush", False),
+    ("enableLmq", False),
+    ("enableMultiDispatch", False),
+    ("maxLmqConsumeQueueNum", 20000),
+    ("dispatchCqThreads", 10),
+    ("dispatchCqCacheNum", 1024 * 4),
+    ("enableAsyncReput", True),
+    ("dispatchFromSenderThread", False),
+    ("maxAsyncPutMessageRequests", 5000),
+    ("enableBuildConsumeQueueConcurrently", False),
+    ("batchDispatchRequestThreadPoolNums", 16),
+    ("enableCalcFilterBitMap", False),
+    ("enableCompaction", True),
+    ("compactionMappedFileSize", 100 * 1024 * 1024),
+    ("compactionCqMappedFileSize", 10 * 1024 * 1024),
+    ("compactionScheduleInternal", 15 * 60 * 1000),
+    ("maxOffsetMapSize", 100 * 1024 * 1024),
+    ("compactionThreadNum", 6),
+    ("mappedFileSizeTimerLog", 100 * 1024 * 1024),
+    ("timerPrecisionMs", 1000),
+    ("timerRollWindowSlot", 3600 * 24 * 2),
+    ("timerFlushIntervalMs", 1000),
+    ("timerGetMessageThreadNum", 3),
+    ("timerPutMessageThreadNum", 3),
+    ("timerEnableDisruptor", False),
+    ("timerEnableCheckMetrics", True),
+    ("timerInterceptDelayLevel", False),
+    ("timerMaxDelaySec", 3600 * 24 * 3),
+    ("timerWheelEnable", True),
+    ("disappearTimeAfterStart", -1),
+    ("timerStopEnqueue", False),
+    ("timerCheckMetricsWhen", "05"),
+    ("timerSkipUnknownError", False),
+    ("timerWarmEnable", False),
+    ("timerStopDequeue", False),
+    ("timerEnableRetryUntilSuccess", False),
+    ("timerCongestNumEachSlot", 2147483647),
+    ("timerMetricSmallThreshold", 1000000),
+    ("timerProgressLogIntervalMs", 10000),
+    ("timerColdDataCheckIntervalMs", 60000),
+    ("mappedFileSwapEnable", True),
+    ("commitLogForceSwapMapInterval", 12 * 60 * 60 * 1000),
+    ("commitLogSwapMapInterval", 60 * 60 * 1000),
+    ("commitLogSwapMapReserveFileNum", 100),
+    ("logicQueueForceSwapMapInterval", 12 * 60 * 60 * 1000),
+    ("logicQueueSwapMapInterval", 60 * 60 * 1000),
+    ("cleanSwapedMapInterval", 5 * 60 * 1000),
+    ("logicQueueSwapMapReserveFileNum", 20),
+    ("searchBcqByCacheEnable", True),
+    ("debugLockEnable", False),
+    ("diskFallRecorded", True),
+    ("topicQueueLockNum", 32),
+    ("spinLockCollisionRetreatOptimalDegree", 1000),
+    ("useABSLock", False),
+    ("cleanRocksDBDirtyCQIntervalMin", 60),
+    ("statRocksDBCQIntervalSec", 10),
+    ("memTableFlushIntervalMs", 60 * 60 * 1000),
+    ("realTimePersistRocksDBConfig", True),
+    ("enableRocksDBLog", False),
+    ("rocksdbCQDoubleWriteEnable", False),
+    ("bottomMostCompressionTypeForConsumeQueueStore", "zstd"),
+    ("rocksdbCompressionType", "lz4"),
+    ("rocksdbFlushWalFrequency", 1024),
+    ("rocksdbWalFileRollingThreshold", 1024 * 1024 * 1024),
+    ("enableAcceleratedRecovery", False),
+    ("combineCQLoadingCQTypes", "default;defaultRocksDB"),
+    ("combineCQPreferCQType", "default"),
+    ("combineAssignOffsetCQType", "default"),
+    ("combineCQEnableCheckSelf", False),
+    ("combineCQMaxExtraSearchCommitLogFiles", 3),
+    # broker keys that decide what the store writes
+    ("brokerIP1", None),
+    ("listenPort", 10911),
+    ("brokerClusterName", "DefaultCluster"),
+    ("brokerName", None),
+    ("brokerId", 0),
+)
+
+# Older spellings RocketMQ used for the same keys.
+_ALIASES = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+    "haSlaveFallbehindMax": "haMaxGapNotInSync",
+}
+
+_ENUMS = {"flushDiskType": FLUSH_DISK_TYPES, "brokerRole": BROKER_ROLES}
+
+
+def snake_case(name: str) -> str:
+    """RocketMQ's camelCase key name -> its snake_case form (``checkCRCOnRecover`` -> ``check_crc_on_recover``)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+_DEFAULTS: dict[str, Any] = {snake_case(k): v for k, v in _KEYS}
+_TYPES: dict[str, type] = {snake_case(k): (str if v is None else type(v)) for k, v in _KEYS}
+_CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
+_BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
+_BY_ANY_NAME.update({old: snake_case(new) for old, new in _ALIASES.items()})
+_ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
+
+
+def _coerce(snake: str, value: Any) -> Any:
+    kind = _TYPES[snake]
+    name = _CAMEL[snake]
+    if value is None:
+        if _DEFAULTS[snake] is None:
+            return None
+        raise ConfigError(f"{name} may not be None")
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise ConfigError(f"{name} must be true or false, not {value!r}")
+    if kind is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer, not {value!r}")
+        try:
+            return int(str(value).strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be an integer, not {value!r}") from None
+    if kind is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be a number, not {value!r}") from None
+    value = str(value).strip()
+    allowed = _ENUM_BY_SNAKE.get(snake)
+    if allowed and value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _resolve(name: str) -> str:
+    snake = _BY_ANY_NAME.get(name)
+    if snake is None:
+        close = difflib.get_close_matches(name, list(_BY_ANY_NAME), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"unknown MessageStoreConfig key {name!r}{hint}")
+    return snake
+
+
+class StoreConfig:
+    """The store's configuration: every MessageStoreConfig key by RocketMQ name or snake_case.
+
+    >>> StoreConfig(flushDiskType="SYNC_FLUSH").flush_disk_type
+    'SYNC_FLUSH'
+    """
+
+    def __init__(self, values: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self.__dict__.update(_DEFAULTS)
+        for name, value in {**(values or {}), **kwargs}.items():
+            self.set(name, value)
+
+    # -- access by either name -------------------------------------------------------------
+    def set(self, name: str, value: Any) -> None:
+        """Set a key by its RocketMQ or snake_case name; strings are converted to the key's type."""
+        snake = _resolve(name)
+        self.__dict__[snake] = _coerce(snake, value)
+
+    def get(self, name: str) -> Any:
+        return self.__dict__[_resolve(name)]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.set(name, value)
+
+    def __getattr__(self, name: str) -> Any:  # only called for names not in __dict__ (camelCase)
+        snake = _BY_ANY_NAME.get(name)
+        if snake is None:
+            raise AttributeError(name)
+        return self.__dict__[snake]
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """(RocketMQ name, value) for every key."""
+        for snake, camel in _CAMEL.items():
+            yield camel, self.__dict__[snake]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.items())
+
+    def changed(self) -> dict[str, Any]:
+        """The keys whose values differ from RocketMQ's defaults, by RocketMQ name."""
+        return {c: v for c, v in self.items() if v != _DEFAULTS[snake_case(c)]}
+
+    def copy(self, **overrides: Any) -> StoreConfig:
+        new = StoreConfig()
+        new.__dict__.update(self.__dict__)
+        for name, value in overrides.items():
+            new.set(name, value)
+        return new
+
+    def __repr__(self) -> str:
+        return f"StoreConfig({', '.join(f'{k}={v!r}' for k, v in self.changed().items())})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoreConfig) and self.__dict__ == other.__dict__
+
+    # -- broker.conf -------------------------------------------------------------------------
+    @classmethod
+    def from_properties(cls, path: str | os.PathLike[str], *, strict: bool = False) -> StoreConfig:
+        """Load a Java properties file (``broker.conf``).
+
+        Keys RocketMQ's broker knows but the store does not use are ignored, as the broker
+        itself ignores keys it has no setter for; ``strict=True`` refuses unknown keys instead.
+        """
+        config = cls()
+        for key, value in parse_properties(Path(path).read_text(encoding="utf-8")).items():
+            if key in _BY_ANY_NAME:
+                config.set(key, value)
+            elif strict:
+                _resolve(key)
+        return config
+
+    # -- derived values (RocketMQ's getters) -----------------------------------------------
+    @property
+    def cq_file_size(self) -> int:
+        """``mappedFileSizeConsumeQueue`` rounded up to a whole number of 20-byte units."""
+        size = self.mapped_file_size_consume_queue
+        return -(-size // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+    @property
+    def commit_log_paths(self) -> list[str]:
+        """The commit-log folders (``storePathCommitLog`` may hold several, comma separated)."""
+        if not self.store_path_commit_log:
+            return [os.path.join(self.store_path_root_dir, "commitlog")]
+        return [p.strip() for p in self.store_path_commit_log.split(",") if p.strip()]
+
+    @property
+    def disk_max_used_space_ratio_clamped(self) -> int:
+        return min(95, max(10, self.disk_max_used_space_ratio))
+
+    @property
+    def disk_space_warning_ratio(self) -> float:
+        return min(0.90, max(0.35, self.disk_space_warning_level_ratio / 100))
+
+    @property
+    def disk_space_clean_forcibly_ratio_clamped(self) -> float:
+        return min(0.85, max(0.30, self.disk_space_clean_forcibly_ratio / 100))
+
+    @property
+    def is_sync_flush(self) -> bool:
+        return self.flush_disk_type == "SYNC_FLUSH"
+
+    @property
+    def store_host(self) -> str:
+        """``brokerIP1:listenPort``, the store host written into every record."""
+        return f"{self.broker_ip1 or local_address()}:{self.listen_port}"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java ``.properties`` text -> dict (``key=value`` or ``key: value``, comments, continuations)."""
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        line, logical = logical + line, ""
+        match = re.match(r"((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", line)
+        if match:
+            key, value = match.group(1), match.group(2)
+        else:
+            key, value = line.strip(), ""
+        out[_unescape(key)] = _unescape(value.rstrip())
+    return out
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", lambda m: _escape_char(m.group(1)), s)
+
+
+def _escape_char(c: str) -> str:
+    if c[0] == "u" and len(c) == 5:
+        return chr(int(c[1:], 16))
+    return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
+
+
+_local_address: str | None = None
+
+
+def local_address() -> str:
+    """The host's primary IPv4 address, as RocketMQ picks ``brokerIP1``; 127.0.0.1 if none."""
+    global _local_address
+    if _local_address is None:
+        address = "127.0.0.1"
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
+                address = s.getsockname()[0]
+        except OSError:
+            pass
+        _local_address = address
+    return _local_address

@@ -1,0 +1,60 @@
+"""Typed errors raised by rocketstore.
+
+Every error the package raises on purpose derives from :class:`RocketStoreError`, so a caller can
+catch one type. Errors that describe bad arguments also derive from :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+
+class RocketStoreError(Exception):
+    """Base class of every rocketstore error."""
+
+
+class ConfigError(RocketStoreError, ValueError):
+    """An unknown configuration key or a value of the wrong type or range."""
+
+
+class InvalidTopicError(RocketStoreError, ValueError):
+    """A topic name RocketMQ would refuse (it becomes a directory name)."""
+
+
+class InvalidMessageError(RocketStoreError, ValueError):
+    """A message that cannot be stored as given (wrong types, bad property names, ...)."""
+
+
+class StoreLockedError(RocketStoreError):
+    """Another process (or another open store object) already holds the store's lock."""
+
+
+class StoreClosedError(RocketStoreError):
+    """The store was shut down."""
+
+
+class ReadOnlyStoreError(RocketStoreError):
+    """A write was attempted on a store opened read-only."""
+
+
+class CorruptStoreError(RocketStoreError):
+    """A file of the store is not what RocketMQ's format allows (names the file)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+class RecordError(RocketStoreError):
+    """A commit-log record could not be decoded."""
+
+
+class PutMessageError(RocketStoreError):
+    """Raised by ``PutResult.raise_for_status`` for a put that was not stored."""
+
+    def __init__(self, status: str, detail: str = "") -> None:
+        super().__init__(f"{status}: {detail}" if detail else status)
+        self.status = status
+        self.detail = detail
+
+
+class FlushError(RocketStoreError):
+    """Data could not be made durable (an OSError from the file system)."""

@@ -1,0 +1,113 @@
+"""Reading a whole store in the export's order and shape, and writing it back (import).
+
+``iter_queued`` walks every consume queue (sorted by topic, then queue id) and yields each message
+a consumer would get, with its unit's tags code and size; ``iter_log`` walks the commit log
+itself. The JSON shape is rocketmq-vectors' ``expected.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from rocketstore.codec import record as rec
+from rocketstore.codec.message import StoredMessage, message_from_json
+from rocketstore.codec.scan import D_OFFSET, D_SIZE, STOP_BLANK
+from rocketstore.errors import InvalidMessageError, RecordError
+from rocketstore.log.walk import walk_segment
+from rocketstore.store import MessageStore
+
+
+def iter_queued(
+    store: MessageStore, topics: Iterable[str] | None = None
+) -> Iterator[tuple[StoredMessage | None, int, int, int]]:
+    """(message, queue offset, tags code, unit size) for every consume-queue unit, in export order.
+
+    The message is None when the unit points at a record that cannot be read.
+    """
+    wanted = set(topics) if topics is not None else None
+    get_data = store.commit_log.get_data
+    for (topic, _queue_id), cq in sorted(store.queues.table.items()):
+        if wanted is not None and topic not in wanted:
+            continue
+        start, end = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+        for first, units in cq.iter_units(start, end):
+            for k, (phy, size, tags) in enumerate(units.tolist()):
+                data = get_data(phy, size)
+                msg = None
+                if data is not None:
+                    try:
+                        msg = rec.decode(data)
+                    except RecordError:
+                        msg = None
+                yield msg, first + k, tags, size
+
+
+def iter_log(store: MessageStore) -> Iterator[StoredMessage]:
+    """Every record of the commit log in log order (what ``mode=commitlog`` reads)."""
+    commit_log = store.commit_log
+    end = commit_log.max_offset()
+    for mapped in commit_log.queue.files:
+        if mapped.file_from_offset >= end:
+            break
+        batch: list[tuple] = []
+        _stop, reason = walk_segment(mapped, 0, mapped.read_position, batch.extend, check_crc=False)
+        for r in batch:
+            if r[0] is None:
+                continue
+            data = commit_log.get_data(r[D_OFFSET], r[D_SIZE])
+            if data is not None:
+                yield rec.decode(data)
+        if reason != STOP_BLANK:
+            break
+
+
+def export_row(msg: StoredMessage, tags_code: int | None = None, unit_size: int | None = None) -> dict[str, Any]:
+    row = msg.to_json_dict()
+    if tags_code is not None:
+        row["cqTagsCode"] = tags_code
+        row["cqSize"] = unit_size
+    return row
+
+
+def dumps_row(row: dict[str, Any]) -> str:
+    """One JSON line, compact and with non-ASCII kept, as expected.jsonl is written."""
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+
+
+def export_jsonl(store: MessageStore, out: IO[str], progress: Any = None) -> int:
+    """Write every queued message as a JSON line; returns the number written."""
+    count = 0
+    for msg, _queue_offset, tags, size in iter_queued(store):
+        if msg is None:
+            continue
+        out.write(dumps_row(export_row(msg, tags, size)))
+        out.write("\n")
+        count += 1
+        if progress is not None:
+            progress(msg.store_size)
+    return count
+
+
+def import_jsonl(store: MessageStore, lines: Iterable[str], progress: Any = None) -> int:
+    """Put messages given as export JSON lines, in order; returns the number stored."""
+    count = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise InvalidMessageError("each line is a JSON object")
+            message = message_from_json(obj)
+            queue_id = int(obj.get("queueId") or 0)
+        except (ValueError, TypeError) as exc:
+            raise InvalidMessageError(f"line {number}: {exc}") from None
+        result = store.put(message, queue_id)
+        if not result.ok:
+            raise InvalidMessageError(f"line {number}: {result.status.value} {result.detail}")
+        count += 1
+        if progress is not None:
+            progress(len(line))
+    return count

@@ -1,0 +1,164 @@
+"""Creating the next commit-log segment ahead of need, and faulting pages in ahead of the writer.
+
+RocketMQ's AllocateMappedFileService creates the following segment in the background so a roll
+never waits for a file to be made. Here the same thread also pre-faults the pages the writer is
+about to touch, with ``madvise(MADV_POPULATE_WRITE)`` called through ctypes: the kernel does the
+page-fault work on the other core while the writer, holding the GIL, only copies bytes.
+Where the kernel lacks that call the writer simply takes the faults itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import os
+import threading
+
+from rocketstore.files.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
+
+MADV_POPULATE_WRITE = 23
+_CHUNK = 4 << 20
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _madvise = _libc.madvise
+    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _madvise.restype = ctypes.c_int
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _madvise = None
+
+
+def populate(mapped: MappedFile, start: int, end: int) -> bool:
+    """Fault in ``[start, end)`` of a shared segment for writing; False if the kernel cannot."""
+    if _madvise is None or mapped.mode != "rw" or end <= start:
+        return False
+    if not mapped.hold():
+        return True
+    try:
+        anchor = ctypes.c_char.from_buffer(mapped.mm)
+        try:
+            base = ctypes.addressof(anchor)
+            start -= start % 4096
+            rc = _madvise(base + start, end - start, MADV_POPULATE_WRITE)
+        finally:
+            del anchor
+    finally:
+        mapped.release()
+    return rc == 0
+
+
+class SegmentAllocator:
+    """One background thread: creates next segments and pre-faults pages ahead of the writer."""
+
+    def __init__(self, window: int = 64 << 20) -> None:
+        self.window = window
+        self.prefault_enabled = _madvise is not None
+        self._cond = threading.Condition()
+        self._jobs: collections.deque = collections.deque()
+        self._ready: dict[str, MappedFile] = {}
+        self._creating: set[str] = set()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="rocketstore-allocate", daemon=True)
+        self._thread.start()
+
+    # -- next segments -----------------------------------------------------------------------------
+    def prepare_next(self, queue: object, offset: int) -> None:
+        if getattr(queue, "mode", "rw") != "rw":
+            return
+        folder = queue.folder_of_next(offset)  # type: ignore[attr-defined]
+        path = f"{folder}/{offset:020d}"
+        with self._cond:
+            if self._stopped or path in self._ready or path in self._creating:
+                return
+            self._creating.add(path)
+            self._jobs.append(("create", path, offset, queue.file_size))  # type: ignore[attr-defined]
+            self._cond.notify()
+
+    def take(self, path: str) -> MappedFile | None:
+        """The pre-created segment for ``path`` (waiting if it is being made), or None."""
+        with self._cond:
+            while path in self._creating and not self._stopped:
+                self._cond.wait()
+            return self._ready.pop(path, None)
+
+    def discard(self, queue: object) -> None:
+        """Delete pre-created segments nobody took (a clean shutdown leaves none behind)."""
+        with self._cond:
+            while self._creating and not self._stopped:
+                self._cond.wait()
+            ready, self._ready = self._ready, {}
+        for mapped in ready.values():
+            mapped.destroy(0)
+
+    # -- pre-faulting ------------------------------------------------------------------------------
+    def advise(self, mapped: MappedFile, position: int) -> int:
+        """The writer reached ``position``: fault pages in up to a window ahead. Returns the
+        position at which the writer should call again."""
+        if not self.prefault_enabled:
+            return mapped.file_size
+        end = min(mapped.file_size, position + self.window)
+        with self._cond:
+            self._jobs.append(("populate", mapped, position, end))
+            self._cond.notify()
+        return min(mapped.file_size, position + self.window // 2)
+
+    # -- the thread -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                job = self._jobs.popleft()
+            try:
+                if job[0] == "create":
+                    self._create(*job[1:])
+                else:
+                    self._populate(*job[1:])
+            except Exception:  # pragma: no cover - logged, the writer falls back to doing it itself
+                log.exception("segment allocator job %s failed", job[0])
+
+    def _create(self, path: str, offset: int, size: int) -> None:
+        mapped = None
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                mapped = MappedFile.create(path, offset, size)
+        except OSError as exc:
+            log.warning("could not pre-create %s: %s", path, exc)
+        with self._cond:
+            self._creating.discard(path)
+            if mapped is not None:
+                if self._stopped:
+                    mapped.destroy(0)
+                else:
+                    self._ready[path] = mapped
+            self._cond.notify_all()
+        if mapped is not None and self.prefault_enabled:
+            self._populate(mapped, 0, min(size, self.window))
+
+    def _populate(self, mapped: MappedFile, start: int, end: int) -> None:
+        done = max(start, mapped.prefaulted)
+        while done < end and not self._stopped:
+            step = min(end, done + _CHUNK)
+            if not populate(mapped, done, step):
+                if not mapped.available:
+                    break
+                self.prefault_enabled = False
+                log.info("madvise(MADV_POPULATE_WRITE) is not available; pages fault in on write")
+                break
+            done = step
+            mapped.prefaulted = done
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join()
+        ready, self._ready = self._ready, {}
+        for mapped in ready.values():
+            mapped.destroy(0)

@@ -1,0 +1,275 @@
+"""An ordered run of equal-size segments forming one address space (MappedFileQueue, spec 2).
+
+The list of segments is replaced, never changed in place, so a reader that took
+``self.files`` keeps a consistent view while the writer rolls or cleanup deletes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+
+from rocketstore.errors import CorruptStoreError
+from rocketstore.files.mapped_file import MappedFile, offset_to_file_name
+
+log = logging.getLogger(__name__)
+_NAME = re.compile(r"\d{20}")
+
+
+class MappedFileQueue:
+    """Segments of ``file_size`` bytes in one folder, or spread over several (multi-path)."""
+
+    def __init__(
+        self,
+        paths: str | list[str],
+        file_size: int,
+        mode: str = "rw",
+        *,
+        path_is_full: Callable[[str], bool] | None = None,
+        allocator: object | None = None,
+    ) -> None:
+        self.paths = [paths] if isinstance(paths, str) else list(paths)
+        self.file_size = file_size
+        self.mode = mode
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.committed_where = 0
+        self.store_timestamp = 0
+        self.path_is_full = path_is_full
+        self.allocator = allocator
+
+    # -- load ------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map every segment on disk; a stray or wrong-size file is an error that names it."""
+        found: dict[str, str] = {}
+        for folder in self.paths:
+            if not os.path.isdir(folder):
+                continue
+            for name in os.listdir(folder):
+                full = os.path.join(folder, name)
+                if os.path.isdir(full):
+                    raise CorruptStoreError("a folder where only segment files belong", full)
+                if not _NAME.fullmatch(name):
+                    raise CorruptStoreError(
+                        "a stray file: segment files are named by their 20-digit start offset", full
+                    )
+                if name in found:
+                    raise CorruptStoreError(f"the same segment is also in {found[name]}", full)
+                found[name] = full
+        names = sorted(found)
+        if names and os.path.getsize(found[names[-1]]) == 0:
+            # a zero-length last file is a crash artefact of file creation; RocketMQ 5 drops it
+            if self.mode == "rw":
+                log.warning("deleting the empty last segment %s", found[names[-1]])
+                os.unlink(found[names[-1]])
+            names.pop()
+        files: list[MappedFile] = []
+        try:
+            for name in names:
+                offset = int(name)
+                if offset % self.file_size:
+                    raise CorruptStoreError(
+                        f"the start offset is not a multiple of the segment size {self.file_size}", found[name]
+                    )
+                if files and files[-1].end_offset != offset:
+                    raise CorruptStoreError(
+                        f"a gap: the previous segment {files[-1].file_name} ends at {files[-1].end_offset}",
+                        found[name],
+                    )
+                files.append(MappedFile.open(found[name], offset, self.file_size, self.mode))
+        except BaseException:
+            for f in files:
+                f.close()
+            raise
+        self.files = files
+
+    # -- segments ----------------------------------------------------------------------------------
+    @property
+    def first(self) -> MappedFile | None:
+        files = self.files
+        return files[0] if files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    def last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
+        """The segment to append to: the last one, or a new one when it is full or there is none."""
+        files = self.files
+        last = files[-1] if files else None
+        if last is None:
+            create_offset = start_offset - start_offset % self.file_size
+        elif last.is_full():
+            create_offset = last.end_offset
+        else:
+            return last
+        if not create:
+            return last
+        return self._create(create_offset, first_in_queue=last is None)
+
+    def _create(self, offset: int, first_in_queue: bool) -> MappedFile:
+        index = offset // self.file_size
+        folder = self._folder_for(index)
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, offset_to_file_name(offset))
+        mapped = None
+        if self.allocator is not None:
+            mapped = self.allocator.take(path)
+        if mapped is None:
+            mapped = MappedFile.create(path, offset, self.file_size, self.mode)
+        mapped.first_create_in_queue = first_in_queue
+        self.files = [*self.files, mapped]
+        if self.allocator is not None:
+            self.allocator.prepare_next(self, offset + self.file_size)
+        return mapped
+
+    def _folder_for(self, index: int) -> str:
+        paths = self.paths
+        if len(paths) == 1:
+            return paths[0]
+        writable = [p for p in sorted(paths) if not (self.path_is_full and self.path_is_full(p))]
+        if not writable:
+            writable = sorted(paths)
+        return writable[index % len(writable)]
+
+    def folder_of_next(self, offset: int) -> str:
+        return self._folder_for(offset // self.file_size)
+
+    def find_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        first = files[0]
+        index = offset // self.file_size - first.file_from_offset // self.file_size
+        if 0 <= index < len(files) and offset >= first.file_from_offset:
+            return files[index]
+        return first if return_first_on_not_found else None
+
+    # -- offsets -----------------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else -1
+
+    def max_offset(self) -> int:
+        """End of the readable data."""
+        files = self.files
+        return files[-1].file_from_offset + files[-1].read_position if files else 0
+
+    def max_wrote_offset(self) -> int:
+        files = self.files
+        return files[-1].file_from_offset + files[-1].wrote_position if files else 0
+
+    def remaining_to_flush(self) -> int:
+        return self.max_offset() - self.flushed_where
+
+    # -- flush and commit --------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush the segment holding ``flushed_where``; True when nothing advanced."""
+        mapped = self.find_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mapped is None:
+            return True
+        ts = mapped.store_timestamp
+        where = mapped.file_from_offset + mapped.flush(least_pages)
+        nothing = where == self.flushed_where
+        self.flushed_where = where
+        if least_pages == 0 and ts:
+            self.store_timestamp = ts
+        return nothing
+
+    def commit(self, least_pages: int = 0) -> bool:
+        """Commit the segment holding ``committed_where`` (transient pool); True when nothing advanced."""
+        mapped = self.find_by_offset(self.committed_where, self.committed_where == 0)
+        if mapped is None:
+            return True
+        where = mapped.file_from_offset + mapped.commit(least_pages)
+        nothing = where == self.committed_where
+        self.committed_where = where
+        return nothing
+
+    # -- truncation and deletion -------------------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the queue at ``offset``: the segment holding it keeps its head, later ones go."""
+        keep: list[MappedFile] = []
+        for mapped in self.files:
+            if mapped.end_offset <= offset:
+                keep.append(mapped)
+            elif mapped.file_from_offset <= offset:
+                mapped.set_positions(offset - mapped.file_from_offset)
+                keep.append(mapped)
+            else:
+                mapped.destroy(1000)
+        self.files = keep
+
+    def delete_last_file(self) -> None:
+        files = self.files
+        if files:
+            self.files = files[:-1]
+            files[-1].destroy(1000)
+
+    def delete_files(self, doomed: list[MappedFile]) -> None:
+        gone = {id(f) for f in doomed}
+        self.files = [f for f in self.files if id(f) not in gone]
+
+    def delete_expired_by_time(
+        self,
+        expired_ms: int,
+        delete_interval_ms: int,
+        interval_forcibly_ms: int,
+        clean_immediately: bool,
+        batch_max: int,
+        now: float | None = None,
+    ) -> int:
+        """Delete a leading run of segments older than ``expired_ms`` (mtime); never the last one."""
+        files = self.files
+        now = time.time() if now is None else now
+        deleted: list[MappedFile] = []
+        for i, mapped in enumerate(files[:-1]):
+            try:
+                mtime = os.path.getmtime(mapped.path) if mapped.mode == "rw" else now
+            except OSError:
+                mtime = 0
+            if not (now * 1000 >= mtime * 1000 + expired_ms or clean_immediately):
+                break
+            if not mapped.destroy(interval_forcibly_ms):
+                break
+            deleted.append(mapped)
+            if len(deleted) >= batch_max:
+                break
+            if delete_interval_ms > 0 and i + 1 < len(files) - 1:
+                time.sleep(delete_interval_ms / 1000)
+        self.delete_files(deleted)
+        return len(deleted)
+
+    def retry_delete_first_file(self, interval_forcibly_ms: int) -> bool:
+        """Destroy the first segment again if an earlier delete left it held (a hanged file)."""
+        first = self.first
+        if first is None or first.available:
+            return False
+        if first.destroy(interval_forcibly_ms):
+            self.delete_files([first])
+            return True
+        return False
+
+    def mapped_memory_size(self) -> int:
+        return sum(f.file_size for f in self.files)
+
+    def close(self) -> None:
+        for mapped in self.files:
+            mapped.close()
+        if self.allocator is not None:
+            self.allocator.discard(self)
+
+    def destroy(self) -> None:
+        for mapped in self.files:
+            mapped.destroy(0)
+        self.files = []
+        self.flushed_where = self.committed_where = 0
+        if self.mode == "rw":
+            for folder in self.paths:
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)

@@ -1,0 +1,271 @@
+"""One fixed-size memory-mapped segment, named by the offset of its first byte (spec section 2).
+
+A segment keeps three positions: ``wrote`` (bytes appended), ``committed`` (moved from a
+transient write buffer into the file; equal to wrote without one) and ``flushed`` (forced to
+disk). Readers see up to ``read_position``.
+
+Two storage modes share all the code above them:
+
+* ``"rw"``: the file is opened read-write and mapped shared; writes reach the file.
+* ``"cow"``: the file is opened read-only and mapped copy-on-write; writes change memory only,
+  new segments are anonymous memory and deleting one forgets it. Recovery and dispatch then run
+  unchanged on a store they must not modify (``rocketstore export``, read-only opens).
+
+New files are preallocated with ``posix_fallocate`` so that a full disk shows up as a failed
+create, never as a SIGBUS in the middle of a write into a sparse mapping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import threading
+import time
+
+from rocketstore.errors import CorruptStoreError, FlushError
+
+OS_PAGE_SIZE = 4096
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``offset2FileName``: the offset as 20 zero-padded decimal digits."""
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """A segment file mapped in memory, with its positions and a reference count (spec 14.5)."""
+
+    def __init__(
+        self,
+        path: str,
+        file_from_offset: int,
+        file_size: int,
+        mm: mmap.mmap,
+        fd: int,
+        mode: str,
+    ) -> None:
+        self.path = path
+        self.file_name = os.path.basename(path)
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.mm = mm
+        self.fd = fd
+        self.mode = mode
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last record appended (commit log)
+        self.first_create_in_queue = False
+        self.write_buffer: bytearray | None = None  # transient store pool buffer, if any
+        self.prefaulted = 0  # pages before this position were faulted in ahead of the writer
+        self._ref_count = 1
+        self._available = True
+        self._cleanup_over = False
+        self._first_shutdown = 0.0
+        self._lock = threading.Lock()
+
+    # -- creation ------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
+        """A new, zero-filled segment of ``file_size`` bytes (OSError, e.g. ENOSPC, on failure)."""
+        if mode == "cow":
+            mm = mmap.mmap(-1, file_size)
+            return cls(path, file_from_offset, file_size, mm, -1, mode)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, file_size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                os.ftruncate(fd, file_size)
+            mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        return cls(path, file_from_offset, file_size, mm, fd, mode)
+
+    @classmethod
+    def open(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
+        """An existing segment; its positions start at the full size until recovery sets them."""
+        flags = os.O_RDONLY if mode == "cow" else os.O_RDWR
+        fd = os.open(path, flags | os.O_CLOEXEC)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != file_size:
+                raise CorruptStoreError(
+                    f"file is {actual} bytes, the configured size is {file_size} "
+                    "(a wrong file size setting, or a file that does not belong here)",
+                    path,
+                )
+            if mode == "cow":
+                mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_COPY)
+            else:
+                mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        if mode == "cow":  # the mapping is private: the descriptor is not needed any more
+            os.close(fd)
+            fd = -1
+        mapped = cls(path, file_from_offset, file_size, mm, fd, mode)
+        mapped.wrote_position = mapped.committed_position = mapped.flushed_position = file_size
+        return mapped
+
+    # -- positions -----------------------------------------------------------------------------
+    @property
+    def read_position(self) -> int:
+        return self.committed_position if self.write_buffer is not None else self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote_position = self.committed_position = self.flushed_position = pos
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    # -- writing -------------------------------------------------------------------------------
+    def append(self, data: bytes) -> int:
+        """Write ``data`` at the wrote position (into the write buffer when there is one)."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if self.write_buffer is not None:
+            self.write_buffer[pos:end] = data
+        else:
+            self.mm[pos:end] = data
+            self.committed_position = end
+        self.wrote_position = end
+        return pos
+
+    def write_at(self, pos: int, data: bytes) -> None:
+        """Write ``data`` at ``pos`` without moving the positions."""
+        self.mm[pos : pos + len(data)] = data
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, pos: int, size: int) -> bytes:
+        return self.mm[pos : pos + size]
+
+    # -- flushing ------------------------------------------------------------------------------
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        flushed, readable = self.flushed_position, self.read_position
+        if self.is_full() and readable > flushed:
+            return True
+        if least_pages > 0:
+            return readable // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE >= least_pages
+        return readable > flushed
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Force the readable bytes to disk when enough are dirty; the new flushed position.
+
+        An OSError from the file system becomes a FlushError and the flushed position stays.
+        """
+        if not self.is_able_to_flush(least_pages):
+            return self.flushed_position
+        target = self.read_position
+        self.force()
+        self.flushed_position = target
+        return target
+
+    def force(self) -> None:
+        """fdatasync the file (dirty mapped pages included); FlushError on an OSError."""
+        if self.mode == "rw" and self.hold():
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:
+                raise FlushError(f"fdatasync of {self.path} failed: {exc}") from exc
+            finally:
+                self.release()
+
+    def commit(self, least_pages: int = 0) -> int:
+        """Move written bytes from the write buffer into the file (transient store pool)."""
+        buf = self.write_buffer
+        if buf is None:
+            return self.wrote_position
+        committed, wrote = self.committed_position, self.wrote_position
+        if wrote <= committed:
+            return committed
+        if least_pages > 0 and not self.is_full() and wrote // OS_PAGE_SIZE - committed // OS_PAGE_SIZE < least_pages:
+            return committed
+        self.mm[committed:wrote] = buf[committed:wrote]
+        self.committed_position = wrote
+        return wrote
+
+    # -- reference counting (ReferenceResource) --------------------------------------------------
+    def hold(self) -> bool:
+        with self._lock:
+            if self._available and self._ref_count > 0:
+                self._ref_count += 1
+                return True
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            self._ref_count -= 1
+            if self._ref_count > 0:
+                return
+            self._cleanup()
+
+    @property
+    def available(self) -> bool:
+        return self._available
+
+    @property
+    def cleanup_over(self) -> bool:
+        return self._cleanup_over
+
+    @property
+    def ref_count(self) -> int:
+        return self._ref_count
+
+    def shutdown(self, interval_forcibly_ms: int) -> None:
+        """Stop new holds; drop the creation reference, and force the rest after the interval."""
+        if self._available:
+            self._available = False
+            self._first_shutdown = time.monotonic()
+            self.release()
+        elif self._ref_count > 0 and (time.monotonic() - self._first_shutdown) * 1000 >= interval_forcibly_ms:
+            with self._lock:
+                self._ref_count = -1000 - self._ref_count
+            self.release()
+
+    def _cleanup(self) -> None:
+        if self._cleanup_over:
+            return
+        try:
+            self.mm.close()
+        except BufferError:  # a view is still exported; it keeps the mapping until it goes
+            return
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self._cleanup_over = True
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        """Unmap and delete the file once nobody holds it; False while it is still held."""
+        self.shutdown(interval_forcibly_ms)
+        if not self._cleanup_over:
+            return False
+        if self.mode == "rw":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        return True
+
+    def close(self) -> None:
+        """Unmap without deleting (store shutdown)."""
+        self._available = False
+        with self._lock:
+            self._ref_count = 0
+            self._cleanup()
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
+            f"committed={self.committed_position}, flushed={self.flushed_position})"
+        )

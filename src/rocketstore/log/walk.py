@@ -1,0 +1,49 @@
+"""Walking a segment's records in windows, handing dispatch requests to a callback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rocketstore.codec.scan import STOP_END, STOP_LIMIT, scan
+from rocketstore.files.mapped_file import MappedFile
+
+WINDOW = 16 << 20
+
+
+def walk_segment(
+    mapped: MappedFile,
+    start: int,
+    end: int,
+    on_requests: Callable[[list[tuple]], None] | None,
+    *,
+    check_crc: bool,
+    delay_millis: tuple[int, ...] = (),
+    window: int = WINDOW,
+) -> tuple[int, int]:
+    """Scan ``[start, end)`` of a segment; returns (stop position, reason) as ``scan`` does.
+
+    The segment is held while it is read, so cleanup cannot unmap it underneath.
+    """
+    if not mapped.hold():
+        return start, STOP_LIMIT
+    try:
+        mm = mapped.mm
+        pos = start
+        while True:
+            requests, pos, reason = scan(
+                mm,
+                pos,
+                end,
+                mapped.file_from_offset,
+                check_crc=check_crc,
+                delay_millis=delay_millis,
+                limit=min(end, pos + window),
+            )
+            if requests and on_requests is not None:
+                on_requests(requests)
+            if reason != STOP_LIMIT:
+                return pos, reason
+            if pos >= end:
+                return pos, STOP_END
+    finally:
+        mapped.release()

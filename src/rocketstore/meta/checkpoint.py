@@ -1,0 +1,87 @@
+"""The ``checkpoint`` file: 4096 bytes, five big-endian longs at its head (spec section 9)."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from rocketstore.errors import CorruptStoreError
+
+CHECKPOINT_SIZE = 4096
+_FIELDS = struct.Struct(">qqqqq")
+
+
+class StoreCheckpoint:
+    """physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset, confirmPhyOffset.
+
+    Updated in memory as the store runs; ``flush`` persists them. A read-only store (``writable``
+    false) never writes the file.
+    """
+
+    def __init__(self, path: str, writable: bool = True) -> None:
+        self.path = path
+        self.writable = writable
+        self.physic_msg_timestamp = 0
+        self.logics_msg_timestamp = 0
+        self.index_msg_timestamp = 0
+        self.master_flushed_offset = 0
+        self.confirm_phy_offset = 0
+        self.existed = os.path.exists(path)
+        if self.existed:
+            with open(path, "rb") as f:
+                head = f.read(_FIELDS.size)
+            if len(head) < 24:
+                raise CorruptStoreError(
+                    f"the checkpoint holds {len(head)} bytes, fewer than its three timestamps", path
+                )
+            head = head.ljust(_FIELDS.size, b"\0")
+            (
+                self.physic_msg_timestamp,
+                self.logics_msg_timestamp,
+                self.index_msg_timestamp,
+                self.master_flushed_offset,
+                self.confirm_phy_offset,
+            ) = _FIELDS.unpack(head)
+        elif writable:
+            with open(path, "wb") as f:
+                f.write(bytes(CHECKPOINT_SIZE))
+                f.flush()
+                os.fsync(f.fileno())
+
+    def min_timestamp(self) -> int:
+        """The time before which everything was safely dispatched: min(physic, logics) - 3 s."""
+        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
+
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp(), self.index_msg_timestamp)
+
+    def to_bytes(self) -> bytes:
+        return _FIELDS.pack(
+            self.physic_msg_timestamp,
+            self.logics_msg_timestamp,
+            self.index_msg_timestamp,
+            self.master_flushed_offset,
+            self.confirm_phy_offset,
+        )
+
+    def flush(self) -> None:
+        """Write the fields and force them to disk (a no-op on a read-only store)."""
+        if not self.writable:
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if os.fstat(fd).st_size < CHECKPOINT_SIZE:
+                os.ftruncate(fd, CHECKPOINT_SIZE)
+            os.pwrite(fd, self.to_bytes(), 0)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "physicMsgTimestamp": self.physic_msg_timestamp,
+            "logicsMsgTimestamp": self.logics_msg_timestamp,
+            "indexMsgTimestamp": self.index_msg_timestamp,
+            "masterFlushedOffset": self.master_flushed_offset,
+            "confirmPhyOffset": self.confirm_phy_offset,
+        }

@@ -1,0 +1,542 @@
+"""Config JSON files of the broker (spec section 10.3): ConfigManager load/persist and four managers.
+
+* :func:`load_json_file` reads ``path`` and falls back to ``path + ".bak"`` like ``ConfigManager.load``.
+* :func:`write_json_file` is RocketMQ 4.9.8's ``MixAll.string2File`` (``.tmp``, copy to ``.bak``,
+  rename) made crash-safe with fsyncs; always UTF-8.
+* :class:`TopicConfigManager` (``config/topics.json``), :class:`ConsumerOffsetManager`
+  (``config/consumerOffset.json``), :class:`DelayOffsetManager` (``config/delayOffset.json``) and
+  :class:`SubscriptionGroupManager` (``config/subscriptionGroup.json``) write the 4.9.8 shapes in
+  fastjson's pretty format (:mod:`rocketstore.meta.fastjson`) and read 4.9.8 and 5.x files.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rocketstore.errors import CorruptStoreError
+from rocketstore.meta import fastjson
+
+__all__ = [
+    "ConsumerOffsetManager",
+    "DelayOffsetManager",
+    "SubscriptionGroupManager",
+    "TopicConfigManager",
+    "load_json_file",
+    "write_json_file",
+]
+
+T = TypeVar("T")
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+# TopicConfig field defaults of the Java class (used for fields missing from a loaded file).
+_TOPIC_CLASS_DEFAULTS: dict[str, Any] = {
+    "order": False,
+    "perm": 6,
+    "readQueueNums": 16,
+    "topicFilterType": "SINGLE_TAG",
+    "topicSysFlag": 0,
+    "writeQueueNums": 16,
+}
+_TOPIC_INT_FIELDS = ("perm", "readQueueNums", "topicSysFlag", "writeQueueNums")
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+# SubscriptionGroupConfig 4.9.8 fields and defaults (groupName added per group).
+_GROUP_DEFAULTS: dict[str, Any] = {
+    "brokerId": 0,
+    "consumeBroadcastEnable": True,
+    "consumeEnable": True,
+    "consumeFromMinEnable": True,
+    "notifyConsumerIdsChangedEnable": True,
+    "retryMaxTimes": 16,
+    "retryQueueNums": 1,
+    "whichBrokerWhenConsumeSlowly": 1,
+}
+_GROUP_INT_FIELDS = ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly")
+DEFAULT_RETRY_MAX_TIMES = 16
+
+
+# ------------------------------------------------------------------------------------ file handling
+
+
+class _Undecodable(Exception):
+    """Internal: a config file exists but cannot be used."""
+
+
+def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, Any]:
+    """``(False, None)`` for a missing/blank file, ``(True, value)`` when decoded; raises _Undecodable."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return False, None
+    except OSError as exc:
+        raise _Undecodable(f"cannot read: {exc}") from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _Undecodable(f"not UTF-8: {exc}") from exc
+    if not text.strip():
+        return False, None
+    try:
+        value = fastjson.loads(text)
+    except ValueError as exc:
+        raise _Undecodable(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise _Undecodable(f"holds a JSON {type(value).__name__}, not an object")
+    if convert is None:
+        return True, value
+    try:
+        return True, convert(value)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise _Undecodable(f"unexpected content: {exc}") from exc
+
+
+def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> Any:
+    """Read a config file like ``ConfigManager.load``: ``path``, else ``path + ".bak"``.
+
+    A missing, empty (or blank) or undecodable ``path`` falls back to the ``.bak``; a missing or empty
+    ``.bak`` then means an empty config (``None``). An undecodable ``.bak`` (with ``path`` unusable)
+    raises :class:`CorruptStoreError`. A config file must hold a JSON object; ``convert``, if given,
+    turns it into the caller's form and its ``ValueError``/``TypeError``/``KeyError`` also count as
+    "undecodable". A leftover ``path + ".tmp"`` is never read.
+    """
+    path = os.fspath(path)
+    main_error: str | None = None
+    try:
+        found, value = _read_config(path, convert)
+        if found:
+            return value
+    except _Undecodable as exc:
+        main_error = str(exc)
+    bak = path + ".bak"
+    try:
+        found, value = _read_config(bak, convert)
+    except _Undecodable as exc:
+        detail = f"{main_error}; " if main_error else "missing or empty; "
+        raise CorruptStoreError(f"config file {detail}backup {bak}: {exc}", path) from None
+    return value if found else None
+
+
+def _write_synced(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open a directory
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
+
+    ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any) is copied to
+    ``path + ".bak"`` and fsynced; then ``.tmp`` replaces ``path`` atomically and the directory is
+    fsynced. The parent directory is created when missing.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    _write_synced(tmp, text.encode("utf-8"))
+    try:
+        with open(path, "rb") as f:
+            previous: bytes | None = f.read()
+    except FileNotFoundError:
+        previous = None
+    if previous is not None:
+        _write_synced(path + ".bak", previous)
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _new_data_version(with_state_version: bool = False) -> dict[str, int]:
+    if with_state_version:
+        return {"counter": 0, "stateVersion": 0, "timestamp": _now_ms()}
+    return {"counter": 0, "timestamp": _now_ms()}
+
+
+def _next_version(data_version: dict[str, Any]) -> None:
+    """``DataVersion.nextVersion()``: new timestamp, counter + 1 (5.x: stateVersion back to 0)."""
+    data_version["timestamp"] = _now_ms()
+    data_version["counter"] = int(data_version.get("counter", 0)) + 1
+    if "stateVersion" in data_version:
+        data_version["stateVersion"] = 0
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            return int(value)
+        raise ValueError(f"{what} is not an integer: {value!r}")
+    return value
+
+
+def _as_dict(value: Any, what: str) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return value
+
+
+def _decode_data_version(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    dv = dict(_as_dict(value, "dataVersion"))
+    dv["counter"] = _as_int(dv.get("counter", 0), "dataVersion.counter")
+    dv["timestamp"] = _as_int(dv.get("timestamp", 0), "dataVersion.timestamp")
+    if "stateVersion" in dv:
+        dv["stateVersion"] = _as_int(dv["stateVersion"], "dataVersion.stateVersion")
+    return dv
+
+
+def _sorted_bean(bean: dict[str, Any]) -> dict[str, Any]:
+    """Bean properties sorted alphabetically, as fastjson writes them."""
+    return {key: bean[key] for key in sorted(bean)}
+
+
+def _decode_int_map(value: Any, what: str) -> dict[int, int]:
+    table = _as_dict(value, what)
+    return {_as_int(k, f"{what} key"): _as_int(v, f"{what} value") for k, v in table.items()}
+
+
+class _ConfigFile:
+    """Shared load/persist plumbing (``ConfigManager``)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
+        self.path = os.fspath(path)
+        self.writable = writable
+        self._lock = threading.RLock()
+        self._persist_lock = threading.Lock()
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        raise NotImplementedError
+
+    def _apply(self, state: Any) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def encode(self) -> str:
+        """The file content ``persist`` writes (fastjson pretty format)."""
+        raise NotImplementedError
+
+    def load(self) -> bool:
+        """Replace the in-memory state with the file's (or its ``.bak``'s); False if there was none."""
+        state = load_json_file(self.path, self._decode)
+        with self._lock:
+            if state is None:
+                self._reset()
+                return False
+            self._apply(state)
+            return True
+
+    def persist(self) -> None:
+        """Write the state to the file (no-op when the manager is not writable)."""
+        if not self.writable:
+            return
+        with self._persist_lock:
+            with self._lock:
+                text = self.encode()
+            write_json_file(self.path, text)
+
+
+# ----------------------------------------------------------------------------------------- managers
+
+
+class TopicConfigManager(_ConfigFile):
+    """``topics.json``: ``{"dataVersion":{...},"topicConfigTable":{topic:{...}}}``.
+
+    ``version`` picks the shape of what this manager creates: ``"4.x"`` (default ``"4.9.8"``) has no
+    ``attributes`` and a dataVersion of counter/timestamp; ``"5.x"`` adds ``attributes: {}`` to new
+    topics and ``stateVersion`` to a new dataVersion. Fields read from a file that this shape does
+    not know are kept and written back.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], version: str = "4.9.8", *, writable: bool = True) -> None:
+        super().__init__(path, writable=writable)
+        if not (version.startswith("4.") or version.startswith("5.")):
+            raise ValueError(f"unsupported RocketMQ version {version!r} (expected 4.x or 5.x)")
+        self.version = version
+        self._v5 = version.startswith("5.")
+        self.topic_config_table: dict[str, dict[str, Any]] = {}
+        self.data_version: dict[str, Any] = _new_data_version(self._v5)
+        self._extra: dict[str, Any] = {}
+
+    def _reset(self) -> None:
+        self.topic_config_table = {}
+        self.data_version = _new_data_version(self._v5)
+        self._extra = {}
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        table: dict[str, dict[str, Any]] = {}
+        for name, raw in _as_dict(obj.get("topicConfigTable"), "topicConfigTable").items():
+            cfg = dict(_TOPIC_CLASS_DEFAULTS)
+            cfg["topicName"] = str(name)
+            cfg.update(_as_dict(raw, f"topic {name}"))
+            for field in _TOPIC_INT_FIELDS:
+                cfg[field] = _as_int(cfg[field], f"topic {name} {field}")
+            if not isinstance(cfg["order"], bool):
+                raise ValueError(f"topic {name} order is not a boolean")
+            table[str(name)] = cfg
+        extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "topicConfigTable")}
+        return table, _decode_data_version(obj.get("dataVersion")), extra
+
+    def _apply(self, state: Any) -> None:
+        table, data_version, extra = state
+        self.topic_config_table = table
+        self.data_version = data_version if data_version is not None else _new_data_version(self._v5)
+        self._extra = extra
+
+    def encode(self) -> str:
+        """topics.json text (4.9.8 shape unless fields of another shape were loaded)."""
+        with self._lock:
+            top: dict[str, Any] = dict(self._extra)
+            top["dataVersion"] = _sorted_bean(self.data_version)
+            top["topicConfigTable"] = {name: _sorted_bean(cfg) for name, cfg in self.topic_config_table.items()}
+            return fastjson.dumps(_sorted_bean(top))
+
+    def ensure(self, topic: str, queue_id: int, *, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> bool:
+        """Make sure ``topic`` exists with a queue ``queue_id``; True (and a new dataVersion) if changed.
+
+        A new topic gets ``max(queue_nums, queue_id + 1)`` read and write queues, perm 6; an existing
+        one grows readQueueNums/writeQueueNums to ``queue_id + 1`` when smaller. Call ``persist``
+        afterwards to write the change.
+        """
+        if queue_id < 0:
+            raise ValueError(f"queue id must not be negative: {queue_id}")
+        need = queue_id + 1
+        with self._lock:
+            cfg = self.topic_config_table.get(topic)
+            if cfg is None:
+                nums = max(queue_nums, need)
+                cfg = {
+                    "order": False,
+                    "perm": 6,
+                    "readQueueNums": nums,
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicName": topic,
+                    "topicSysFlag": 0,
+                    "writeQueueNums": nums,
+                }
+                if self._v5:
+                    cfg["attributes"] = {}
+                self.topic_config_table[topic] = cfg
+                _next_version(self.data_version)
+                return True
+            changed = False
+            for field in ("readQueueNums", "writeQueueNums"):
+                if cfg.get(field, 0) < need:
+                    cfg[field] = need
+                    changed = True
+            if changed:
+                _next_version(self.data_version)
+            return changed
+
+    def find(self, topic: str) -> dict[str, Any] | None:
+        """A copy of ``topic``'s config, or None."""
+        with self._lock:
+            cfg = self.topic_config_table.get(topic)
+            return copy.deepcopy(cfg) if cfg is not None else None
+
+    def topics(self) -> list[str]:
+        """Topic names, in table order."""
+        with self._lock:
+            return list(self.topic_config_table)
+
+
+class ConsumerOffsetManager(_ConfigFile):
+    """``consumerOffset.json``: ``offset_table["topic@group"][queue_id] = next offset to consume``.
+
+    Written in the 4.9.8 form ``{"offsetTable":{...}}`` (queue ids ascending, bare integer keys);
+    5.x files (``dataVersion``, ``groupTopicMap``) are read, their extra fields dropped.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
+        super().__init__(path, writable=writable)
+        self.offset_table: dict[str, dict[int, int]] = {}
+
+    def _reset(self) -> None:
+        self.offset_table = {}
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        table = _as_dict(obj.get("offsetTable"), "offsetTable")
+        return {str(key): _decode_int_map(value, f"offsetTable[{key}]") for key, value in table.items()}
+
+    def _apply(self, state: Any) -> None:
+        self.offset_table = state
+
+    def encode(self) -> str:
+        """consumerOffset.json text, 4.9.8 form."""
+        with self._lock:
+            table = {key: dict(sorted(queues.items())) for key, queues in self.offset_table.items()}
+            return fastjson.dumps({"offsetTable": table})
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the next offset ``group`` consumes from ``topic``/``queue_id``."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self.offset_table.get(key)
+            if queues is None:
+                queues = self.offset_table[key] = {}
+            queues[int(queue_id)] = int(offset)
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 if unknown."""
+        with self._lock:
+            queues = self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group)
+            if queues is None:
+                return -1
+            return queues.get(int(queue_id), -1)
+
+    def query_all(self, group: str, topic: str) -> dict[int, int]:
+        """Copy of queue id -> offset for ``group`` on ``topic`` (empty if unknown), ids ascending."""
+        with self._lock:
+            queues = self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group)
+            return dict(sorted(queues.items())) if queues else {}
+
+    def groups(self) -> list[str]:
+        """Distinct consumer groups with offsets, in table order."""
+        with self._lock:
+            seen: dict[str, None] = {}
+            for key in self.offset_table:
+                parts = key.split(TOPIC_GROUP_SEPARATOR)
+                if len(parts) == 2:
+                    seen.setdefault(parts[1], None)
+            return list(seen)
+
+
+class DelayOffsetManager(_ConfigFile):
+    """``delayOffset.json``: delay level -> next consume-queue offset of ``SCHEDULE_TOPIC_XXXX``.
+
+    Written in the 4.9.8 form ``{"offsetTable":{1:5,3:12\\n\\t}}`` (levels ascending); a 5.x
+    ``dataVersion`` is read and dropped.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
+        super().__init__(path, writable=writable)
+        self.offset_table: dict[int, int] = {}
+
+    def _reset(self) -> None:
+        self.offset_table = {}
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        return _decode_int_map(obj.get("offsetTable"), "offsetTable")
+
+    def _apply(self, state: Any) -> None:
+        self.offset_table = state
+
+    def encode(self) -> str:
+        """delayOffset.json text, 4.9.8 form."""
+        with self._lock:
+            return fastjson.dumps({"offsetTable": dict(sorted(self.offset_table.items()))})
+
+    def get(self, level: int) -> int:
+        """Next offset of ``level``; 0 if unknown (ScheduleMessageService starts there)."""
+        with self._lock:
+            return self.offset_table.get(int(level), 0)
+
+    def set(self, level: int, offset: int) -> None:
+        """Record the next offset of delay ``level``."""
+        with self._lock:
+            self.offset_table[int(level)] = int(offset)
+
+
+class SubscriptionGroupManager(_ConfigFile):
+    """``subscriptionGroup.json``: ``{"dataVersion":{...},"subscriptionGroupTable":{group:{...}}}``.
+
+    New groups get the 4.9.8 fields; groups and top-level fields read from a 5.x file
+    (``groupRetryPolicy``, ``forbiddenTable``, ...) are kept and written back.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
+        super().__init__(path, writable=writable)
+        self.subscription_group_table: dict[str, dict[str, Any]] = {}
+        self.data_version: dict[str, Any] = _new_data_version()
+        self._extra: dict[str, Any] = {}
+
+    def _reset(self) -> None:
+        self.subscription_group_table = {}
+        self.data_version = _new_data_version()
+        self._extra = {}
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        table: dict[str, dict[str, Any]] = {}
+        for name, raw in _as_dict(obj.get("subscriptionGroupTable"), "subscriptionGroupTable").items():
+            cfg = dict(_GROUP_DEFAULTS)
+            cfg["groupName"] = str(name)
+            cfg.update(_as_dict(raw, f"group {name}"))
+            for field in _GROUP_INT_FIELDS:
+                cfg[field] = _as_int(cfg[field], f"group {name} {field}")
+            table[str(name)] = cfg
+        extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "subscriptionGroupTable")}
+        return table, _decode_data_version(obj.get("dataVersion")), extra
+
+    def _apply(self, state: Any) -> None:
+        table, data_version, extra = state
+        self.subscription_group_table = table
+        self.data_version = data_version if data_version is not None else _new_data_version()
+        self._extra = extra
+
+    def encode(self) -> str:
+        """subscriptionGroup.json text."""
+        with self._lock:
+            top: dict[str, Any] = dict(self._extra)
+            top["dataVersion"] = _sorted_bean(self.data_version)
+            top["subscriptionGroupTable"] = {
+                name: _sorted_bean(cfg) for name, cfg in self.subscription_group_table.items()
+            }
+            return fastjson.dumps(_sorted_bean(top))
+
+    def find(self, group: str) -> dict[str, Any] | None:
+        """A copy of ``group``'s config, or None."""
+        with self._lock:
+            cfg = self.subscription_group_table.get(group)
+            return copy.deepcopy(cfg) if cfg is not None else None
+
+    def ensure(self, group: str) -> dict[str, Any]:
+        """A copy of ``group``'s config, creating it with the defaults (and a new dataVersion) if absent.
+
+        Call ``persist`` afterwards to write a creation.
+        """
+        with self._lock:
+            cfg = self.subscription_group_table.get(group)
+            if cfg is None:
+                cfg = dict(_GROUP_DEFAULTS)
+                cfg["groupName"] = group
+                cfg = self.subscription_group_table[group] = _sorted_bean(cfg)
+                _next_version(self.data_version)
+            return copy.deepcopy(cfg)
+
+    def retry_max_times(self, group: str) -> int:
+        """``retryMaxTimes`` of ``group``; 16 if the group is unknown."""
+        with self._lock:
+            cfg = self.subscription_group_table.get(group)
+            if cfg is None:
+                return DEFAULT_RETRY_MAX_TIMES
+            return int(cfg.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES))

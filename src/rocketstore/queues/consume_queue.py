@@ -1,0 +1,265 @@
+"""One ConsumeQueue: 20-byte units (commit-log offset, record size, tags code) per topic/queue.
+
+Files live in ``consumequeue/<topic>/<queueId>/`` and are named by their byte offset in the
+queue (spec section 7). A message with queue offset ``q`` is the unit at byte ``q * 20``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from rocketstore.codec.scan import D_OFFSET, D_QUEUE_OFFSET, D_SIZE, D_TAGS_CODE
+from rocketstore.files.file_queue import MappedFileQueue
+from rocketstore.files.mapped_file import MappedFile
+
+log = logging.getLogger(__name__)
+
+CQ_STORE_UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")
+UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+PRE_BLANK = UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+def units_of(data: bytes) -> np.ndarray:
+    """Units as a structured array (phy, size, tags)."""
+    return np.frombuffer(data, dtype=UNIT_DTYPE, count=len(data) // CQ_STORE_UNIT_SIZE)
+
+
+def valid_prefix(units: np.ndarray) -> int:
+    """How many leading units are valid (phy >= 0 and size > 0); an invalid unit ends the data."""
+    bad = np.flatnonzero((units["phy"] < 0) | (units["size"] <= 0))
+    return int(bad[0]) if len(bad) else len(units)
+
+
+class ConsumeQueue:
+    """The queue of one topic/queueId."""
+
+    def __init__(self, topic: str, queue_id: int, root: str, file_size: int, mode: str = "rw") -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.path = os.path.join(root, topic, str(queue_id))
+        self.queue = MappedFileQueue(self.path, file_size, mode)
+        self.max_physic_offset = -1  # end (offset + size) of the last unit's record
+        self.min_logic_offset = 0  # bytes
+        self._order_warned = False
+
+    # -- load and recovery ---------------------------------------------------------------------
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> None:
+        """Find the end of valid units from the third-to-last file on; drop what lies past it."""
+        files = self.queue.files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        while True:
+            mapped = files[index]
+            units = units_of(mapped.read(0, mapped.file_size))
+            valid = valid_prefix(units)
+            if valid:
+                last = units[valid - 1]
+                self.max_physic_offset = int(last["phy"]) + int(last["size"])
+            if valid * CQ_STORE_UNIT_SIZE == mapped.file_size and index + 1 < len(files):
+                index += 1
+                continue
+            break
+        process = files[index].file_from_offset + valid * CQ_STORE_UNIT_SIZE
+        self.queue.flushed_where = self.queue.committed_where = process
+        self.queue.truncate_dirty_files(process)
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Remove units whose record starts at or after ``phy_offset`` (the log was cut there)."""
+        self.max_physic_offset = phy_offset
+        while True:
+            mapped = self.queue.last
+            if mapped is None:
+                break
+            units = units_of(mapped.read(0, mapped.file_size))
+            if len(units) and units["phy"][0] >= phy_offset:
+                self.queue.delete_last_file()
+                continue
+            valid = max(1, valid_prefix(units[1:]) + 1) if len(units) else 0
+            keep = valid
+            beyond = np.flatnonzero(units["phy"][1:valid] >= phy_offset)
+            if len(beyond):
+                keep = int(beyond[0]) + 1
+            mapped.set_positions(keep * CQ_STORE_UNIT_SIZE)
+            if keep:
+                last = units[keep - 1]
+                self.max_physic_offset = int(last["phy"]) + int(last["size"])
+            break
+
+    def correct_min_offset(self, min_phy: int) -> None:
+        """Move the logical minimum to the first unit whose record is still in the log."""
+        files = self.queue.files
+        if not files:
+            return
+        max_bytes = self.queue.max_offset()
+        for mapped in files:
+            units = units_of(mapped.read(0, mapped.read_position))
+            ok = (
+                (units["phy"] >= min_phy) & (units["size"] > 0) & ~((units["phy"] == 0) & (units["size"] == 0x7FFFFFFF))
+            )
+            hit = np.flatnonzero(ok)
+            if len(hit):
+                self.min_logic_offset = mapped.file_from_offset + int(hit[0]) * CQ_STORE_UNIT_SIZE
+                return
+        self.min_logic_offset = max_bytes
+
+    # -- writing -------------------------------------------------------------------------------
+    def put_units(self, units: list[tuple]) -> None:
+        """Append a unit for each dispatch request of this queue (see codec.scan), in log order.
+
+        Units already built are skipped (by commit-log offset and by queue offset), so dispatching
+        the same records again is harmless.
+        """
+        start, n = 0, len(units)
+        max_phy = self.max_physic_offset
+        while start < n and units[start][D_OFFSET] + units[start][D_SIZE] <= max_phy:
+            start += 1
+        if start == n:
+            return
+        cq_offset = units[start][D_QUEUE_OFFSET]
+        expect = cq_offset * CQ_STORE_UNIT_SIZE
+        mapped = self.queue.last_mapped_file(expect)
+        if mapped.first_create_in_queue and cq_offset != 0 and mapped.wrote_position == 0:
+            self.min_logic_offset = expect
+            self.queue.flushed_where = self.queue.committed_where = expect
+            mapped.append(PRE_BLANK * ((expect - mapped.file_from_offset) // CQ_STORE_UNIT_SIZE))
+            mapped.flushed_position = mapped.wrote_position
+        if cq_offset != 0:
+            current = mapped.file_from_offset + mapped.wrote_position
+            while start < n and units[start][D_QUEUE_OFFSET] * CQ_STORE_UNIT_SIZE < current:
+                start += 1  # already in the queue
+            if start == n:
+                return
+            if units[start][D_QUEUE_OFFSET] * CQ_STORE_UNIT_SIZE != current and not self._order_warned:
+                self._order_warned = True
+                log.warning(
+                    "[BUG] logic queue order maybe wrong: %s-%d expects offset %d, the queue is at %d",
+                    self.topic,
+                    self.queue_id,
+                    units[start][D_QUEUE_OFFSET],
+                    current // CQ_STORE_UNIT_SIZE,
+                )
+        pack = UNIT.pack
+        data = b"".join([pack(u[D_OFFSET], u[D_SIZE], u[D_TAGS_CODE]) for u in units[start:]])
+        self._write(mapped, data)
+        last = units[-1]
+        self.max_physic_offset = last[D_OFFSET] + last[D_SIZE]
+
+    def _write(self, mapped: MappedFile, data: bytes) -> None:
+        while data:
+            room = mapped.file_size - mapped.wrote_position
+            chunk = data[:room]
+            mapped.append(chunk)
+            data = data[room:]
+            if data:
+                mapped = self.queue.last_mapped_file(mapped.end_offset)
+
+    # -- reading -------------------------------------------------------------------------------
+    def max_offset_in_queue(self) -> int:
+        return self.queue.max_offset() // CQ_STORE_UNIT_SIZE
+
+    def min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def message_total(self) -> int:
+        return self.max_offset_in_queue() - self.min_offset_in_queue()
+
+    def read_units(self, index: int, max_count: int) -> bytes:
+        """Raw units from ``index`` up to ``max_count`` of them, within one file (b"" if none)."""
+        offset = index * CQ_STORE_UNIT_SIZE
+        if index < 0 or offset < self.min_logic_offset:
+            return b""
+        mapped = self.queue.find_by_offset(offset)
+        if mapped is None:
+            return b""
+        pos = offset - mapped.file_from_offset
+        end = min(mapped.read_position, pos + max_count * CQ_STORE_UNIT_SIZE)
+        if end <= pos:
+            return b""
+        try:
+            return mapped.read(pos, end - pos)
+        except ValueError:  # the file was unmapped by cleanup
+            return b""
+
+    def get_unit(self, index: int) -> tuple[int, int, int] | None:
+        data = self.read_units(index, 1)
+        return UNIT.unpack(data) if data else None
+
+    def iter_units(self, start: int, end: int, chunk: int = 8192) -> Iterator[tuple[int, np.ndarray]]:
+        """(first index, units array) chunks covering ``[start, end)`` of the queue."""
+        index = max(start, self.min_offset_in_queue())
+        while index < end:
+            data = self.read_units(index, min(chunk, end - index))
+            if not data:
+                return
+            units = units_of(data)
+            yield index, units
+            index += len(units)
+
+    def roll_next_file(self, index: int) -> int:
+        per_file = self.file_size // CQ_STORE_UNIT_SIZE
+        return index + per_file - index % per_file
+
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int, int], int], min_phy: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp`` (LOWER boundary)."""
+        files = self.queue.files
+        if not files:
+            return 0
+        low_index, high_index = self.min_offset_in_queue(), self.max_offset_in_queue() - 1
+        if high_index < low_index:
+            return self.max_offset_in_queue()
+
+        def time_at(index: int) -> int:
+            unit = self.get_unit(index)
+            if unit is None or unit[0] < min_phy:
+                return -1
+            return store_time_of(unit[0], unit[1])
+
+        if time_at(high_index) < timestamp:
+            return high_index + 1
+        lo, hi = low_index, high_index
+        while lo < hi:  # first index with time >= timestamp; units below the log count as early
+            mid = (lo + hi) // 2
+            if time_at(mid) < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- flush and lifecycle -------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.queue.flush(least_pages)
+
+    def delete_expired_files(self, min_phy: int) -> int:
+        """Delete leading files whose last unit points below the commit log's minimum offset."""
+        doomed = []
+        files = self.queue.files
+        for mapped in files[:-1]:
+            last = mapped.read(mapped.file_size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+            phy = UNIT.unpack(last)[0] if len(last) == CQ_STORE_UNIT_SIZE else -1
+            if phy >= min_phy:
+                break
+            if not mapped.destroy(60000):
+                break
+            doomed.append(mapped)
+        self.queue.delete_files(doomed)
+        self.correct_min_offset(min_phy)
+        return len(doomed)
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.destroy()
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0

@@ -1,0 +1,109 @@
+"""All consume queues of a store: load, recover, create on demand, flush (ConsumeQueueStore)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+
+from rocketstore.queues.consume_queue import ConsumeQueue
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueueStore:
+    """The ``consumequeue/`` folder: one ConsumeQueue per (topic, queueId)."""
+
+    def __init__(self, store_root: str, file_size: int, mode: str = "rw") -> None:
+        self.root = os.path.join(store_root, "consumequeue")
+        self.file_size = file_size
+        self.mode = mode
+        self.table: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        """Map every ``consumequeue/<topic>/<queueId>/`` folder; other entries are skipped."""
+        if not os.path.isdir(self.root):
+            return
+        for topic in sorted(os.listdir(self.root)):
+            topic_dir = os.path.join(self.root, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for qid in sorted(os.listdir(topic_dir)):
+                if not qid.isdigit() or not os.path.isdir(os.path.join(topic_dir, qid)):
+                    log.warning("skipping %s: not a queue folder", os.path.join(topic_dir, qid))
+                    continue
+                cq = ConsumeQueue(topic, int(qid), self.root, self.file_size, self.mode)
+                cq.load()
+                self.table[(topic, int(qid))] = cq
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.table.get((topic, queue_id))
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.table.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self.table.get((topic, queue_id))
+                if cq is None:
+                    cq = ConsumeQueue(topic, queue_id, self.root, self.file_size, self.mode)
+                    self.table = {**self.table, (topic, queue_id): cq}
+        return cq
+
+    def queues(self) -> list[ConsumeQueue]:
+        return list(self.table.values())
+
+    def topics(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, qid in sorted(self.table):
+            out.setdefault(topic, []).append(qid)
+        return out
+
+    # -- recovery ---------------------------------------------------------------------------------
+    def recover(self) -> None:
+        for cq in self.table.values():
+            cq.recover()
+
+    def max_physic_offset(self) -> int:
+        return max((cq.max_physic_offset for cq in self.table.values()), default=-1)
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        for cq in self.table.values():
+            if cq.max_physic_offset > phy_offset:
+                cq.truncate_dirty_logic_files(phy_offset)
+
+    def correct_min_offsets(self, min_phy: int) -> None:
+        for cq in self.table.values():
+            cq.correct_min_offset(min_phy)
+
+    def offset_table(self) -> dict[tuple[str, int], int]:
+        """(topic, queueId) -> max offset: where the next message of each queue goes."""
+        return {key: cq.max_offset_in_queue() for key, cq in self.table.items()}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> None:
+        for cq in list(self.table.values()):
+            cq.flush(least_pages)
+
+    def destroy_all(self) -> None:
+        for cq in self.table.values():
+            cq.destroy()
+        self.table = {}
+        if self.mode == "rw" and os.path.isdir(self.root):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def delete_topics(self, keep: set[str]) -> list[str]:
+        """Remove the queues of every topic not in ``keep`` (cleanUnusedTopic)."""
+        gone = sorted({t for t, _ in self.table if t not in keep})
+        for topic in gone:
+            for key in [k for k in self.table if k[0] == topic]:
+                self.table[key].destroy()
+            self.table = {k: v for k, v in self.table.items() if k[0] != topic}
+            if self.mode == "rw":
+                shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
+        return gone
+
+    def close(self) -> None:
+        for cq in self.table.values():
+            cq.close()

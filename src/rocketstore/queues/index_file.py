@@ -1,0 +1,211 @@
+"""One IndexFile: a 40-byte header, hash slots, and 20-byte entries chained per slot (spec 8).
+
+Keys are added in bulk: ``put_keys`` computes every entry's slot chain, time difference and the
+slot table updates with numpy, then writes the entries in one copy, which is what the put path's
+dispatch and rebuilds need. ``select_phy_offsets`` walks one slot's chain for a query.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from rocketstore.files.mapped_file import MappedFile
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+INT_MAX = 2**31 - 1
+
+HEADER = struct.Struct(">qqqqii")
+ENTRY = struct.Struct(">iqii")
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+
+
+def index_file_size(slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+class IndexFile:
+    """An index file mapped in memory; the header fields are kept in attributes and written back."""
+
+    def __init__(self, mapped: MappedFile, slot_num: int, index_num: int) -> None:
+        self.mapped = mapped
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.path = mapped.path
+        self.file_name = mapped.file_name
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = HEADER.unpack(mapped.read(0, INDEX_HEADER_SIZE))
+        if self.index_count <= 0:
+            self.index_count = 1
+        self._entries_at = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
+
+    @classmethod
+    def create(
+        cls, path: str, slot_num: int, index_num: int, mode: str, end_phy: int = 0, end_ts: int = 0
+    ) -> IndexFile:
+        """A new file whose header starts at the previous file's end (when there was one)."""
+        mapped = MappedFile.create(path, 0, index_file_size(slot_num, index_num), mode)
+        index = cls(mapped, slot_num, index_num)
+        if end_phy > 0:
+            index.begin_phy_offset = index.end_phy_offset = end_phy
+        if end_ts > 0:
+            index.begin_timestamp = index.end_timestamp = end_ts
+        index._write_header()
+        return index
+
+    @classmethod
+    def open(cls, path: str, slot_num: int, index_num: int, mode: str) -> IndexFile:
+        mapped = MappedFile.open(path, 0, index_file_size(slot_num, index_num), mode)
+        return cls(mapped, slot_num, index_num)
+
+    def _write_header(self) -> None:
+        self.mapped.write_at(
+            0,
+            HEADER.pack(
+                self.begin_timestamp,
+                self.end_timestamp,
+                self.begin_phy_offset,
+                self.end_phy_offset,
+                self.hash_slot_count,
+                self.index_count,
+            ),
+        )
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def room(self) -> int:
+        return max(0, self.index_num - self.index_count)
+
+    # -- writing -------------------------------------------------------------------------------
+    def put_keys(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> int:
+        """Add entries (index key hash, commit-log offset, store time) in order; returns how many fit."""
+        n = min(len(hashes), self.room())
+        if n <= 0:
+            return 0
+        hashes = hashes[:n].astype(np.int64)
+        phys = phys[:n].astype(np.int64)
+        timestamps = timestamps[:n].astype(np.int64)
+        count0 = self.index_count
+        numbers = count0 + np.arange(n, dtype=np.int64)
+        slots = hashes % self.slot_num
+
+        slot_table = np.frombuffer(self.mapped.mm, dtype=">i4", count=self.slot_num, offset=INDEX_HEADER_SIZE)
+        try:
+            current = slot_table[slots].astype(np.int64)
+            current[(current <= 0) | (current > count0)] = INVALID_INDEX
+            # chain: an entry's predecessor is the previous entry of this batch with the same slot,
+            # or what the slot held before the batch
+            order = np.argsort(slots, kind="stable")
+            sorted_slots = slots[order]
+            same_as_before = np.empty(n, dtype=bool)
+            same_as_before[0] = False
+            same_as_before[1:] = sorted_slots[1:] == sorted_slots[:-1]
+            prev_sorted = current[order]
+            prev_sorted[1:][same_as_before[1:]] = numbers[order][:-1][same_as_before[1:]]
+            prev = np.empty(n, dtype=np.int64)
+            prev[order] = prev_sorted
+            last_of_slot = np.ones(n, dtype=bool)
+            last_of_slot[:-1] = ~same_as_before[1:]
+            slot_table[sorted_slots[last_of_slot]] = numbers[order][last_of_slot]
+        finally:
+            del slot_table
+
+        begin = self.begin_timestamp
+        diffs = np.empty(n, dtype=np.int64)
+        diffs[0] = _time_diff(int(timestamps[0]), begin)
+        if count0 <= 1:
+            self.begin_phy_offset = int(phys[0])
+            self.begin_timestamp = begin = int(timestamps[0])
+        if n > 1:
+            if begin <= 0:
+                diffs[1:] = 0
+            else:
+                delta = timestamps[1:] - begin
+                diffs[1:] = np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, INT_MAX)
+
+        entries = np.empty(n, dtype=ENTRY_DTYPE)
+        entries["hash"] = hashes
+        entries["phy"] = phys
+        entries["diff"] = diffs
+        entries["prev"] = prev
+        at = self._entries_at + count0 * INDEX_SIZE
+        self.mapped.write_at(at, entries.tobytes())
+
+        self.hash_slot_count += int(np.count_nonzero(prev == INVALID_INDEX))
+        self.index_count = count0 + n
+        self.end_phy_offset = int(phys[-1])
+        self.end_timestamp = int(timestamps[-1])
+        self._write_header()
+        return n
+
+    # -- reading -------------------------------------------------------------------------------
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        return begin <= self.end_timestamp and end >= self.begin_timestamp
+
+    def select_phy_offsets(self, key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        """Append to ``out`` the offsets of entries in ``key_hash``'s chain stored within [begin, end]."""
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        slot_value = struct.unpack(">i", self.mapped.read(slot_pos, 4))[0]
+        count = self.index_count
+        if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
+            return
+        i = slot_value
+        seen = 0
+        while len(out) < max_num and seen <= count:
+            seen += 1
+            raw = self.mapped.read(self._entries_at + i * INDEX_SIZE, INDEX_SIZE)
+            hash_read, phy, diff, prev = ENTRY.unpack(raw)
+            if diff < 0:
+                break
+            t = self.begin_timestamp + diff * 1000
+            if hash_read == key_hash and begin <= t <= end:
+                out.append(phy)
+            if prev <= INVALID_INDEX or prev > count or prev == i or t < begin:
+                break
+            i = prev
+
+    def entries(self) -> np.ndarray:
+        """Every written entry (1 .. indexCount-1), for verification."""
+        count = self.index_count - 1
+        if count <= 0:
+            return np.zeros(0, dtype=ENTRY_DTYPE)
+        raw = self.mapped.read(self._entries_at + INDEX_SIZE, count * INDEX_SIZE)
+        return np.frombuffer(raw, dtype=ENTRY_DTYPE)
+
+    def flush(self) -> None:
+        self.mapped.force()
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        return self.mapped.destroy(interval_forcibly_ms)
+
+    def close(self) -> None:
+        self.mapped.close()
+
+    def header_dict(self) -> dict[str, int]:
+        return {
+            "beginTimestamp": self.begin_timestamp,
+            "endTimestamp": self.end_timestamp,
+            "beginPhyOffset": self.begin_phy_offset,
+            "endPhyOffset": self.end_phy_offset,
+            "hashSlotCount": self.hash_slot_count,
+            "indexCount": self.index_count,
+        }
+
+
+def _time_diff(ts: int, begin: int) -> int:
+    if begin <= 0:
+        return 0
+    delta = ts - begin
+    diff = abs(delta) // 1000 * (1 if delta >= 0 else -1)  # Java's truncating division
+    return min(max(diff, 0), INT_MAX)

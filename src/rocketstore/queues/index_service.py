@@ -1,0 +1,196 @@
+"""The ``index/`` folder: index files named by creation time, built from dispatch and queried by key."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+
+from rocketstore.codec import sysflag as sf
+from rocketstore.codec.ids import index_key_hash, index_key_hashes
+from rocketstore.codec.scan import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ
+from rocketstore.errors import CorruptStoreError
+from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.queues.index_file import IndexFile, index_file_size
+
+log = logging.getLogger(__name__)
+
+
+def time_millis_to_human_string(ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as UtilAll.timeMillisToHumanString."""
+    t = time.localtime(ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+def index_keys(requests: list[tuple]) -> tuple[list[str], list[int], list[int]]:
+    """The ``topic#key`` strings a batch of dispatch requests indexes, with offsets and times."""
+    keys: list[str] = []
+    phys: list[int] = []
+    times: list[int] = []
+    add_key, add_phy, add_time = keys.append, phys.append, times.append
+    for r in requests:
+        topic = r[D_TOPIC]
+        if topic is None or (r[D_SYSFLAG] & sf.TRANSACTION_ROLLBACK_TYPE) == sf.TRANSACTION_ROLLBACK_TYPE:
+            continue
+        uniq, user_keys = r[D_UNIQ], r[D_KEYS]
+        if uniq is not None:
+            add_key(f"{topic}#{uniq}")
+            add_phy(r[D_OFFSET])
+            add_time(r[D_STORE_TS])
+        if user_keys:
+            for k in user_keys.split(" "):
+                if k:
+                    add_key(f"{topic}#{k}")
+                    add_phy(r[D_OFFSET])
+                    add_time(r[D_STORE_TS])
+    return keys, phys, times
+
+
+class IndexService:
+    """Index files in creation order; the last one takes new keys until it is full."""
+
+    def __init__(
+        self,
+        store_root: str,
+        slot_num: int,
+        index_num: int,
+        mode: str,
+        checkpoint: StoreCheckpoint,
+        max_msgs_num_batch: int = 64,
+    ) -> None:
+        self.dir = os.path.join(store_root, "index")
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.mode = mode
+        self.checkpoint = checkpoint
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.files: list[IndexFile] = []
+        self._lock = threading.Lock()
+
+    @property
+    def file_size(self) -> int:
+        return index_file_size(self.slot_num, self.index_num)
+
+    def load(self, last_exit_ok: bool) -> None:
+        """Open the index files; after a crash drop those newer than the checkpoint (rebuilt later)."""
+        if not os.path.isdir(self.dir):
+            return
+        files: list[IndexFile] = []
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if not name.isdigit() or not os.path.isfile(path):
+                log.warning("skipping %s: not an index file", path)
+                continue
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                raise CorruptStoreError(
+                    f"index file is {size} bytes; maxHashSlotNum={self.slot_num} and maxIndexNum={self.index_num} "
+                    f"give {self.file_size}",
+                    path,
+                )
+            index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
+            if not last_exit_ok and index.end_timestamp > self.checkpoint.index_msg_timestamp:
+                log.info("dropping index file %s: newer than the checkpoint, rebuilt by recovery", path)
+                index.destroy(0)
+                continue
+            files.append(index)
+        self.files = files
+
+    # -- building --------------------------------------------------------------------------------
+    def build_index(self, requests: list[tuple]) -> None:
+        """Index the keys and unique keys of dispatched records (skipping ones already indexed)."""
+        if not requests:
+            return
+        with self._lock:
+            last = self.files[-1] if self.files else None
+            if last is not None:
+                end_phy = last.end_phy_offset
+                start = 0
+                while start < len(requests) and (
+                    requests[start][D_OFFSET] < end_phy
+                    or (requests[start][D_OFFSET] == end_phy and last.index_count > 1)
+                ):
+                    start += 1
+                if start:
+                    requests = requests[start:]
+            keys, phys, times = index_keys(requests)
+            if not keys:
+                return
+            hashes = index_key_hashes(keys)
+            phy_arr = np.array(phys, dtype=np.int64)
+            time_arr = np.array(times, dtype=np.int64)
+            done = 0
+            while done < len(keys):
+                index = self._writable_file()
+                done += index.put_keys(hashes[done:], phy_arr[done:], time_arr[done:])
+
+    def _writable_file(self) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_write_full():
+            return last
+        if self.mode == "rw":
+            os.makedirs(self.dir, exist_ok=True)
+        now = int(time.time() * 1000)
+        path = os.path.join(self.dir, time_millis_to_human_string(now))
+        while os.path.exists(path) or any(f.path == path for f in self.files):
+            now += 1
+            path = os.path.join(self.dir, time_millis_to_human_string(now))
+        end_phy = last.end_phy_offset if last is not None else 0
+        end_ts = last.end_timestamp if last is not None else 0
+        index = IndexFile.create(path, self.slot_num, self.index_num, self.mode, end_phy, end_ts)
+        self.files = [*self.files, index]
+        if last is not None:
+            last.flush()
+            self.checkpoint.index_msg_timestamp = last.end_timestamp
+            self.checkpoint.flush()
+        return index
+
+    # -- queries ---------------------------------------------------------------------------------
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commit-log offsets of entries whose hash matches ``topic#key`` within [begin, end], newest
+        files first, at most ``min(max_num, maxMsgsNumBatch)`` (collisions included)."""
+        max_num = max(0, min(max_num, self.max_msgs_num_batch))
+        out: list[int] = []
+        key_hash = index_key_hash(f"{topic}#{key}")
+        for index in reversed(self.files):
+            if index.is_time_matched(begin, end):
+                index.select_phy_offsets(key_hash, max_num, begin, end, out)
+            if index.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out
+
+    def last_update(self) -> tuple[int, int]:
+        """(end timestamp, end commit-log offset) of the newest index file, or (0, 0)."""
+        last = self.files[-1] if self.files else None
+        return (last.end_timestamp, last.end_phy_offset) if last else (0, 0)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def delete_expired(self, min_offset: int) -> int:
+        """Delete leading files (never the last) whose entries all point below ``min_offset``."""
+        with self._lock:
+            doomed = []
+            for index in self.files[:-1]:
+                if index.end_phy_offset >= min_offset:
+                    break
+                if not index.destroy(3000):
+                    break
+                doomed.append(index)
+            if doomed:
+                self.files = self.files[len(doomed) :]
+            return len(doomed)
+
+    def flush(self) -> None:
+        for index in list(self.files):
+            index.flush()
+
+    def close(self) -> None:
+        for index in self.files:
+            index.close()
+
+    def destroy(self) -> None:
+        for index in self.files:
+            index.destroy(0)
+        self.files = []

@@ -1,0 +1,206 @@
+"""The read path: pulls through the consume queues, lookups by offset and msgId, key queries,
+offsets by time (spec section 16)."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from rocketstore.codec import record as rec
+from rocketstore.codec.ids import decode_offset_msg_id, java_hash
+from rocketstore.codec.message import StoredMessage
+from rocketstore.codec.properties import split_keys
+from rocketstore.config import StoreConfig
+from rocketstore.errors import RecordError
+from rocketstore.log.commitlog import CommitLog
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.queues.index_service import IndexService
+from rocketstore.results import GetMessageStatus, GetResult, QueryResult
+
+_UNITS = struct.Struct(">qiq")
+_MAX_PULL_SIZE = 128 * 1024 * 1024
+_LONG_MAX = 2**63 - 1
+
+try:
+    _TOTAL_RAM = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+except (ValueError, OSError):  # pragma: no cover
+    _TOTAL_RAM = 8 << 30
+
+
+def tag_hashes(tags: str | None) -> frozenset[int] | None:
+    """A subscription expression -> the tag hashes it accepts; None means every message."""
+    if tags is None:
+        return None
+    tags = tags.strip()
+    if not tags or tags == "*":
+        return None
+    return frozenset(java_hash(t.strip()) for t in tags.split("||") if t.strip())
+
+
+class MessageReader:
+    def __init__(
+        self, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService | None, config: StoreConfig
+    ) -> None:
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self.config = config
+
+    # -- pulls ---------------------------------------------------------------------------------
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None
+    ) -> GetResult:
+        """Up to ``max_nums`` messages of a queue from ``offset``, filtered by tags (``"a || b"``)."""
+        cq = self.queues.find(topic, queue_id)
+        min_offset = cq.min_offset_in_queue() if cq else 0
+        max_offset = cq.max_offset_in_queue() if cq else 0
+        if max_offset == 0:
+            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetResult(GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+
+        config = self.config
+        wanted = tag_hashes(tags)
+        max_filter_units = max(config.max_filter_message_size, max_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
+        if not data:
+            return GetResult(GetMessageStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_offset, max_offset)
+        commit_log = self.commit_log
+        get_data = commit_log.get_data
+        decode = rec.decode
+        max_phy = commit_log.max_offset()
+        memory = _TOTAL_RAM * config.access_message_in_memory_max_ratio // 100
+        bytes_mem, count_mem = (
+            config.max_transfer_bytes_on_message_in_memory,
+            config.max_transfer_count_on_message_in_memory,
+        )
+        bytes_disk, count_disk = (
+            config.max_transfer_bytes_on_message_in_disk,
+            config.max_transfer_count_on_message_in_disk,
+        )
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        messages: list[StoredMessage] = []
+        total = 0
+        next_offset = offset
+        next_file_start = -1
+        last_phy = 0
+        for phy, size, code in _UNITS.iter_unpack(data):
+            if messages:  # isTheBatchFull
+                count = len(messages)
+                if count >= max_nums or total + size > _MAX_PULL_SIZE:
+                    break
+                if max_phy - phy <= memory:
+                    if total + size > bytes_mem or count > count_mem - 1:
+                        break
+                elif total + size > bytes_disk or count > count_disk - 1:
+                    break
+            next_offset += 1
+            if phy < next_file_start:
+                continue
+            if wanted is not None:
+                code32 = code & 0xFFFFFFFF
+                if (code32 - (1 << 32) if code32 & 0x80000000 else code32) not in wanted:
+                    continue
+            buf = get_data(phy, size)
+            if buf is None:
+                if not messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_file_start = commit_log.roll_next_file(phy)
+                continue
+            try:
+                messages.append(decode(buf))
+            except RecordError:
+                if not messages:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            total += size
+            last_phy = phy
+            next_file_start = -1
+            status = GetMessageStatus.FOUND
+        suggest = bool(messages) and max_phy - last_phy > memory
+        return GetResult(status, messages, next_offset, min_offset, max_offset, suggest)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        return self.commit_log.read_message(commit_log_offset, size)
+
+    def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
+        _, offset = decode_offset_msg_id(msg_id)
+        return self.commit_log.read_message(offset)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
+    ) -> QueryResult:
+        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) hold ``key``, stored within [begin, end].
+
+        Index hits whose real key differs (hash collisions) are dropped.
+        """
+        end = _LONG_MAX if end is None else end
+        if self.index is None:
+            return QueryResult([], 0, 0)
+        found: list[StoredMessage] = []
+        last_query_ts = end
+        for _ in range(3):
+            offsets = self.index.query_offsets(topic, key, max_num, begin, last_query_ts)
+            if not offsets:
+                break
+            offsets.sort()
+            first = True
+            for phy in offsets:
+                msg = self.commit_log.read_message(phy)
+                if msg is None:
+                    continue
+                if first:
+                    last_query_ts = msg.store_timestamp
+                    first = False
+                if msg.topic == topic and (msg.uniq_key == key or key in split_keys(msg.keys)):
+                    found.append(msg)
+            if found or last_query_ts < begin:
+                break
+        last_ts, last_phy = self.index.last_update()
+        unique = {m.commit_log_offset: m for m in found}
+        return QueryResult([unique[o] for o in sorted(unique)][:max_num], last_ts, last_phy)
+
+    # -- offsets and times ----------------------------------------------------------------------
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self.queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp, self.commit_log.store_time_at, self.commit_log.min_offset())
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.queues.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq and offset >= 0 else None
+        if unit is None:
+            return -1
+        return self.commit_log.store_time_at(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """Store time of the first message of a queue, or of the whole log; -1 if none."""
+        if topic is None:
+            first = self.commit_log.min_offset()
+            if first < 0 or first >= self.commit_log.max_offset():
+                return -1
+            return self.commit_log.store_time_at(first, 0)
+        cq = self.queues.find(topic, queue_id or 0)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id or 0, cq.min_offset_in_queue())
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.queues.find(topic, queue_id)
+        unit = cq.get_unit(offset) if cq else None
+        return unit[0] if unit else 0
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.find(topic, queue_id)
+        return cq.min_offset_in_queue() if cq else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.find(topic, queue_id)
+        return cq.max_offset_in_queue() if cq else 0

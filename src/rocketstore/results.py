@@ -1,0 +1,189 @@
+"""Statuses (named as RocketMQ names them) and the results of puts, gets and queries."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+from rocketstore.codec.ids import offset_msg_id
+from rocketstore.errors import PutMessageError
+
+if TYPE_CHECKING:
+    from rocketstore.codec.message import StoredMessage
+
+
+class PutMessageStatus(enum.StrEnum):
+    """RocketMQ's PutMessageStatus; compares equal to its name (``status == "PUT_OK"``)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    FLUSH_DISK_FAILED = "FLUSH_DISK_FAILED"  # rocketstore: the file system refused a flush
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_STORED = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
+class GetMessageStatus(enum.StrEnum):
+    """RocketMQ's GetMessageStatus."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PutResult:
+    """What a put did. For a batch, ``queue_offset`` and ``commit_log_offset`` are the first
+    message's and ``msg_id`` joins every message's id with commas, as RocketMQ does."""
+
+    __slots__ = (
+        "_offsets",
+        "_store_host",
+        "commit_log_offset",
+        "detail",
+        "msg_count",
+        "queue_offset",
+        "status",
+        "store_timestamp",
+        "uniq_keys",
+        "wrote_bytes",
+    )
+
+    def __init__(
+        self,
+        status: PutMessageStatus,
+        commit_log_offset: int = -1,
+        queue_offset: int = -1,
+        store_timestamp: int = 0,
+        wrote_bytes: int = 0,
+        msg_count: int = 0,
+        offsets: list[int] | None = None,
+        store_host: bytes = b"",
+        uniq_keys: list[str] | None = None,
+        detail: str = "",
+    ) -> None:
+        self.status = status
+        self.commit_log_offset = commit_log_offset
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.wrote_bytes = wrote_bytes
+        self.msg_count = msg_count
+        self._offsets = offsets
+        self._store_host = store_host
+        self.uniq_keys = uniq_keys or []
+        self.detail = detail
+
+    @property
+    def ok(self) -> bool:
+        """True when the message is stored (PutMessageResult.isOk)."""
+        return self.status in _STORED
+
+    @property
+    def commit_log_offsets(self) -> list[int]:
+        if self._offsets is not None:
+            return self._offsets
+        return [self.commit_log_offset] if self.msg_count else []
+
+    @property
+    def msg_ids(self) -> list[str]:
+        """The offset message id of every stored message."""
+        return [offset_msg_id(self._store_host, o) for o in self.commit_log_offsets]
+
+    @property
+    def msg_id(self) -> str | None:
+        ids = self.msg_ids
+        return ",".join(ids) if ids else None
+
+    @property
+    def uniq_key(self) -> str | None:
+        return ",".join(self.uniq_keys) if self.uniq_keys else None
+
+    def raise_for_status(self) -> PutResult:
+        """Raise PutMessageError unless the message was stored; returns self otherwise."""
+        if not self.ok:
+            raise PutMessageError(self.status.value, self.detail)
+        return self
+
+    def __repr__(self) -> str:
+        extra = f", detail={self.detail!r}" if self.detail else ""
+        return (
+            f"PutResult(status={self.status.value}, queue_offset={self.queue_offset}, "
+            f"commit_log_offset={self.commit_log_offset}, msg_count={self.msg_count}{extra})"
+        )
+
+
+class GetResult:
+    """A pull: the messages found and where the next pull begins."""
+
+    __slots__ = ("max_offset", "messages", "min_offset", "next_begin_offset", "status", "suggest_pulling_from_slave")
+
+    def __init__(
+        self,
+        status: GetMessageStatus,
+        messages: list[StoredMessage],
+        next_begin_offset: int,
+        min_offset: int,
+        max_offset: int,
+        suggest_pulling_from_slave: bool = False,
+    ) -> None:
+        self.status = status
+        self.messages = messages
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.suggest_pulling_from_slave = suggest_pulling_from_slave
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(m.store_size for m in self.messages)
+
+    def __repr__(self) -> str:
+        return (
+            f"GetResult(status={self.status.value}, messages={len(self.messages)}, "
+            f"next_begin_offset={self.next_begin_offset}, min_offset={self.min_offset}, max_offset={self.max_offset})"
+        )
+
+
+class QueryResult:
+    """Messages found by key, with the newest index file's last update (QueryMessageResult)."""
+
+    __slots__ = ("index_last_update_phyoffset", "index_last_update_timestamp", "messages")
+
+    def __init__(self, messages: list[StoredMessage], last_ts: int, last_phy: int) -> None:
+        self.messages = messages
+        self.index_last_update_timestamp = last_ts
+        self.index_last_update_phyoffset = last_phy
+
+    def __repr__(self) -> str:
+        return f"QueryResult(messages={len(self.messages)})"

@@ -1,0 +1,70 @@
+"""Background services: one thread each, a ``run_once`` tests call directly, start/stop/wake."""
+
+from __future__ import annotations
+
+import abc
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class Service(abc.ABC):
+    """Runs ``run_once`` every ``interval_ms`` or when woken, until stopped."""
+
+    name = "service"
+
+    def __init__(self, interval_ms: float) -> None:
+        self.interval_ms = interval_ms
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+        self.last_error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stopped.clear()
+            self._thread = threading.Thread(target=self._loop, name=f"rocketstore-{self.name}", daemon=True)
+            self._thread.start()
+
+    def wake(self) -> None:
+        if not self._wake.is_set():
+            self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self.interval_ms / 1000)
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self.run_once()
+                self.failures = 0
+            except Exception as exc:  # a service keeps running; the failure is logged and counted
+                self.failures += 1
+                self.last_error = exc
+                self.on_failure(exc)
+
+    def on_failure(self, exc: BaseException) -> None:
+        log.exception("%s failed (%d in a row)", self.name, self.failures, exc_info=exc)
+
+    @abc.abstractmethod
+    def run_once(self) -> object:
+        """One round of the service's work."""
+
+    def stop(self) -> None:
+        """Stop the thread, then let the service finish its work (``on_stop``)."""
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.on_stop()
+
+    def on_stop(self) -> None:  # noqa: B027 - a hook; most services have nothing to finish
+        """Finish the service's work after its thread stopped."""

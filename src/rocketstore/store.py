@@ -1,0 +1,370 @@
+"""MessageStore: opens a store folder, wires the parts together and owns the lock.
+
+A store opened normally takes the ``lock`` file, recovers, starts its services and writes the
+``abort`` marker; ``shutdown`` reverses that. A store opened with ``read_only=True`` maps every
+file copy-on-write: recovery and dispatch run in memory and nothing on disk changes, which is
+how ``rocketstore export`` and the Spark reader see a store as RocketMQ would serve it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.topic import validate_topic
+from rocketstore.config import StoreConfig
+from rocketstore.errors import ReadOnlyStoreError, StoreClosedError
+from rocketstore.files.allocate import SegmentAllocator
+from rocketstore.log.commitlog import CommitLog
+from rocketstore.log.recovery import RecoveryReport, recover
+from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.meta.config_files import (
+    ConsumerOffsetManager,
+    DelayOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+)
+from rocketstore.meta.lockfile import StoreLock
+from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.queues.dispatch import Dispatcher
+from rocketstore.queues.index_service import IndexService
+from rocketstore.reader import MessageReader
+from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
+from rocketstore.services.flush import FlushConsumeQueueService, FlushRealTimeService
+from rocketstore.services.reput import ReputService
+from rocketstore.writer import MessageWriter
+
+log = logging.getLogger(__name__)
+
+# RunningFlags bits (spec 14.6)
+NOT_READABLE = 1
+NOT_WRITEABLE = 2
+WRITE_LOGICS_QUEUE_ERROR = 4
+WRITE_INDEX_FILE_ERROR = 8
+DISK_FULL = 16
+_NOT_WRITEABLE_BITS = NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | WRITE_INDEX_FILE_ERROR | DISK_FULL
+
+
+def delay_level_millis(levels: str) -> tuple[int, ...]:
+    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
+    units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+    out = []
+    for item in levels.split():
+        out.append(int(item[:-1]) * units[item[-1]])
+    return tuple(out)
+
+
+class MessageStore:
+    """A RocketMQ message store in a folder. Use :meth:`open`."""
+
+    def __init__(self, root: str, config: StoreConfig, read_only: bool) -> None:
+        self.root = root
+        self.config = config
+        self.read_only = read_only
+        self.mode = "cow" if read_only else "rw"
+        self.running_flags = 0
+        self.recovery: RecoveryReport | None = None
+        self.last_exit_ok = True
+        self._closed = False
+        self._shutdown_lock = threading.Lock()
+        self._lock = StoreLock(root)
+        self.allocator: SegmentAllocator | None = None
+        self.reput: ReputService | None = None
+        self._services: list = []
+
+    # -- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        config: StoreConfig | None = None,
+        *,
+        read_only: bool = False,
+        **settings: object,
+    ) -> MessageStore:
+        """Open (or create) the store at ``path``; ``settings`` are MessageStoreConfig keys.
+
+        Raises StoreLockedError when another process or store object has it open, and
+        CorruptStoreError naming the file when a file cannot belong to a RocketMQ store.
+        """
+        root = os.path.abspath(os.fspath(path))
+        config = (config or StoreConfig()).copy(**settings)
+        config.store_path_root_dir = root
+        if read_only and not os.path.isdir(root):
+            raise FileNotFoundError(f"no store at {root}")
+        store = cls(root, config, read_only)
+        store._open()
+        return store
+
+    def _open(self) -> None:
+        config, root, mode = self.config, self.root, self.mode
+        if not self.read_only:
+            os.makedirs(root, exist_ok=True)
+            self._lock.acquire()
+        try:
+            self.last_exit_ok = not os.path.exists(os.path.join(root, "abort"))
+            if not self.read_only:
+                self.allocator = SegmentAllocator()
+            self.commit_log = CommitLog(
+                config.commit_log_paths, config.mapped_file_size_commit_log, mode, allocator=self.allocator
+            )
+            self.queues = ConsumeQueueStore(root, config.cq_file_size, mode)
+            self.commit_log.load()
+            self.queues.load()
+            self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), writable=not self.read_only)
+            self.index: IndexService | None = None
+            if config.message_index_enable:
+                self.index = IndexService(
+                    root,
+                    config.max_hash_slot_num,
+                    config.max_index_num,
+                    mode,
+                    self.checkpoint,
+                    config.max_msgs_num_batch,
+                )
+                self.index.load(self.last_exit_ok)
+            self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint)
+            self.delay_millis = delay_level_millis(config.message_delay_level)
+            self.recovery = recover(
+                self.commit_log,
+                self.queues,
+                self.index,
+                self.checkpoint,
+                self.dispatcher,
+                last_exit_ok=self.last_exit_ok,
+                check_crc=config.check_crc_on_recover,
+                delay_millis=self.delay_millis,
+                message_index_safe=config.message_index_safe,
+            )
+            self.commit_log.reset_topic_queue_table(self.queues.offset_table())
+            self.queues.correct_min_offsets(self.commit_log.min_offset())
+            config_dir = os.path.join(root, "config")
+            writable = not self.read_only
+            self.topics = TopicConfigManager(os.path.join(config_dir, "topics.json"), writable=writable)
+            self.consumer_offsets = ConsumerOffsetManager(
+                os.path.join(config_dir, "consumerOffset.json"), writable=writable
+            )
+            self.delay_offsets = DelayOffsetManager(os.path.join(config_dir, "delayOffset.json"), writable=writable)
+            self.subscription_groups = SubscriptionGroupManager(
+                os.path.join(config_dir, "subscriptionGroup.json"), writable=writable
+            )
+            for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
+                manager.load()
+            self.writer = MessageWriter(self.commit_log, config, self._on_new_queue)
+            self.reader = MessageReader(self.commit_log, self.queues, self.index, config)
+            self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)
+            self.reput.reput_from = self.commit_log.max_offset()
+            if not self.read_only:
+                self._start_services()
+        except BaseException:
+            self._close_files()
+            if not self.read_only:
+                self._lock.release()
+            raise
+
+    def _start_services(self) -> None:
+        config = self.config
+        self.commit_log.on_append = self.reput.wake
+        flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
+        flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
+        self._services = [self.reput, flush, flush_cq]
+        for service in self._services:
+            service.start()
+        self._flush_service = flush
+        abort = os.path.join(self.root, "abort")
+        with open(abort, "wb") as f:
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _dispatch_end_offset(self) -> int:
+        if self.config.is_sync_flush and not self.config.read_un_committed:
+            return self.commit_log.flushed_where
+        return self.commit_log.max_offset()
+
+    def _on_new_queue(self, topic: str, queue_id: int) -> None:
+        self.topics.ensure(topic, queue_id)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- writing -------------------------------------------------------------------------------
+    def _writable(self) -> PutResult | None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        if self._closed:
+            raise StoreClosedError(f"{self.root} is shut down")
+        if self.config.broker_role == "SLAVE":
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="a SLAVE store takes no puts")
+        if self.running_flags & _NOT_WRITEABLE_BITS:
+            return PutResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                detail=f"the store is not writeable (flags {self.running_flags})",
+            )
+        return None
+
+    def put(self, message: Message, queue_id: int = 0) -> PutResult:
+        """Store one message in ``queue_id`` of its topic."""
+        refused = self._writable()
+        if refused is not None:
+            return refused
+        return self.writer.put(message, queue_id)
+
+    def put_batch(
+        self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
+    ) -> PutResult:
+        """Store messages of one topic as consecutive records; ``properties`` are added to each."""
+        refused = self._writable()
+        if refused is not None:
+            return refused
+        return self.writer.put_batch(messages, queue_id, properties)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _readable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.root} is shut down")
+
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None
+    ) -> GetResult:
+        """Pull up to ``max_nums`` messages of a queue from ``offset`` (tags: ``"*"`` or ``"a || b"``)."""
+        self._readable()
+        return self.reader.get_message(group, topic, queue_id, offset, max_nums, tags)
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        self._readable()
+        return self.reader.look_message_by_offset(commit_log_offset, size)
+
+    def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
+        self._readable()
+        return self.reader.look_message_by_msg_id(msg_id)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
+    ) -> QueryResult:
+        self._readable()
+        return self.reader.query_message(topic, key, max_num, begin, end)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        self._readable()
+        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        self._readable()
+        return self.reader.get_message_store_timestamp(topic, queue_id, offset)
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        self._readable()
+        return self.reader.get_earliest_message_time(topic, queue_id)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reader.min_offset_in_queue(topic, queue_id)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reader.max_offset_in_queue(topic, queue_id)
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        return self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset)
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commit_log.min_offset()
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset()
+
+    def queue_ids(self) -> dict[str, list[int]]:
+        """Every topic with a consume queue, and its queue ids."""
+        return self.queues.topics()
+
+    # -- consumer offsets ------------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``offset`` as the next offset ``group`` consumes (persisted in consumerOffset.json)."""
+        validate_topic(topic)
+        self.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset of ``group``, -1 when it has none."""
+        return self.consumer_offsets.query(group, topic, queue_id)
+
+    # -- dispatch ----------------------------------------------------------------------------------
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind() if self.reput else 0
+
+    def wait_for_dispatch(self, timeout: float | None = 30.0) -> bool:
+        """Block until dispatch has caught up with the log; False on timeout."""
+        if self.read_only or not self.reput.running:
+            self.reput.run_once()
+            return self.reput.behind() == 0
+        self.reput.wake()
+        return self.reput.wait_caught_up(timeout)
+
+    def flush(self) -> None:
+        """Force everything written so far to disk (commit log, queues, index, checkpoint)."""
+        if self.read_only:
+            return
+        while not self.commit_log.queue.flush(0):
+            pass
+        if self.commit_log.queue.store_timestamp:
+            self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
+        self.queues.flush(0)
+        if self.index is not None:
+            self.index.flush()
+        self.checkpoint.flush()
+
+    # -- shutdown ------------------------------------------------------------------------------------
+    def shutdown(self, *, wait_for_dispatch: float = 30.0) -> None:
+        """Stop the services, flush everything, and remove ``abort`` if dispatch caught up."""
+        with self._shutdown_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.read_only:
+            self._close_files()
+            return
+        try:
+            if wait_for_dispatch > 0:
+                deadline = time.monotonic() + wait_for_dispatch
+                while self.reput.behind() and time.monotonic() < deadline:
+                    if self.reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
+                        break
+            for service in self._services:
+                service.stop()
+            if self.index is not None:
+                self.index.flush()
+            self.checkpoint.flush()
+            for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
+                manager.persist()
+            if not self.running_flags & _NOT_WRITEABLE_BITS and self.dispatch_behind_bytes() == 0:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.root, "abort"))
+            else:
+                log.warning(
+                    "shutdown with dispatch %d bytes behind: abort kept for recovery", self.dispatch_behind_bytes()
+                )
+        finally:
+            self._close_files()
+            self._lock.release()
+
+    def _close_files(self) -> None:
+        if self.allocator is not None:
+            self.allocator.stop()
+        for part in ("commit_log", "queues", "index"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                obj.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"MessageStore({self.root!r}{', read_only' if self.read_only else ''})"

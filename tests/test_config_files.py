@@ -1,0 +1,773 @@
+"""Config JSON files (spec section 10.3): the fastjson dialect and the four config managers."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from rocketstore.errors import CorruptStoreError
+from rocketstore.meta import fastjson
+from rocketstore.meta.config_files import (
+    ConsumerOffsetManager,
+    DelayOffsetManager,
+    SubscriptionGroupManager,
+    TopicConfigManager,
+    load_json_file,
+    write_json_file,
+)
+
+SAMPLE_DELAY_OFFSET = "/work/shared/rocketmq-vectors/sample-clean/store/config/delayOffset.json"
+TS = 1700000000000
+GROUP = "please_rename_unique_group_name_4"
+
+# ---------------------------------------------------------------- literal texts of spec section 10.3 (5.3.3)
+
+TOPICS_533 = (
+    "{\n"
+    '\t"dataVersion":{\n'
+    '\t\t"counter":2,\n'
+    '\t\t"stateVersion":0,\n'
+    '\t\t"timestamp":1700000000000\n'
+    "\t},\n"
+    '\t"topicConfigTable":{\n'
+    '\t\t"TopicTest":{\n'
+    '\t\t\t"attributes":{},\n'
+    '\t\t\t"order":false,\n'
+    '\t\t\t"perm":6,\n'
+    '\t\t\t"readQueueNums":4,\n'
+    '\t\t\t"topicFilterType":"SINGLE_TAG",\n'
+    '\t\t\t"topicName":"TopicTest",\n'
+    '\t\t\t"topicSysFlag":0,\n'
+    '\t\t\t"writeQueueNums":4\n'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
+)
+
+CONSUMER_OFFSET_533 = (
+    "{\n"
+    '\t"dataVersion":{\n'
+    '\t\t"counter":0,\n'
+    '\t\t"stateVersion":0,\n'
+    '\t\t"timestamp":1700000000000\n'
+    "\t},\n"
+    '\t"groupTopicMap":{\n'
+    '\t\t"please_rename_unique_group_name_4":["TopicTest"]\n'
+    "\t},\n"
+    '\t"offsetTable":{\n'
+    '\t\t"TopicTest@please_rename_unique_group_name_4":{0:250,1:248\n'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
+)
+
+DELAY_OFFSET_533 = (
+    "{\n"
+    '\t"dataVersion":{\n'
+    '\t\t"counter":0,\n'
+    '\t\t"stateVersion":0,\n'
+    '\t\t"timestamp":1700000000000\n'
+    "\t},\n"
+    '\t"offsetTable":{1:5,3:12\n'
+    "\t}\n"
+    "}"
+)
+
+SUBSCRIPTION_GROUP_533 = (
+    "{\n"
+    '\t"dataVersion":{\n'
+    '\t\t"counter":0,\n'
+    '\t\t"stateVersion":0,\n'
+    '\t\t"timestamp":1700000000000\n'
+    "\t},\n"
+    '\t"forbiddenTable":{},\n'
+    '\t"subscriptionGroupTable":{\n'
+    '\t\t"please_rename_unique_group_name_4":{\n'
+    '\t\t\t"attributes":{},\n'
+    '\t\t\t"brokerId":0,\n'
+    '\t\t\t"consumeBroadcastEnable":true,\n'
+    '\t\t\t"consumeEnable":true,\n'
+    '\t\t\t"consumeFromMinEnable":true,\n'
+    '\t\t\t"consumeMessageOrderly":false,\n'
+    '\t\t\t"consumeTimeoutMinute":15,\n'
+    '\t\t\t"groupName":"please_rename_unique_group_name_4",\n'
+    '\t\t\t"groupRetryPolicy":{\n'
+    '\t\t\t\t"type":"CUSTOMIZED"\n'
+    "\t\t\t},\n"
+    '\t\t\t"groupSysFlag":0,\n'
+    '\t\t\t"notifyConsumerIdsChangedEnable":true,\n'
+    '\t\t\t"retryMaxTimes":16,\n'
+    '\t\t\t"retryQueueNums":1,\n'
+    '\t\t\t"whichBrokerWhenConsumeSlowly":1\n'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
+)
+
+# ---------------------------------------------------------------- 4.9.8 forms (spec text + its 4.9.8 notes)
+
+CONSUMER_OFFSET_498 = (
+    '{\n\t"offsetTable":{\n\t\t"TopicTest@please_rename_unique_group_name_4":{0:250,1:248\n\t\t}\n\t}\n}'
+)
+
+DELAY_OFFSET_498 = '{\n\t"offsetTable":{1:5,3:12\n\t}\n}'
+
+TOPICS_498 = (
+    "{\n"
+    '\t"dataVersion":{\n'
+    '\t\t"counter":2,\n'
+    '\t\t"timestamp":1700000000000\n'
+    "\t},\n"
+    '\t"topicConfigTable":{\n'
+    '\t\t"TopicTest":{\n'
+    '\t\t\t"order":false,\n'
+    '\t\t\t"perm":6,\n'
+    '\t\t\t"readQueueNums":4,\n'
+    '\t\t\t"topicFilterType":"SINGLE_TAG",\n'
+    '\t\t\t"topicName":"TopicTest",\n'
+    '\t\t\t"topicSysFlag":0,\n'
+    '\t\t\t"writeQueueNums":4\n'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
+)
+
+SUBSCRIPTION_GROUP_498 = (
+    "{\n"
+    '\t"dataVersion":{\n'
+    '\t\t"counter":1,\n'
+    '\t\t"timestamp":1700000000000\n'
+    "\t},\n"
+    '\t"subscriptionGroupTable":{\n'
+    '\t\t"please_rename_unique_group_name_4":{\n'
+    '\t\t\t"brokerId":0,\n'
+    '\t\t\t"consumeBroadcastEnable":true,\n'
+    '\t\t\t"consumeEnable":true,\n'
+    '\t\t\t"consumeFromMinEnable":true,\n'
+    '\t\t\t"groupName":"please_rename_unique_group_name_4",\n'
+    '\t\t\t"notifyConsumerIdsChangedEnable":true,\n'
+    '\t\t\t"retryMaxTimes":16,\n'
+    '\t\t\t"retryQueueNums":1,\n'
+    '\t\t\t"whichBrokerWhenConsumeSlowly":1\n'
+    "\t\t}\n"
+    "\t}\n"
+    "}"
+)
+
+
+def _read(path: str | os.PathLike[str]) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _write(path: str | os.PathLike[str], text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+# ======================================================================== fastjson.dumps: the 5.3.3 examples
+
+
+def test_dumps_topics_533() -> None:
+    obj = {
+        "dataVersion": {"counter": 2, "stateVersion": 0, "timestamp": TS},
+        "topicConfigTable": {
+            "TopicTest": {
+                "attributes": {},
+                "order": False,
+                "perm": 6,
+                "readQueueNums": 4,
+                "topicFilterType": "SINGLE_TAG",
+                "topicName": "TopicTest",
+                "topicSysFlag": 0,
+                "writeQueueNums": 4,
+            }
+        },
+    }
+    assert fastjson.dumps(obj) == TOPICS_533
+
+
+def test_dumps_consumer_offset_533() -> None:
+    obj = {
+        "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": TS},
+        "groupTopicMap": {GROUP: ["TopicTest"]},
+        "offsetTable": {f"TopicTest@{GROUP}": {0: 250, 1: 248}},
+    }
+    assert fastjson.dumps(obj) == CONSUMER_OFFSET_533
+
+
+def test_dumps_delay_offset_533() -> None:
+    obj = {"dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": TS}, "offsetTable": {1: 5, 3: 12}}
+    assert fastjson.dumps(obj) == DELAY_OFFSET_533
+
+
+def test_dumps_subscription_group_533() -> None:
+    group = {
+        "attributes": {},
+        "brokerId": 0,
+        "consumeBroadcastEnable": True,
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "consumeMessageOrderly": False,
+        "consumeTimeoutMinute": 15,
+        "groupName": GROUP,
+        "groupRetryPolicy": {"type": "CUSTOMIZED"},
+        "groupSysFlag": 0,
+        "notifyConsumerIdsChangedEnable": True,
+        "retryMaxTimes": 16,
+        "retryQueueNums": 1,
+        "whichBrokerWhenConsumeSlowly": 1,
+    }
+    obj = {
+        "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": TS},
+        "forbiddenTable": {},
+        "subscriptionGroupTable": {GROUP: group},
+    }
+    assert fastjson.dumps(obj) == SUBSCRIPTION_GROUP_533
+
+
+# ======================================================================== fastjson.dumps: dialect details
+
+
+def test_dumps_empty_containers_and_scalars() -> None:
+    assert fastjson.dumps({}) == "{}"
+    assert fastjson.dumps([]) == "[]"
+    assert fastjson.dumps({"a": {}, "b": []}) == '{\n\t"a":{},\n\t"b":[]\n}'
+    assert fastjson.dumps({"t": True, "f": False, "n": -7}) == '{\n\t"t":true,\n\t"f":false,\n\t"n":-7\n}'
+    assert fastjson.dumps(None) == "null"
+    assert fastjson.dumps([1, "x", None]) == '[1,"x",null]'
+    assert not fastjson.dumps({"a": 1}).endswith("\n")
+
+
+def test_dumps_integer_keys_inline() -> None:
+    assert fastjson.dumps({0: 250}) == "{0:250\n}"
+    assert fastjson.dumps({"m": {5: 1, -1: 2}}) == '{\n\t"m":{5:1,-1:2\n\t}\n}'
+    # MapSerializer: a string key starts a new line, an integer key does not.
+    assert fastjson.dumps({"a": 1, 2: 3}) == '{\n\t"a":1,2:3\n}'
+
+
+def test_dumps_skips_none_values_and_keeps_insertion_order() -> None:
+    assert fastjson.dumps({"b": 1, "x": None, "a": 2}) == '{\n\t"b":1,\n\t"a":2\n}'
+
+
+def test_dumps_escapes_strings() -> None:
+    text = fastjson.dumps({'k"\\': 'a"b\\c\n\t\x01/é'})
+    assert text == '{\n\t"k\\"\\\\":"a\\"b\\\\c\\n\\t\\u0001/é"\n}'
+    assert json.loads(text) == {'k"\\': 'a"b\\c\n\t\x01/é'}
+
+
+def test_dumps_string_that_looks_like_an_int_map() -> None:
+    assert fastjson.dumps({"a": "{1:2}"}) == '{\n\t"a":"{1:2}"\n}'
+
+
+def test_dumps_rejects_unknown_types() -> None:
+    with pytest.raises(TypeError):
+        fastjson.dumps({"a": object()})
+    with pytest.raises(TypeError):
+        fastjson.dumps({(1, 2): 3})
+
+
+# ======================================================================== fastjson.loads
+
+
+def test_loads_real_sample_delay_offset() -> None:
+    with open(SAMPLE_DELAY_OFFSET, encoding="utf-8") as f:
+        text = f.read()
+    result = fastjson.loads(text)
+    assert result == {"offsetTable": {1: 23, 2: 32}}
+    assert all(type(k) is int for k in result["offsetTable"])  # type: ignore[index]
+
+
+def test_loads_sample_through_load_json_file_and_manager() -> None:
+    assert load_json_file(SAMPLE_DELAY_OFFSET) == {"offsetTable": {1: 23, 2: 32}}
+    mgr = DelayOffsetManager(SAMPLE_DELAY_OFFSET, writable=False)
+    assert mgr.load() is True
+    assert mgr.offset_table == {1: 23, 2: 32}
+    assert mgr.get(1) == 23 and mgr.get(2) == 32 and mgr.get(3) == 0
+    mgr.persist()  # not writable: must not touch the sample directory
+    assert not os.path.exists(SAMPLE_DELAY_OFFSET + ".tmp")
+    assert not os.path.exists(SAMPLE_DELAY_OFFSET + ".bak")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{1:23,2:32}",
+        "{ 1 : 23 , 2 : 32 }",
+        "{\n\t\t1:23,\n\t\t2:32\n\t}",
+        "{1:23,2:32\n}",
+        "\r\n{1:23,\r\n2:32}\r\n",
+    ],
+)
+def test_loads_bare_integer_keys_any_whitespace(text: str) -> None:
+    assert fastjson.loads(text) == {1: 23, 2: 32}
+
+
+def test_loads_the_spec_examples() -> None:
+    assert fastjson.loads(CONSUMER_OFFSET_533) == {
+        "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": TS},
+        "groupTopicMap": {GROUP: ["TopicTest"]},
+        "offsetTable": {f"TopicTest@{GROUP}": {0: 250, 1: 248}},
+    }
+    assert fastjson.loads(DELAY_OFFSET_498) == {"offsetTable": {1: 5, 3: 12}}
+    # Files without bare keys are ordinary JSON: same result as the standard library.
+    for text in (TOPICS_533, SUBSCRIPTION_GROUP_533, TOPICS_498, SUBSCRIPTION_GROUP_498):
+        assert fastjson.loads(text) == json.loads(text)
+
+
+def test_loads_quoted_keys_stay_strings() -> None:
+    result = fastjson.loads('{"1":2,3:4,"-5":6,-7:8}')
+    assert result == {"1": 2, 3: 4, "-5": 6, -7: 8}
+
+
+def test_loads_does_not_touch_strings() -> None:
+    text = '{"a":"{1:2}","b":"x,3:4}","c":["{5:6}"],"d\\"{7:8}":"\\"9:10"}'
+    assert fastjson.loads(text) == {"a": "{1:2}", "b": "x,3:4}", "c": ["{5:6}"], 'd"{7:8}': '"9:10'}
+
+
+def test_loads_values() -> None:
+    assert fastjson.loads('[true,false,null,-1,0,1.5,2e3,"\\u00e9\\n",{},[]]') == [
+        True,
+        False,
+        None,
+        -1,
+        0,
+        1.5,
+        2000.0,
+        "é\n",
+        {},
+        [],
+    ]
+    assert fastjson.loads("9223372036854775807") == 9223372036854775807
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "{",
+        "}",
+        "{1:}",
+        "{a:1}",
+        "{1 2}",
+        "{1.5:2}",
+        "{1:2,}",
+        "{1:2 3:4}",
+        "[1,]",
+        "[1 2]",
+        '{"a" 1}',
+        '{"a":1}}',
+        '{"a":1} x',
+        '"unterminated',
+        "nul",
+        "tru",
+        "-",
+        "01",
+        "{'a':1}",
+        "{1a:2}",
+    ],
+)
+def test_loads_malformed_raises_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        fastjson.loads(text)
+
+
+def test_loads_error_carries_position() -> None:
+    with pytest.raises(json.JSONDecodeError) as info:
+        fastjson.loads('{\n\t"offsetTable":{1:5,,3:12}\n}')
+    assert info.value.pos == 22  # the second comma, where a key was due
+    assert info.value.lineno == 2
+
+
+def test_loads_deep_nesting_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        fastjson.loads("[" * 100000 + "]" * 100000)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"offsetTable": {"t@g": {0: 1, 7: 99999999999}, "u@g": {}}},
+        {"a": [1, 2, "x"], "b": {"c": {"d": True}}, "e": 'tab\there "q" {1:2}', 3: {4: 5}},
+        {},
+        {"k": "\u2028\x7f\x00"},
+    ],
+)
+def test_round_trip(obj: object) -> None:
+    assert fastjson.loads(fastjson.dumps(obj)) == obj
+
+
+# ======================================================================== managers: byte-exact 4.9.8 files
+
+
+def test_consumer_offset_498_byte_exact(tmp_path) -> None:
+    path = tmp_path / "config" / "consumerOffset.json"
+    mgr = ConsumerOffsetManager(path)
+    mgr.commit(GROUP, "TopicTest", 1, 248)
+    mgr.commit(GROUP, "TopicTest", 0, 250)
+    assert mgr.encode() == CONSUMER_OFFSET_498
+    mgr.persist()
+    assert path.read_bytes() == CONSUMER_OFFSET_498.encode()
+
+
+def test_consumer_offset_empty(tmp_path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path / "c.json")
+    assert mgr.encode() == '{\n\t"offsetTable":{}\n}'
+
+
+def test_delay_offset_498_byte_exact(tmp_path) -> None:
+    path = tmp_path / "delayOffset.json"
+    mgr = DelayOffsetManager(path)
+    mgr.set(3, 12)
+    mgr.set(1, 5)
+    assert mgr.encode() == DELAY_OFFSET_498
+    mgr.persist()
+    assert _read(path) == DELAY_OFFSET_498
+
+
+def test_topics_498_byte_exact(tmp_path) -> None:
+    path = tmp_path / "topics.json"
+    mgr = TopicConfigManager(path)
+    assert mgr.ensure("TopicTest", 0) is True
+    assert mgr.data_version["counter"] == 1
+    mgr.data_version = {"counter": 2, "timestamp": TS}
+    assert mgr.encode() == TOPICS_498
+    mgr.persist()
+    assert _read(path) == TOPICS_498
+
+
+def test_topics_533_shape_from_manager(tmp_path) -> None:
+    mgr = TopicConfigManager(tmp_path / "topics.json", version="5.3.3")
+    mgr.ensure("TopicTest", 3)
+    assert mgr.data_version["counter"] == 1 and mgr.data_version["stateVersion"] == 0
+    mgr.data_version["counter"] = 2
+    mgr.data_version["timestamp"] = TS
+    assert mgr.encode() == TOPICS_533
+
+
+def test_topic_manager_rejects_unknown_version(tmp_path) -> None:
+    with pytest.raises(ValueError):
+        TopicConfigManager(tmp_path / "t.json", version="3.2.6")
+
+
+def test_subscription_group_498_byte_exact(tmp_path) -> None:
+    path = tmp_path / "subscriptionGroup.json"
+    mgr = SubscriptionGroupManager(path)
+    cfg = mgr.ensure(GROUP)
+    assert cfg["retryMaxTimes"] == 16 and cfg["groupName"] == GROUP
+    mgr.data_version["timestamp"] = TS
+    assert mgr.encode() == SUBSCRIPTION_GROUP_498
+    mgr.persist()
+    assert _read(path) == SUBSCRIPTION_GROUP_498
+
+
+# ======================================================================== managers: 5.x files are read (and kept)
+
+
+def test_subscription_group_533_file_is_kept_byte_exact(tmp_path) -> None:
+    path = tmp_path / "subscriptionGroup.json"
+    _write(path, SUBSCRIPTION_GROUP_533)
+    mgr = SubscriptionGroupManager(path)
+    assert mgr.load() is True
+    assert mgr.find(GROUP)["groupRetryPolicy"] == {"type": "CUSTOMIZED"}  # type: ignore[index]
+    assert mgr.retry_max_times(GROUP) == 16
+    assert mgr.encode() == SUBSCRIPTION_GROUP_533
+    mgr.persist()
+    assert _read(path) == SUBSCRIPTION_GROUP_533
+    assert _read(str(path) + ".bak") == SUBSCRIPTION_GROUP_533
+
+
+def test_topics_533_file_read_by_498_manager(tmp_path) -> None:
+    path = tmp_path / "topics.json"
+    _write(path, TOPICS_533)
+    mgr = TopicConfigManager(path)
+    assert mgr.load() is True
+    assert mgr.topics() == ["TopicTest"]
+    cfg = mgr.find("TopicTest")
+    assert cfg is not None and cfg["readQueueNums"] == 4 and cfg["attributes"] == {}
+    assert mgr.encode() == TOPICS_533  # unknown fields are kept
+    assert mgr.ensure("TopicTest", 5) is True
+    assert mgr.data_version["counter"] == 3 and mgr.data_version["stateVersion"] == 0
+
+
+def test_consumer_offset_533_file_written_back_as_498(tmp_path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _write(path, CONSUMER_OFFSET_533)
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.query(GROUP, "TopicTest", 0) == 250
+    assert mgr.encode() == CONSUMER_OFFSET_498
+
+
+def test_delay_offset_533_file_written_back_as_498(tmp_path) -> None:
+    path = tmp_path / "delayOffset.json"
+    _write(path, DELAY_OFFSET_533)
+    mgr = DelayOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.offset_table == {1: 5, 3: 12}
+    assert mgr.encode() == DELAY_OFFSET_498
+
+
+def test_quoted_queue_ids_are_read_as_ints(tmp_path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _write(path, '{"offsetTable":{"t@g":{"0":5,"2":7}}}')
+    mgr = ConsumerOffsetManager(path)
+    mgr.load()
+    assert mgr.query_all("g", "t") == {0: 5, 2: 7}
+
+
+def test_missing_fields_take_java_defaults(tmp_path) -> None:
+    topics = tmp_path / "topics.json"
+    _write(topics, '{"topicConfigTable":{"T":{"readQueueNums":8}}}')
+    mgr = TopicConfigManager(topics)
+    mgr.load()
+    cfg = mgr.find("T")
+    assert cfg == {
+        "order": False,
+        "perm": 6,
+        "readQueueNums": 8,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": "T",
+        "topicSysFlag": 0,
+        "writeQueueNums": 16,
+    }
+    groups = tmp_path / "subscriptionGroup.json"
+    _write(groups, '{"subscriptionGroupTable":{"G":{"retryMaxTimes":3}}}')
+    sub = SubscriptionGroupManager(groups)
+    sub.load()
+    assert sub.retry_max_times("G") == 3
+    assert sub.find("G")["consumeEnable"] is True  # type: ignore[index]
+
+
+# ======================================================================== managers: behaviour and round trips
+
+
+def test_topic_ensure_grows_and_bumps_version(tmp_path) -> None:
+    mgr = TopicConfigManager(tmp_path / "topics.json")
+    assert mgr.ensure("A", 6) is True
+    assert mgr.find("A")["readQueueNums"] == 7  # type: ignore[index]
+    counter = mgr.data_version["counter"]
+    assert mgr.ensure("A", 2) is False
+    assert mgr.data_version["counter"] == counter
+    assert mgr.ensure("A", 9) is True
+    cfg = mgr.find("A")
+    assert cfg is not None and cfg["readQueueNums"] == 10 and cfg["writeQueueNums"] == 10
+    assert mgr.data_version["counter"] == counter + 1
+    assert mgr.ensure("B", 0) is True
+    assert mgr.topics() == ["A", "B"]
+    with pytest.raises(ValueError):
+        mgr.ensure("C", -1)
+
+
+def test_topic_round_trip(tmp_path) -> None:
+    path = tmp_path / "topics.json"
+    mgr = TopicConfigManager(path)
+    for i, name in enumerate(["TopicTest", "SCHEDULE_TOPIC_XXXX", "%RETRY%g"]):
+        mgr.ensure(name, i * 10)
+    mgr.persist()
+    again = TopicConfigManager(path)
+    assert again.load() is True
+    assert again.topic_config_table == mgr.topic_config_table
+    assert again.data_version == mgr.data_version
+    assert again.encode() == mgr.encode()
+
+
+def test_consumer_offset_manager_api_and_round_trip(tmp_path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.query("g1", "T", 0) == -1
+    assert mgr.query_all("g1", "T") == {}
+    mgr.commit("g1", "T", 2, 30)
+    mgr.commit("g1", "T", 0, 10)
+    mgr.commit("g2", "T", 0, 5)
+    mgr.commit("g1", "U", 1, 7)
+    mgr.commit("g1", "T", 0, 11)
+    assert mgr.query("g1", "T", 0) == 11
+    assert mgr.query("g1", "T", 1) == -1
+    assert list(mgr.query_all("g1", "T").items()) == [(0, 11), (2, 30)]
+    assert mgr.groups() == ["g1", "g2"]
+    mgr.persist()
+    again = ConsumerOffsetManager(path)
+    assert again.load() is True
+    assert again.offset_table == {"T@g1": {0: 11, 2: 30}, "T@g2": {0: 5}, "U@g1": {1: 7}}
+    assert again.encode() == mgr.encode()
+
+
+def test_consumer_offset_manager_is_thread_safe(tmp_path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path / "consumerOffset.json")
+
+    def worker(n: int) -> None:
+        for i in range(300):
+            mgr.commit(f"g{n}", "T", i % 8, i)
+            if i % 50 == 0:
+                mgr.persist()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mgr.persist()
+    again = ConsumerOffsetManager(mgr.path)
+    again.load()
+    for n in range(6):
+        assert again.query_all(f"g{n}", "T") == {i % 8: i for i in range(292, 300)}
+
+
+def test_delay_offset_round_trip(tmp_path) -> None:
+    path = tmp_path / "delayOffset.json"
+    mgr = DelayOffsetManager(path)
+    for level in range(18, 0, -1):
+        mgr.set(level, level * 100)
+    mgr.persist()
+    again = DelayOffsetManager(path)
+    assert again.load() is True
+    assert list(again.offset_table) == list(range(1, 19))
+    assert again.get(18) == 1800
+    assert _read(path).startswith('{\n\t"offsetTable":{1:100,2:200,')
+
+
+def test_subscription_group_api(tmp_path) -> None:
+    path = tmp_path / "subscriptionGroup.json"
+    mgr = SubscriptionGroupManager(path)
+    assert mgr.find("g") is None
+    assert mgr.retry_max_times("g") == 16
+    first = mgr.ensure("g")
+    counter = mgr.data_version["counter"]
+    assert mgr.ensure("g") == first
+    assert mgr.data_version["counter"] == counter
+    mgr.subscription_group_table["g"]["retryMaxTimes"] = 2
+    assert mgr.retry_max_times("g") == 2
+    mgr.persist()
+    again = SubscriptionGroupManager(path)
+    again.load()
+    assert again.subscription_group_table == mgr.subscription_group_table
+    assert again.retry_max_times("g") == 2
+
+
+def test_not_writable_persist_is_a_no_op(tmp_path) -> None:
+    for cls in (TopicConfigManager, ConsumerOffsetManager, DelayOffsetManager, SubscriptionGroupManager):
+        path = tmp_path / f"{cls.__name__}.json"
+        mgr = cls(path, writable=False)
+        mgr.persist()
+        assert not path.exists()
+        assert not os.path.exists(str(path) + ".tmp")
+
+
+def test_load_without_any_file_gives_empty_config(tmp_path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path / "config" / "consumerOffset.json")
+    mgr.commit("g", "T", 0, 1)
+    assert mgr.load() is False
+    assert mgr.offset_table == {}
+    topics = TopicConfigManager(tmp_path / "config" / "topics.json")
+    assert topics.load() is False
+    assert topics.topics() == []
+
+
+# ======================================================================== load_json_file / write_json_file
+
+
+def test_write_creates_parent_and_no_bak_first_time(tmp_path) -> None:
+    path = tmp_path / "a" / "b" / "x.json"
+    write_json_file(path, '{"v":1}')
+    assert _read(path) == '{"v":1}'
+    assert not os.path.exists(str(path) + ".bak")
+    assert not os.path.exists(str(path) + ".tmp")
+
+
+def test_atomic_write_keeps_old_content_in_bak(tmp_path) -> None:
+    path = tmp_path / "x.json"
+    write_json_file(path, '{"v":1}')
+    write_json_file(path, '{"v":2}')
+    assert _read(path) == '{"v":2}'
+    assert _read(str(path) + ".bak") == '{"v":1}'
+    assert not os.path.exists(str(path) + ".tmp")
+    write_json_file(path, '{"v":"é"}')
+    assert path.read_bytes() == '{"v":"é"}'.encode()
+    assert _read(str(path) + ".bak") == '{"v":2}'
+
+
+def test_bak_fallback_when_main_is_corrupt(tmp_path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    mgr = ConsumerOffsetManager(path)
+    mgr.commit("g", "T", 0, 1)
+    mgr.persist()
+    mgr.commit("g", "T", 0, 2)
+    mgr.persist()  # .bak holds offset 1
+    _write(path, '{"offsetTable":{"T@g":{0:')  # torn main file
+    again = ConsumerOffsetManager(path)
+    assert again.load() is True
+    assert again.query("g", "T", 0) == 1
+    assert load_json_file(path) == {"offsetTable": {"T@g": {0: 1}}}
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n"])
+def test_bak_fallback_when_main_is_empty(tmp_path, content: bytes) -> None:
+    path = tmp_path / "delayOffset.json"
+    _write(str(path) + ".bak", DELAY_OFFSET_498)
+    path.write_bytes(content)
+    assert load_json_file(path) == {"offsetTable": {1: 5, 3: 12}}
+
+
+def test_bak_fallback_when_main_is_missing(tmp_path) -> None:
+    path = tmp_path / "delayOffset.json"
+    _write(str(path) + ".bak", DELAY_OFFSET_498)
+    mgr = DelayOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.offset_table == {1: 5, 3: 12}
+
+
+def test_bak_fallback_when_main_has_wrong_shape_or_encoding(tmp_path) -> None:
+    path = tmp_path / "delayOffset.json"
+    _write(str(path) + ".bak", DELAY_OFFSET_498)
+    for bad in (b"[1,2]", b'{"offsetTable":[1]}', b'{"offsetTable":{1:"x"}}', b'{"offsetTable":{1:5}}\xff'):
+        path.write_bytes(bad)
+        mgr = DelayOffsetManager(path)
+        assert mgr.load() is True
+        assert mgr.offset_table == {1: 5, 3: 12}
+
+
+def test_corrupt_main_and_missing_bak_is_an_empty_config(tmp_path) -> None:
+    path = tmp_path / "topics.json"
+    _write(path, "{not json")
+    assert load_json_file(path) is None
+    _write(str(path) + ".bak", "")
+    assert load_json_file(path) is None
+
+
+def test_both_corrupt_raise_corrupt_store_error(tmp_path) -> None:
+    path = tmp_path / "topics.json"
+    _write(path, "{not json")
+    _write(str(path) + ".bak", '{"a":')
+    with pytest.raises(CorruptStoreError) as info:
+        load_json_file(path)
+    assert info.value.path == str(path)
+    with pytest.raises(CorruptStoreError):
+        TopicConfigManager(path).load()
+
+
+def test_missing_main_and_corrupt_bak_raise(tmp_path) -> None:
+    path = tmp_path / "topics.json"
+    _write(str(path) + ".bak", "{oops")
+    with pytest.raises(CorruptStoreError):
+        load_json_file(path)
+
+
+def test_leftover_tmp_is_ignored(tmp_path) -> None:
+    path = tmp_path / "delayOffset.json"
+    _write(str(path) + ".tmp", '{"offsetTable":{9:9}}')
+    assert load_json_file(path) is None  # a .tmp alone is never read
+    write_json_file(path, DELAY_OFFSET_498)
+    _write(str(path) + ".tmp", '{"offsetTable":{1:')  # crash while writing the next version
+    mgr = DelayOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.offset_table == {1: 5, 3: 12}
+    mgr.set(2, 7)
+    mgr.persist()  # the stale .tmp is overwritten and renamed away
+    assert not os.path.exists(str(path) + ".tmp")
+    assert _read(path) == '{\n\t"offsetTable":{1:5,2:7,3:12\n\t}\n}'
+    assert _read(str(path) + ".bak") == DELAY_OFFSET_498
