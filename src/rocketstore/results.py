@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.ids import offset_msg_id
@@ -59,62 +60,42 @@ class GetMessageStatus(enum.StrEnum):
         return self.value
 
 
-class PutResult:
+class PutResult(tuple):
     """What a put did. For a batch, ``queue_offset`` and ``commit_log_offset`` are the first
-    message's and ``msg_id`` joins every message's id with commas, as RocketMQ does."""
+    message's and ``msg_id`` joins every message's id with commas, as RocketMQ does.
 
-    __slots__ = (
-        "_offsets",
-        "_store_host",
-        "commit_log_offset",
-        "detail",
-        "msg_count",
-        "queue_offset",
-        "status",
-        "store_timestamp",
-        "uniq_keys",
-        "wrote_bytes",
-    )
+    A tuple underneath (built once per put on the hot path); read it by attribute.
+    """
 
-    def __init__(
-        self,
-        status: PutMessageStatus,
-        commit_log_offset: int = -1,
-        queue_offset: int = -1,
-        store_timestamp: int = 0,
-        wrote_bytes: int = 0,
-        msg_count: int = 0,
-        offsets: list[int] | None = None,
-        store_host: bytes = b"",
-        uniq_keys: list[str] | None = None,
-        detail: str = "",
-    ) -> None:
-        self.status = status
-        self.commit_log_offset = commit_log_offset
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self.wrote_bytes = wrote_bytes
-        self.msg_count = msg_count
-        self._offsets = offsets
-        self._store_host = store_host
-        self.uniq_keys = uniq_keys or []
-        self.detail = detail
+    __slots__ = ()
+
+    status: PutMessageStatus = property(itemgetter(0))  # type: ignore[assignment]
+    commit_log_offset: int = property(itemgetter(1))  # type: ignore[assignment]
+    queue_offset: int = property(itemgetter(2))  # type: ignore[assignment]
+    store_timestamp: int = property(itemgetter(3))  # type: ignore[assignment]
+    wrote_bytes: int = property(itemgetter(4))  # type: ignore[assignment]
+    msg_count: int = property(itemgetter(5))  # type: ignore[assignment]
+    detail: str = property(itemgetter(9))  # type: ignore[assignment]
+
+    @classmethod
+    def refused(cls, status: PutMessageStatus, detail: str = "") -> PutResult:
+        return cls((status, -1, -1, 0, 0, 0, None, b"", [], detail))
 
     @property
     def ok(self) -> bool:
         """True when the message is stored (PutMessageResult.isOk)."""
-        return self.status in _STORED
+        return self[0] in _STORED
 
     @property
     def commit_log_offsets(self) -> list[int]:
-        if self._offsets is not None:
-            return self._offsets
-        return [self.commit_log_offset] if self.msg_count else []
+        if self[6] is not None:
+            return self[6]
+        return [self[1]] if self[5] else []
 
     @property
     def msg_ids(self) -> list[str]:
         """The offset message id of every stored message."""
-        return [offset_msg_id(self._store_host, o) for o in self.commit_log_offsets]
+        return [offset_msg_id(self[7], o) for o in self.commit_log_offsets]
 
     @property
     def msg_id(self) -> str | None:
@@ -122,8 +103,14 @@ class PutResult:
         return ",".join(ids) if ids else None
 
     @property
+    def uniq_keys(self) -> list[str]:
+        """The UNIQ_KEY of every stored message (the ids RocketMQ's clients call msgId)."""
+        keys = self[8]
+        return [keys] if type(keys) is str else list(keys or ())
+
+    @property
     def uniq_key(self) -> str | None:
-        return ",".join(self.uniq_keys) if self.uniq_keys else None
+        return ",".join(self.uniq_keys) or None
 
     def raise_for_status(self) -> PutResult:
         """Raise PutMessageError unless the message was stored; returns self otherwise."""

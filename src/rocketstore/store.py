@@ -160,6 +160,8 @@ class MessageStore:
             self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)
             self.reput.reput_from = self.commit_log.max_offset()
             if not self.read_only:
+                self._update_refusal()
+                self.put = self.writer.put  # the hot path, without the method call
                 self._start_services()
         except BaseException:
             self._close_files()
@@ -169,7 +171,7 @@ class MessageStore:
 
     def _start_services(self) -> None:
         config = self.config
-        self.commit_log.on_append = self.reput.wake
+        self.commit_log.wake_event = self.reput.wake_event
         flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
         flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
         self._services = [self.reput, flush, flush_cq]
@@ -186,8 +188,8 @@ class MessageStore:
             return self.commit_log.flushed_where
         return self.commit_log.max_offset()
 
-    def _on_new_queue(self, topic: str, queue_id: int) -> None:
-        self.topics.ensure(topic, queue_id)
+    def _on_new_queue(self, key: tuple[str, int]) -> None:
+        self.topics.ensure(*key)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -196,34 +198,49 @@ class MessageStore:
         self.shutdown()
 
     # -- writing -------------------------------------------------------------------------------
-    def _writable(self) -> PutResult | None:
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+    def _update_refusal(self) -> None:
+        """Tell the writer whether puts are refused now, and how (read on every put)."""
+        writer = getattr(self, "writer", None)
+        if writer is None:
+            return
         if self._closed:
-            raise StoreClosedError(f"{self.root} is shut down")
-        if self.config.broker_role == "SLAVE":
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="a SLAVE store takes no puts")
-        if self.running_flags & _NOT_WRITEABLE_BITS:
-            return PutResult(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                detail=f"the store is not writeable (flags {self.running_flags})",
+            writer.refusal = self._raise_closed
+        elif self.config.broker_role == "SLAVE":
+            writer.refusal = lambda: PutResult.refused(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts"
             )
-        return None
+        elif self.running_flags & _NOT_WRITEABLE_BITS:
+            flags = self.running_flags
+            writer.refusal = lambda: PutResult.refused(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writeable (running flags {flags})"
+            )
+        else:
+            writer.refusal = None
+
+    def _raise_closed(self) -> PutResult:
+        raise StoreClosedError(f"{self.root} is shut down")
+
+    def set_running_flags(self, set_bits: int = 0, clear_bits: int = 0) -> None:
+        """Set and clear RunningFlags bits (DISK_FULL, NOT_WRITEABLE, ...)."""
+        self.running_flags = (self.running_flags | set_bits) & ~clear_bits
+        self._update_refusal()
 
     def put(self, message: Message, queue_id: int = 0) -> PutResult:
-        """Store one message in ``queue_id`` of its topic."""
-        refused = self._writable()
-        if refused is not None:
-            return refused
+        """Store one message in ``queue_id`` of its topic.
+
+        (An open, writable store replaces this method on the instance with the writer's put
+        function, which does the same checks without a call more.)
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
         return self.writer.put(message, queue_id)
 
     def put_batch(
         self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
     ) -> PutResult:
         """Store messages of one topic as consecutive records; ``properties`` are added to each."""
-        refused = self._writable()
-        if refused is not None:
-            return refused
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
         return self.writer.put_batch(messages, queue_id, properties)
 
     # -- reading -------------------------------------------------------------------------------
@@ -327,6 +344,7 @@ class MessageStore:
             if self._closed:
                 return
             self._closed = True
+        self._update_refusal()
         if self.read_only:
             self._close_files()
             return

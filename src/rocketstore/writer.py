@@ -1,7 +1,9 @@
 """The put path: check a message, encode it, append it, and wait for the flush it asks for.
 
 Everything that does not depend on the record's place in the log (property string, UNIQ_KEY,
-CRC, host bytes, lengths) is prepared before the put lock is taken (spec section 15).
+CRC, host bytes, lengths) is prepared before the put lock is taken (spec section 15). This is
+the hottest code of the store: it reads config values and caches into locals and avoids
+per-message objects beyond the record bytes, the dispatch tuple and the result.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from collections.abc import Callable, Sequence
 
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
+from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
-from rocketstore.codec.ids import UniqKeyGenerator, tags_code
+from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
 from rocketstore.codec.message import Message
 from rocketstore.codec.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
 from rocketstore.config import StoreConfig
@@ -21,37 +24,43 @@ from rocketstore.log.commitlog import AppendResult, CommitLog
 from rocketstore.results import PutMessageStatus, PutResult
 
 MAX_RECORD_EXTRA = 64 * 1024  # a record may be up to maxMessageSize + 64 KiB
+_PUT_OK = PutMessageStatus.PUT_OK
+_ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
+_time_ns = time.time_ns
+
+_NO_EXTRA = (None, None, None, 0, 0, 0)
 
 FlushHandler = Callable[[AppendResult, Sequence[Message]], PutMessageStatus]
-
-
-def _no_wait(result: AppendResult, messages: Sequence[Message]) -> PutMessageStatus:
-    return PutMessageStatus.PUT_OK
 
 
 class MessageWriter:
     """Turns messages into records in the commit log."""
 
-    def __init__(self, commit_log: CommitLog, config: StoreConfig, on_topic_queue: Callable[[str, int], None]) -> None:
+    def __init__(
+        self, commit_log: CommitLog, config: StoreConfig, on_new_queue: Callable[[tuple[str, int]], None]
+    ) -> None:
         self.commit_log = commit_log
         self.config = config
         self.store_host = parse_host(config.store_host)
         self.uniq_keys = UniqKeyGenerator(self.store_host[:-4] if len(self.store_host) == 8 else b"\x7f\0\0\x01")
-        self.flush_handler: FlushHandler = _no_wait
-        self.on_topic_queue = on_topic_queue
-        self._known_queues: set[tuple[str, int]] = set()
+        self.flush_handler: FlushHandler | None = None
+        commit_log.on_new_queue = on_new_queue
         self._topic_bytes: dict[str, bytes] = {}
+        self._topic_heads: dict[str, bytes] = {}  # topic length byte + topic, for append_plain
+        self._plain = len(self.store_host) == 8  # the store host is IPv4: the plain appender can be used
+        self.refusal: Callable[[], PutResult] | None = None  # set by the store when puts are refused
+        self.put = self._make_put()
 
     def _prepare(self, message: Message, queue_id: int, now: int, extra_props: str = "") -> tuple:
-        """(prepared record, tags code, KEYS, UNIQ_KEY) or a PutResult refusing the message."""
+        """A prepared record (``record.prepare``), or a PutResult refusing the message."""
         config = self.config
         body = message.body
         if len(body) > config.max_message_size:
-            return PutResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                detail=f"the body is {len(body)} bytes; maxMessageSize is {config.max_message_size}",
+            return PutResult.refused(
+                _ILLEGAL, f"the body is {len(body)} bytes; maxMessageSize is {config.max_message_size}"
             )
         props = message.properties
+        extra = message._extra or _NO_EXTRA
         uniq = props.get(UNIQ_KEY)
         text = encode_properties(props) if props else ""
         if uniq is None:
@@ -63,8 +72,7 @@ class MessageWriter:
         topic_bytes = self._topic_bytes.get(topic)
         if topic_bytes is None:
             topic_bytes = self._topic_bytes[topic] = topic.encode("utf-8")
-        born_host = parse_host(message.born_host) if message.born_host else self.store_host
-        store_host = parse_host(message.store_host) if message.store_host else self.store_host
+        store_host = self.store_host
         try:
             prepared = rec.prepare(
                 topic_bytes,
@@ -72,13 +80,16 @@ class MessageWriter:
                 text.encode("utf-8"),
                 queue_id,
                 message.flag,
-                message.sys_flag,
-                now if message.born_timestamp is None else message.born_timestamp,
-                born_host,
-                store_host,
-                message.reconsume_times,
-                message.prepared_transaction_offset,
-                v2=config.auto_message_version_on_topic_len and len(topic) > rec.TOPIC_MAX_BYTES_V1,
+                extra[3],
+                now if extra[0] is None else extra[0],
+                parse_host(extra[1]) if extra[1] else store_host,
+                parse_host(extra[2]) if extra[2] else store_host,
+                extra[4],
+                extra[5],
+                tags_code(props.get(TAGS)),
+                props.get(KEYS),
+                uniq,
+                v2=len(topic) > rec.TOPIC_MAX_BYTES_V1 and config.auto_message_version_on_topic_len,
                 append_crc=config.enabled_append_prop_crc,
             )
         except RecordError as exc:
@@ -87,28 +98,120 @@ class MessageWriter:
                 if "properties" in str(exc)
                 else PutMessageStatus.MESSAGE_ILLEGAL
             )
-            return PutResult(status, detail=str(exc))
-        if prepared.total > config.max_message_size + MAX_RECORD_EXTRA:
-            return PutResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                detail=f"the record would be {prepared.total} bytes, over maxMessageSize + 64 KiB",
-            )
-        return prepared, tags_code(props.get(TAGS)), props.get(KEYS), uniq
+            return PutResult.refused(status, str(exc))
+        if prepared[1] > config.max_message_size + MAX_RECORD_EXTRA:
+            return PutResult.refused(_ILLEGAL, f"the record would be {prepared[1]} bytes, over maxMessageSize + 64 KiB")
+        return prepared
 
-    def put(self, message: Message, queue_id: int = 0) -> PutResult:
-        _check_queue_id(queue_id)
+    def _make_put(self) -> Callable[[Message, int], PutResult]:
+        """``put(message, queue_id=0)``: a closure, because one put is the store's hottest path.
+
+        Messages made of tags and keys alone, for the store's own (IPv4) host and a topic it has
+        seen, go straight to the commit log's plain appender; everything else (and any refusal)
+        takes the general path, ``put_general``.
+        """
+        writer = self
+        heads = self._topic_heads
+        config = self.config
+        next_uniq = self.uniq_keys.next
+        cached_tags_code = _tags_cache.get
+        general = self.put_general
+        host = self.store_host
+        append = self.commit_log.plain_appender(host) if self._plain else None
+        short = rec._SHORT.pack
+        join = b"".join
+        put_ok = _PUT_OK
+        max_props = rec.PROPERTIES_MAX_LENGTH
+
+        def put(message: Message, queue_id: int = 0) -> PutResult:
+            if (
+                writer.refusal is not None
+                or type(message) is not Message
+                or type(queue_id) is not int
+                or message._props is not None
+                or message._extra is not None
+                or append is None
+                or not 0 <= queue_id <= 0x7FFFFFFF
+            ):
+                return general(message, queue_id)
+            topic = message.topic
+            head = heads.get(topic)
+            body = message.body
+            if head is None or len(body) > config.max_message_size or config.enabled_append_prop_crc:
+                return general(message, queue_id)
+            now = _time_ns() // 1_000_000
+            uniq = next_uniq(now)
+            tags, keys = message._tags, message._keys
+            if tags is None:
+                text = f"UNIQ_KEY\x01{uniq}" if keys is None else f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
+                code = 0
+            else:
+                text = (
+                    f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}"
+                    if keys is None
+                    else f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
+                )
+                code = cached_tags_code(tags)
+                if code is None:
+                    code = tags_code(tags)
+            props = text.encode()
+            if len(props) > max_props:
+                return general(message, queue_id)
+            tail = join((head, short(len(props)), props))
+            total = 88 + len(body) + len(tail)
+            phy, queue_offset, store_ts = append(
+                topic,
+                queue_id,
+                (topic, queue_id),
+                body,
+                tail,
+                total,
+                crc32(body) & 0x7FFFFFFF,
+                message.flag,
+                now,
+                code,
+                keys,
+                uniq,
+            )
+            if phy < 0:
+                return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+            status = put_ok
+            handler = writer.flush_handler
+            if handler is not None:
+                status = handler((status, phy, total, queue_offset, store_ts, None, ""), (message,))
+            return PutResult((status, phy, queue_offset, store_ts, total, 1, None, host, uniq, ""))
+
+        return put
+
+    def put_general(self, message: Message, queue_id: int = 0) -> PutResult:
+        """Any put: checks, refusals, and messages the fast path does not take."""
+        if self.refusal is not None:
+            return self.refusal()
+        if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
+            raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
         if type(message) is not Message:
             raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
-        item = self._prepare(message, queue_id, time.time_ns() // 1_000_000)
-        if type(item) is PutResult:
-            return item
-        return self._append(message.topic, queue_id, [item], (message,))
+        return self._put_prepared(message, queue_id)
+
+    def _put_prepared(self, message: Message, queue_id: int) -> PutResult:
+        topic = message.topic
+        if topic not in self._topic_heads:
+            raw = topic.encode("utf-8")
+            if len(raw) <= rec.TOPIC_MAX_BYTES_V1:
+                self._topic_heads[topic] = bytes((len(raw),)) + raw
+        prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000)
+        if type(prepared) is PutResult:
+            return prepared
+        return self._append(topic, queue_id, [prepared], (message,))
 
     def put_batch(
         self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
     ) -> PutResult:
         """Store messages of one topic as consecutive records; ``properties`` go into each one."""
-        _check_queue_id(queue_id)
+        if self.refusal is not None:
+            return self.refusal()
+        if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
+            raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
         if not messages:
             raise InvalidMessageError("a batch holds at least one message")
         topic = messages[0].topic
@@ -118,40 +221,38 @@ class MessageWriter:
             if m.topic != topic:
                 raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {m.topic!r}")
             if m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
-                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, detail="a batch cannot hold transaction messages")
+                return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
             if m.properties.get("DELAY", "0") not in ("0", ""):
-                return PutResult(PutMessageStatus.MESSAGE_ILLEGAL, detail="a batch cannot hold delayed messages")
+                return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
         extra = encode_properties(properties) if properties else ""
-        now = time.time_ns() // 1_000_000
+        now = _time_ns() // 1_000_000
+        prepare = self._prepare
         items = []
         for m in messages:
-            item = self._prepare(m, queue_id, now, extra)
-            if type(item) is PutResult:
-                return item
-            items.append(item)
+            prepared = prepare(m, queue_id, now, extra)
+            if type(prepared) is PutResult:
+                return prepared
+            items.append(prepared)
         return self._append(topic, queue_id, items, messages)
 
     def _append(self, topic: str, queue_id: int, items: list[tuple], messages: Sequence[Message]) -> PutResult:
-        if (topic, queue_id) not in self._known_queues:
-            self._known_queues.add((topic, queue_id))
-            self.on_topic_queue(topic, queue_id)
         result = self.commit_log.append(topic, queue_id, items)
-        if result.status is not PutMessageStatus.PUT_OK:
-            return PutResult(result.status, detail=result.detail)
-        status = self.flush_handler(result, messages)
+        status = result[0]
+        if status is not _PUT_OK:
+            return PutResult.refused(status, result[6])
+        if self.flush_handler is not None:
+            status = self.flush_handler(result, messages)
         return PutResult(
-            status,
-            result.wrote_offset,
-            result.queue_offset,
-            result.store_timestamp,
-            result.wrote_bytes,
-            len(items),
-            result.offsets,
-            items[0][0].store_host,
-            [item[3] for item in items],
+            (
+                status,
+                result[1],
+                result[3],
+                result[4],
+                result[2],
+                len(items),
+                result[5],
+                items[0][rec.P_STORE_HOST],
+                [p[rec.P_UNIQ] for p in items],
+                "",
+            )
         )
-
-
-def _check_queue_id(queue_id: object) -> None:
-    if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
-        raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")

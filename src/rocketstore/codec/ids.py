@@ -15,7 +15,6 @@ import time
 import numpy as np
 
 _MASK32 = 0xFFFFFFFF
-_MAX_KEY = 1 << 16
 
 
 def java_hash(s: str) -> int:
@@ -31,46 +30,102 @@ def java_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-_POW31 = np.ones(_MAX_KEY + 1, dtype=np.uint32)
-np.cumprod(np.full(_MAX_KEY, 31, dtype=np.uint32), dtype=np.uint32, out=_POW31[1:])
+_INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so it has an inverse modulo 2**32
+_pow_tables: list[np.ndarray] = [np.ones(1, dtype=np.uint32), np.ones(1, dtype=np.uint32)]
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(31**i, 31**-i) mod 2**32 for i < n, as uint32 arrays (cached, grown on demand)."""
+    pow31, inv31 = _pow_tables
+    if len(pow31) < n:
+        size = max(n, 2 * len(pow31), 1 << 16)
+        pow31 = np.empty(size, dtype=np.uint32)
+        inv31 = np.empty(size, dtype=np.uint32)
+        pow31[0] = inv31[0] = 1
+        np.cumprod(np.full(size - 1, 31, dtype=np.uint32), dtype=np.uint32, out=pow31[1:])
+        np.cumprod(np.full(size - 1, _INV31, dtype=np.uint32), dtype=np.uint32, out=inv31[1:])
+        _pow_tables[:] = [pow31, inv31]
+    return pow31, inv31
+
+
+def _segment_hashes(units: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """hashCode of each ``units[start:end]`` (UTF-16 code units), all at once, as uint32.
+
+    ``sum(c[p] * 31**(e-1-p)) = 31**(e-1) * sum(c[p] * 31**-p)``: one prefix sum of the
+    weighted units gives every segment, with no per-segment work.
+    """
+    pow31, inv31 = _powers(len(units) + 1)
+    prefix = np.empty(len(units) + 1, dtype=np.uint32)
+    prefix[0] = 0
+    np.cumsum(units * inv31[: len(units)], dtype=np.uint32, out=prefix[1:])
+    return (prefix[ends] - prefix[starts]) * pow31[np.maximum(ends - 1, 0)]
 
 
 def java_hashes(strings: list[str]) -> np.ndarray:
-    """``String.hashCode()`` of every string, as an int32 array (one numpy pass for ASCII text)."""
+    """``String.hashCode()`` of every string, as an int32 array (one numpy pass)."""
     n = len(strings)
     if n == 0:
         return np.zeros(0, dtype=np.int32)
     joined = "".join(strings)
-    if not joined.isascii():
-        return np.array([java_hash(s) for s in strings], dtype=np.int64).astype(np.int32)
-    units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
-    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
-    if lengths.max(initial=0) > _MAX_KEY:
-        return np.array([java_hash(s) for s in strings], dtype=np.int64).astype(np.int32)
+    if joined.isascii():
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
+    else:
+        units = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2")
+        lengths = np.fromiter((len(s.encode("utf-16-be")) // 2 for s in strings), dtype=np.int64, count=n)
     ends = np.cumsum(lengths)
-    starts = ends - lengths
-    # the character at position p of a key ending at e weighs 31**(e-1-p)
-    exponents = np.repeat(ends - 1, lengths) - np.arange(len(units), dtype=np.int64)
-    weighted = units * _POW31[exponents]
-    out = np.zeros(n, dtype=np.uint32)
-    nonempty = lengths > 0
-    if nonempty.any():
-        out[nonempty] = np.add.reduceat(weighted, starts[nonempty], dtype=np.uint32)
+    out = _segment_hashes(units, ends - lengths, ends)
+    out[lengths == 0] = 0
     return out.view(np.int32)
+
+
+def token_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """hashCode of every space-separated token of every text, in order.
+
+    Returns (hashes as uint32, index of the text each token came from, token lengths in UTF-16
+    units). Empty tokens are skipped, as RocketMQ's ``split(" ")`` does for index keys.
+    """
+    n = len(texts)
+    if not n:
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.uint32), empty, empty
+    joined = "".join(texts)
+    if not joined.isascii():
+        tokens = [(i, t) for i, text in enumerate(texts) for t in text.split(" ") if t]
+        hashes = np.array([java_hash(t) & _MASK32 for _, t in tokens], dtype=np.uint32)
+        owners = np.array([i for i, _ in tokens], dtype=np.int64)
+        lengths = np.array([len(t.encode("utf-16-be")) // 2 for _, t in tokens], dtype=np.int64)
+        return hashes, owners, lengths
+    if " " not in joined:  # one token per text (UNIQ_KEYs, single keys): no boundary search
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        owners = np.flatnonzero(lengths)
+        if len(owners) < n:
+            starts, ends, lengths = starts[owners], ends[owners], lengths[owners]
+        return _segment_hashes(units, starts, ends), owners, lengths
+    spaced = " ".join(texts)
+    units = np.frombuffer(spaced.encode("ascii"), dtype=np.uint8)
+    word = units != 32
+    edge = np.diff(word.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts = np.flatnonzero(edge == 1)
+    ends = np.flatnonzero(edge == -1)
+    text_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=n) + 1) - 1
+    owners = np.searchsorted(text_ends, starts, side="left")
+    return _segment_hashes(units, starts, ends), owners, ends - starts
+
+
+def prefixed_hashes(hashes: np.ndarray, lengths: np.ndarray, prefix_hash: np.ndarray | int) -> np.ndarray:
+    """hashCode of ``prefix + token`` from the token's hash and length and the prefix's hash."""
+    pow31, _ = _powers(int(lengths.max(initial=0)) + 1)
+    return (np.asarray(prefix_hash, dtype=np.int64) & _MASK32).astype(np.uint32) * pow31[lengths] + hashes
 
 
 def index_key_hash(key: str) -> int:
     """IndexFile's key hash: ``abs(hashCode)``, and 0 for Integer.MIN_VALUE."""
     h = java_hash(key)
     return 0 if h == -2147483648 else abs(h)
-
-
-def index_key_hashes(keys: list[str]) -> np.ndarray:
-    """``index_key_hash`` of every key, as an int64 array."""
-    h = java_hashes(keys).astype(np.int64)
-    np.abs(h, out=h)
-    h[h == 2147483648] = 0
-    return h
 
 
 _tags_cache: dict[str, int] = {}
@@ -111,6 +166,9 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
 # -- client unique id (spec 4.2, MessageClientIDSetter) --------------------------------------
 
 
+_HEX2 = [f"{i:02X}" for i in range(256)]
+
+
 class UniqKeyGenerator:
     """UNIQ_KEY values in the Java client's format: IP + pid + class-loader hash, time, counter."""
 
@@ -121,6 +179,8 @@ class UniqKeyGenerator:
         self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
         self._month_start = 0
         self._next_month = 0
+        self._last_ms = -1
+        self._head = ""
 
     def _roll_month(self, now_ms: int) -> None:
         t = time.localtime(now_ms / 1000)
@@ -131,7 +191,10 @@ class UniqKeyGenerator:
 
     def next(self, now_ms: int) -> str:
         """A new id for a message created at ``now_ms``."""
-        if not self._month_start <= now_ms < self._next_month:
-            self._roll_month(now_ms)
-        diff = now_ms - self._month_start
-        return f"{self._prefix}{diff & _MASK32:08X}{next(self._counter) & 0xFFFF:04X}"
+        if now_ms != self._last_ms:
+            if not self._month_start <= now_ms < self._next_month:
+                self._roll_month(now_ms)
+            self._last_ms = now_ms
+            self._head = f"{self._prefix}{(now_ms - self._month_start) & _MASK32:08X}"
+        c = next(self._counter)
+        return self._head + _HEX2[(c >> 8) & 0xFF] + _HEX2[c & 0xFF]

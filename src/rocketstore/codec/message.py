@@ -7,11 +7,11 @@ parsed only when asked for, so reading a batch costs little more than copying it
 from __future__ import annotations
 
 import base64
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
 from rocketstore.codec import sysflag as sf
+from rocketstore.codec.crc import body_crc as _crc_of
 from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import offset_msg_id
 from rocketstore.codec.properties import (
@@ -21,6 +21,7 @@ from rocketstore.codec.properties import (
     decode_properties,
     is_valid_property_text,
 )
+from rocketstore.codec.topic import known_topics as _known_topics
 from rocketstore.codec.topic import validate_topic
 from rocketstore.errors import InvalidMessageError
 
@@ -33,20 +34,13 @@ class Message:
     ``keys`` is one key or a list of keys (stored space separated in ``KEYS``); ``tags`` goes to
     ``TAGS``. The keyword-only fields are normally filled by the store; ``rocketstore import``
     and replication pass them through to keep a message as it was.
+
+    ``properties`` is the message's property dict (``TAGS`` and ``KEYS`` included) and may be
+    changed in place; a message made from tags and keys alone builds it only when asked, which
+    keeps the common put path short.
     """
 
-    __slots__ = (
-        "body",
-        "born_host",
-        "born_timestamp",
-        "flag",
-        "prepared_transaction_offset",
-        "properties",
-        "reconsume_times",
-        "store_host",
-        "sys_flag",
-        "topic",
-    )
+    __slots__ = ("_extra", "_keys", "_props", "_tags", "body", "flag", "topic")
 
     def __init__(
         self,
@@ -64,56 +58,125 @@ class Message:
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
     ) -> None:
-        self.topic = validate_topic(topic)
+        if topic not in _known_topics:
+            validate_topic(topic)
+        self.topic = topic
         if type(body) is not bytes:
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-            elif isinstance(body, (bytearray, memoryview)):
-                body = bytes(body)
-            else:
-                raise InvalidMessageError(f"a message body is bytes, not {type(body).__name__}")
+            body = _as_bytes(body)
         self.body = body
-        props = dict(properties) if properties else {}
-        if tags is not None:
-            props[TAGS] = tags
-        if keys is not None:
-            props[KEYS] = keys if isinstance(keys, str) else " ".join(keys)
-        for name, value in props.items():
-            if (
-                type(name) is not str
-                or type(value) is not str
-                or not name
-                or not is_valid_property_text(name)
-                or not is_valid_property_text(value)
-            ):
-                raise InvalidMessageError(
-                    f"property {name!r}={value!r}: names and values are non-empty str without \\x01 or \\x02"
-                )
-        self.properties = props
-        if not -(2**31) <= flag < 2**31:
-            raise InvalidMessageError(f"flag {flag} does not fit a Java int")
+        if tags:
+            if type(tags) is not str or "\x01" in tags or "\x02" in tags:
+                raise InvalidMessageError(f"tags must be a str without \\x01 or \\x02, not {tags!r}")
+        else:
+            tags = None
+        if keys:
+            if type(keys) is not str:
+                keys = _joined_keys(keys)
+            if "\x01" in keys or "\x02" in keys:
+                raise InvalidMessageError(f"keys must not hold \\x01 or \\x02: {keys!r}")
+        else:
+            keys = None
+        self._tags = tags
+        self._keys = keys
+        if properties:
+            props = _checked_properties(properties)
+            if tags is not None:
+                props[TAGS] = tags
+            if keys is not None:
+                props[KEYS] = keys
+            self._props = props
+        else:
+            self._props = None
+        if flag and (type(flag) is not int or not -(2**31) <= flag < 2**31):
+            raise InvalidMessageError(f"flag {flag!r} is not a Java int")
         self.flag = flag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.store_host = store_host
-        if sys_flag & ~_USER_SYSFLAG_BITS:
+        if sys_flag and sys_flag & ~_USER_SYSFLAG_BITS:
             raise InvalidMessageError(
                 f"sysFlag {sys_flag:#x}: only the compression, multi-tags and transaction bits are given by producers"
             )
-        self.sys_flag = sys_flag
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
+        if (
+            born_timestamp is None
+            and born_host is None
+            and store_host is None
+            and not (sys_flag or reconsume_times or prepared_transaction_offset)
+        ):
+            self._extra = None
+        else:
+            self._extra = (
+                born_timestamp,
+                born_host,
+                store_host,
+                sys_flag,
+                reconsume_times,
+                prepared_transaction_offset,
+            )
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._props
+        if props is None:
+            props = {}
+            if self._tags is not None:
+                props[TAGS] = self._tags
+            if self._keys is not None:
+                props[KEYS] = self._keys
+            self._props = props
+        return props
+
+    @property
+    def has_property_dict(self) -> bool:
+        """False while the properties are just the tags and keys given to the constructor."""
+        return self._props is not None
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(TAGS)
+        return self._tags if self._props is None else self._props.get(TAGS)
 
     @property
     def keys(self) -> str | None:
-        return self.properties.get(KEYS)
+        return self._keys if self._props is None else self._props.get(KEYS)
+
+    born_timestamp = property(lambda self: self._extra[0] if self._extra else None)
+    born_host = property(lambda self: self._extra[1] if self._extra else None)
+    store_host = property(lambda self: self._extra[2] if self._extra else None)
+    sys_flag = property(lambda self: self._extra[3] if self._extra else 0)
+    reconsume_times = property(lambda self: self._extra[4] if self._extra else 0)
+    prepared_transaction_offset = property(lambda self: self._extra[5] if self._extra else 0)
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={self.properties!r})"
+
+
+def _as_bytes(body: object) -> bytes:
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise InvalidMessageError(f"a message body is bytes, not {type(body).__name__}")
+
+
+def _joined_keys(keys: Iterable[str]) -> str:
+    keys = list(keys)
+    for k in keys:
+        if type(k) is not str or " " in k:
+            raise InvalidMessageError(f"each key is a str without spaces, not {k!r}")
+    return " ".join(keys)
+
+
+def _checked_properties(properties: dict[str, str]) -> dict[str, str]:
+    props = dict(properties)
+    for name, value in props.items():
+        if (
+            type(name) is not str
+            or type(value) is not str
+            or not name
+            or not is_valid_property_text(name)
+            or not is_valid_property_text(value)
+        ):
+            raise InvalidMessageError(
+                f"property {name!r}={value!r}: names and values are non-empty str without \\x01 or \\x02"
+            )
+    return props
 
 
 class StoredMessage:
@@ -236,7 +299,7 @@ class StoredMessage:
         }
 
     def body_crc_ok(self) -> bool:
-        return (zlib.crc32(self.body) & 0x7FFFFFFF) == self.body_crc
+        return _crc_of(self.body) == self.body_crc
 
     def __repr__(self) -> str:
         return (

@@ -9,10 +9,9 @@ adds the queue offset, commit-log offset and store time under the put lock.
 from __future__ import annotations
 
 import struct
-import zlib
-from typing import NamedTuple
 
 from rocketstore.codec import sysflag as sf
+from rocketstore.codec.crc import crc32
 from rocketstore.codec.message import StoredMessage
 from rocketstore.errors import RecordError
 
@@ -38,6 +37,7 @@ _INT = struct.Struct(">i")
 _INT2 = struct.Struct(">ii")
 _SHORT = struct.Struct(">h")
 _LONG = struct.Struct(">q")
+_BYTE = [bytes((i,)) for i in range(256)]
 
 
 def header_for(sys_flag: int) -> struct.Struct:
@@ -53,29 +53,13 @@ def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, 
     return header_for(sys_flag).size + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
 
 
-def body_crc(body: bytes) -> int:
-    """UtilAll.crc32: CRC-32 of the stored body, masked to a non-negative int."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+# A prepared record is a plain tuple (cheap to build on the put path); its fields:
+P_HEADER, P_TOTAL, P_MAGIC, P_CRC, P_QUEUE_ID, P_FLAG, P_SYSFLAG, P_BORN_TS = range(8)
+P_BORN_HOST, P_STORE_HOST, P_RECONSUME, P_PREPARED_OFFSET, P_BODY, P_TAIL, P_APPEND_CRC = range(8, 15)
+# ... followed by what dispatch needs: tags code, KEYS, UNIQ_KEY
+P_TAGS_CODE, P_KEYS, P_UNIQ = range(15, 18)
 
-
-class Prepared(NamedTuple):
-    """A record with everything but its queue offset, commit-log offset and store time."""
-
-    header: struct.Struct
-    total: int
-    magic: int
-    crc: int
-    queue_id: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: bytes
-    store_host: bytes
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes
-    tail: bytes  # topic length + topic + properties length + properties
-    append_crc: bool
+Prepared = tuple
 
 
 def prepare(
@@ -90,6 +74,9 @@ def prepare(
     store_host: bytes,
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
+    tags_code: int = 0,
+    keys: str | None = None,
+    uniq_key: str | None = None,
     *,
     v2: bool = False,
     append_crc: bool = False,
@@ -99,20 +86,16 @@ def prepare(
     ``sys_flag`` gets its IPv6 bits from the host widths. Raises RecordError for a property
     string over 32767 bytes or a topic too long for its version.
     """
+    sys_flag &= ~(sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG)
     if len(born_host) == 20:
         sys_flag |= sf.BORNHOST_V6_FLAG
-    else:
-        sys_flag &= ~sf.BORNHOST_V6_FLAG
     if len(store_host) == 20:
         sys_flag |= sf.STOREHOSTADDRESS_V6_FLAG
-    else:
-        sys_flag &= ~sf.STOREHOSTADDRESS_V6_FLAG
+    props_len = len(props)
     if append_crc:
         if props and not props.endswith(b"\x02"):
             props += b"\x02"
         props_len = len(props) + CRC32_RESERVED_LEN
-    else:
-        props_len = len(props)
     if props_len > PROPERTIES_MAX_LENGTH:
         raise RecordError(f"the properties are {props_len} bytes; at most {PROPERTIES_MAX_LENGTH} fit")
     if v2:
@@ -120,14 +103,13 @@ def prepare(
     else:
         if len(topic) > TOPIC_MAX_BYTES_V1:
             raise RecordError(f"the topic is {len(topic)} bytes; a V1 record holds at most {TOPIC_MAX_BYTES_V1}")
-        tail = bytes((len(topic),)) + topic + _SHORT.pack(props_len) + props
+        tail = b"".join((_BYTE[len(topic)], topic, _SHORT.pack(props_len), props))
     header = HEADERS[(sys_flag >> 4) & 3]
-    total = header.size + len(body) + len(tail) + (CRC32_RESERVED_LEN if append_crc else 0)
-    return Prepared(
+    return (
         header,
-        total,
+        header.size + len(body) + len(tail) + (CRC32_RESERVED_LEN if append_crc else 0),
         MESSAGE_MAGIC_CODE_V2 if v2 else MESSAGE_MAGIC_CODE,
-        zlib.crc32(body) & 0x7FFFFFFF,
+        crc32(body) & 0x7FFFFFFF,
         queue_id,
         flag,
         sys_flag,
@@ -139,31 +121,39 @@ def prepare(
         body,
         tail,
         append_crc,
+        tags_code,
+        keys,
+        uniq_key,
     )
 
 
 def render(p: Prepared, queue_offset: int, physical_offset: int, store_timestamp: int) -> bytes:
     """The record's bytes, now that its queue offset, place and store time are known."""
-    head = p.header.pack(
-        p.total,
-        p.magic,
-        p.crc,
-        p.queue_id,
-        p.flag,
-        queue_offset,
-        physical_offset,
-        p.sys_flag,
-        p.born_timestamp,
-        p.born_host,
-        store_timestamp,
-        p.store_host,
-        p.reconsume_times,
-        p.prepared_transaction_offset,
-        len(p.body),
+    record = b"".join(
+        (
+            p[0].pack(
+                p[1],
+                p[2],
+                p[3],
+                p[4],
+                p[5],
+                queue_offset,
+                physical_offset,
+                p[6],
+                p[7],
+                p[8],
+                store_timestamp,
+                p[9],
+                p[10],
+                p[11],
+                len(p[12]),
+            ),
+            p[12],
+            p[13],
+        )
     )
-    record = head + p.body + p.tail
-    if p.append_crc:
-        record += crc_property(zlib.crc32(record) & 0x7FFFFFFF)
+    if p[14]:
+        record += crc_property(crc32(record) & 0x7FFFFFFF)
     return record
 
 
@@ -182,7 +172,7 @@ def check_crc_property(record: bytes) -> bool:
     if not digits.isdigit():
         return False
     value = sum(int(chr(d)) * 10**i for i, d in enumerate(digits))
-    return value == zlib.crc32(record[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    return value == crc32(record[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
 
 
 def blank_record(size: int) -> bytes:
@@ -246,7 +236,7 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) ->
         raise RecordError(f"the record at {pos} is cut short") from None
     if p != end:
         raise RecordError(f"the record at {pos} has TOTALSIZE {total} but its fields take {p - pos} bytes")
-    if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != h[2]:
+    if check_crc and (crc32(body) & 0x7FFFFFFF) != h[2]:
         raise RecordError(f"body CRC mismatch in the record at {pos}")
     return StoredMessage(h, body, topic, props, 2 if v2 else 1)
 

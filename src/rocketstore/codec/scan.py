@@ -8,9 +8,9 @@ end-of-file marker, at zeros, or at the first record that fails a check, and say
 from __future__ import annotations
 
 import struct
-import zlib
 
 from rocketstore.codec import record as rec
+from rocketstore.codec.crc import crc32
 from rocketstore.codec.ids import tags_code
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 
@@ -89,7 +89,6 @@ def scan(
     unpack2 = _INT2.unpack_from
     unpack_int = _INT.unpack_from
     unpack_short = _SHORT.unpack_from
-    crc32 = zlib.crc32
     if limit is None or limit > end:
         limit = end
     while end - pos > 4:

@@ -18,6 +18,7 @@ TOPIC_MAX_LENGTH = 127
 RETRY_TOPIC_MAX_LENGTH = 255  # RocketMQ 5 accepts longer %RETRY% topics (stored as V2 records)
 _VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
 _known_good: set[str] = set()
+known_topics = _known_good  # topics already validated (a set lookup is the fast path)
 SYSTEM_TOPICS = frozenset(
     {
         SCHEDULE_TOPIC,

@@ -8,9 +8,11 @@ back what was just written.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Callable
+from operator import itemgetter
 
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
@@ -22,31 +24,26 @@ from rocketstore.files.mapped_file import MappedFile
 from rocketstore.results import PutMessageStatus
 
 _INT = rec._INT
+_time_ns = time.time_ns
 _TX_MASK = sf.TRANSACTION_ROLLBACK_TYPE
 
 
-class AppendResult:
-    """What ``CommitLog.append`` did (AppendMessageResult)."""
+class AppendResult(tuple):
+    """What ``CommitLog.append`` did (AppendMessageResult): status, wrote offset, wrote bytes,
+    first queue offset, store time, per-record offsets (batches), detail."""
 
-    __slots__ = ("detail", "offsets", "queue_offset", "status", "store_timestamp", "wrote_bytes", "wrote_offset")
+    __slots__ = ()
+    status: PutMessageStatus = property(itemgetter(0))  # type: ignore[assignment]
+    wrote_offset: int = property(itemgetter(1))  # type: ignore[assignment]
+    wrote_bytes: int = property(itemgetter(2))  # type: ignore[assignment]
+    queue_offset: int = property(itemgetter(3))  # type: ignore[assignment]
+    store_timestamp: int = property(itemgetter(4))  # type: ignore[assignment]
+    offsets: list[int] | None = property(itemgetter(5))  # type: ignore[assignment]
+    detail: str = property(itemgetter(6))  # type: ignore[assignment]
 
-    def __init__(
-        self,
-        status: PutMessageStatus,
-        wrote_offset: int = -1,
-        wrote_bytes: int = 0,
-        queue_offset: int = -1,
-        store_timestamp: int = 0,
-        offsets: list[int] | None = None,
-        detail: str = "",
-    ) -> None:
-        self.status = status
-        self.wrote_offset = wrote_offset
-        self.wrote_bytes = wrote_bytes
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self.offsets = offsets
-        self.detail = detail
+
+def _refused(status: PutMessageStatus, detail: str) -> AppendResult:
+    return AppendResult((status, -1, 0, -1, 0, None, detail))
 
 
 class CommitLog:
@@ -67,94 +64,199 @@ class CommitLog:
         self.allocator = allocator
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
-        self.handoff: list[tuple] = []  # dispatch requests of appended records, for the reput service
-        self.on_append: Callable[[], None] | None = None
+        # dispatch requests of appended records, for the reput service (deque: thread-safe, no lock)
+        self.handoff: collections.deque[tuple] = collections.deque()
+        self.wake_event: threading.Event | None = None  # set after an append (wakes the reput service)
+        self.on_new_queue: Callable[[tuple[str, int]], None] | None = None  # first record of a queue
         self.confirm_offset = -1
         self._last_store_ts = 0
         self._current: MappedFile | None = None
         self._prefault_at = 0
-        self.begin_time_in_lock = 0.0
+        self.begin_time_in_lock = 0  # store time (ms) at which the put lock was taken, 0 when free
 
     # -- load --------------------------------------------------------------------------------------
     def load(self) -> None:
         self.queue.load()
 
     # -- appending ---------------------------------------------------------------------------------
-    def append(
-        self, topic: str, queue_id: int, items: list[tuple[rec.Prepared, int, str | None, str | None]]
-    ) -> AppendResult:
-        """Append records of one topic/queue as consecutive records with one store time.
+    def append(self, topic: str, queue_id: int, items: list[rec.Prepared]) -> AppendResult:
+        """Append prepared records of one topic/queue as consecutive records with one store time.
 
-        ``items`` are (prepared record, tags code, KEYS, UNIQ_KEY). A batch never straddles two
-        segments. PREPARED and ROLLBACK records get queue offset 0 and advance nothing.
+        A batch never straddles two segments. PREPARED and ROLLBACK records get queue offset 0
+        and advance nothing.
         """
-        total = 0
-        for item in items:
-            total += item[0].total
+        if len(items) == 1:
+            total = items[0][1]
+        else:
+            total = sum([p[1] for p in items])
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return AppendResult(
+            return _refused(
                 PutMessageStatus.MESSAGE_ILLEGAL,
-                detail=f"{total} bytes of records cannot fit a {self.file_size}-byte commit-log segment",
+                f"{total} bytes of records cannot fit a {self.file_size}-byte commit-log segment",
             )
-        sys_flag = items[0][0].sys_flag
-        queued = (sys_flag & _TX_MASK) in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
+        tx = items[0][6] & _TX_MASK
+        queued = tx == sf.TRANSACTION_NOT_TYPE or tx == sf.TRANSACTION_COMMIT_TYPE
         handoff = self.handoff
+        render = rec.render
         with self.put_lock:
-            self.begin_time_in_lock = time.monotonic()
-            now = time.time_ns() // 1_000_000
+            now = _time_ns() // 1_000_000
             if now < self._last_store_ts:
                 now = self._last_store_ts  # store times never go back in log order
-            self._last_store_ts = now
+            self._last_store_ts = self.begin_time_in_lock = now
             mapped = self._current
-            if mapped is None or mapped.wrote_position >= mapped.file_size:
-                mapped = self._roll_to_writable()
+            if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
+                mapped = self._writable_for(total, now)
                 if mapped is None:
-                    self.begin_time_in_lock = 0.0
-                    return AppendResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, detail="no segment to append to")
-            pos = mapped.wrote_position
-            if pos + total + rec.END_FILE_MIN_BLANK_LENGTH > mapped.file_size:
-                left = mapped.file_size - pos
-                mapped.append(rec.blank_record(left))
-                mapped.wrote_position = mapped.file_size
-                mapped.store_timestamp = now
-                handoff.append((None, 0, mapped.file_from_offset + pos, left, 0, now, 0, None, None, 0))
-                mapped = self._roll_to_writable()
-                if mapped is None:
-                    self.begin_time_in_lock = 0.0
-                    return AppendResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, detail="no segment to roll to")
-                pos = 0
+                    self.begin_time_in_lock = 0
+                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
             key = (topic, queue_id)
+            if key not in self.topic_queue_table and self.on_new_queue is not None:
+                self.on_new_queue(key)
             queue_offset = self.topic_queue_table.get(key, 0) if queued else 0
-            phy = mapped.file_from_offset + pos
-            first_phy = phy
-            render = rec.render
+            phy = mapped.file_from_offset + mapped.wrote_position
             if len(items) == 1:
-                p, tags, keys, uniq = items[0]
-                data = render(p, queue_offset, phy, now)
-                handoff.append((topic, queue_id, phy, p.total, tags, now, queue_offset, keys, uniq, p.sys_flag))
+                p = items[0]
+                mapped.append(render(p, queue_offset, phy, now))
+                handoff.append((topic, queue_id, phy, p[1], p[15], now, queue_offset, p[16], p[17], p[6]))
                 offsets = None
             else:
                 parts = []
                 offsets = []
                 q = queue_offset
-                for p, tags, keys, uniq in items:
-                    parts.append(render(p, q, phy, now))
-                    handoff.append((topic, queue_id, phy, p.total, tags, now, q, keys, uniq, p.sys_flag))
-                    offsets.append(phy)
-                    phy += p.total
+                at = phy
+                for p in items:
+                    parts.append(render(p, q, at, now))
+                    handoff.append((topic, queue_id, at, p[1], p[15], now, q, p[16], p[17], p[6]))
+                    offsets.append(at)
+                    at += p[1]
                     if queued:
                         q += 1
-                data = b"".join(parts)
-            mapped.append(data)
+                mapped.append(b"".join(parts))
             mapped.store_timestamp = now
             if queued:
                 self.topic_queue_table[key] = queue_offset + len(items)
             if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
                 self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
-            self.begin_time_in_lock = 0.0
-        if self.on_append is not None:
-            self.on_append()
-        return AppendResult(PutMessageStatus.PUT_OK, first_phy, total, queue_offset, now, offsets)
+            self.begin_time_in_lock = 0
+        wake = self.wake_event
+        if wake is not None and not wake.is_set():
+            wake.set()
+        return AppendResult((PutMessageStatus.PUT_OK, phy, total, queue_offset, now, offsets, ""))
+
+    def plain_appender(self, host: bytes) -> Callable[..., tuple[int, int, int]]:
+        """The common single put as a function: a V1 record, sysFlag 0, ``host`` (IPv4) as born
+        and store host.
+
+        ``append(topic, queue_id, key, body, tail, total, crc, flag, now, tags, keys, uniq)``
+        has the effect of ``append`` with one prepared record, ``now`` being the born time and (if
+        no later record was stored before) the store time. It returns (offset, queue offset, store
+        time), or (-1, -1, store time) when no segment can be created. It is a closure over
+        the log's state so the put path, the store's hottest code, does no attribute lookups it
+        can avoid; the table and the handoff list it captures are never replaced, only changed.
+        """
+        pack = rec.HEADERS[0].pack
+        acquire, release = self.put_lock.acquire, self.put_lock.release
+        table = self.topic_queue_table
+        get_offset = table.get
+        handoff_add = self.handoff.append
+        log = self
+        magic = rec.MESSAGE_MAGIC_CODE
+        join = b"".join
+
+        def append(
+            topic: str,
+            queue_id: int,
+            key: tuple[str, int],
+            body: bytes,
+            tail: bytes,
+            total: int,
+            crc: int,
+            flag: int,
+            born_ts: int,
+            tags: int,
+            keys: str | None,
+            uniq: str,
+        ) -> tuple[int, int, int]:
+            acquire()
+            try:
+                now = born_ts
+                if now < log._last_store_ts:
+                    now = log._last_store_ts  # store times never go back in log order
+                log._last_store_ts = log.begin_time_in_lock = now
+                mapped = log._current
+                if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
+                    mapped = log._writable_for(total, now)
+                    if mapped is None:
+                        return -1, -1, now
+                pos = mapped.wrote_position
+                queue_offset = get_offset(key)
+                if queue_offset is None:
+                    queue_offset = 0
+                    if log.on_new_queue is not None:
+                        log.on_new_queue(key)
+                phy = mapped.file_from_offset + pos
+                data = join(
+                    (
+                        pack(
+                            total,
+                            magic,
+                            crc,
+                            queue_id,
+                            flag,
+                            queue_offset,
+                            phy,
+                            0,
+                            born_ts,
+                            host,
+                            now,
+                            host,
+                            0,
+                            0,
+                            len(body),
+                        ),
+                        body,
+                        tail,
+                    )
+                )
+                end = pos + total
+                if mapped.write_buffer is None:
+                    mapped.mm[pos:end] = data
+                    mapped.committed_position = end
+                else:
+                    mapped.write_buffer[pos:end] = data
+                mapped.wrote_position = end
+                handoff_add((topic, queue_id, phy, total, tags, now, queue_offset, keys, uniq, 0))
+                mapped.store_timestamp = now
+                table[key] = queue_offset + 1
+                if end >= log._prefault_at and log.allocator is not None:
+                    log._prefault_at = log.allocator.advise(mapped, end)
+            finally:
+                log.begin_time_in_lock = 0
+                release()
+            wake = log.wake_event
+            if wake is not None and not wake.is_set():
+                wake.set()
+            return phy, queue_offset, now
+
+        return append
+
+    def _writable_for(self, total: int, now: int) -> MappedFile | None:
+        """The segment ``total`` bytes go to: the current one, or (after its end-of-file marker)
+        a new one. Called under the put lock."""
+        mapped = self._current
+        if mapped is None or mapped.wrote_position >= mapped.file_size:
+            mapped = self._roll_to_writable()
+            if mapped is None:
+                return None
+        pos = mapped.wrote_position
+        if pos + total + rec.END_FILE_MIN_BLANK_LENGTH > mapped.file_size:
+            left = mapped.file_size - pos
+            mapped.append(rec.blank_record(left))
+            mapped.wrote_position = mapped.file_size
+            mapped.store_timestamp = now
+            self.handoff.append((None, 0, mapped.file_from_offset + pos, left, 0, now, 0, None, None, 0))
+            mapped = self._roll_to_writable()
+        return mapped
 
     def _roll_to_writable(self) -> MappedFile | None:
         try:
@@ -166,14 +268,22 @@ class CommitLog:
         return mapped
 
     def take_handoff(self) -> list[tuple]:
-        """The dispatch requests appended since the last call (taken under the put lock)."""
-        with self.put_lock:
-            taken, self.handoff = self.handoff, []
-        return taken
+        """The dispatch requests appended since the last call.
+
+        Appends and this take work on the two ends of a deque, which is safe across threads
+        without the put lock, so the reput service never makes a put wait.
+        """
+        handoff = self.handoff
+        n = len(handoff)
+        if not n:
+            return []
+        take = handoff.popleft
+        return [take() for _ in range(n)]
 
     def reset_topic_queue_table(self, table: dict[tuple[str, int], int]) -> None:
         with self.put_lock:
-            self.topic_queue_table = dict(table)
+            self.topic_queue_table.clear()
+            self.topic_queue_table.update(table)
             self._current = None
 
     # -- offsets -------------------------------------------------------------------------------

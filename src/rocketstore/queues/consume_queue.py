@@ -114,19 +114,29 @@ class ConsumeQueue:
         self.min_logic_offset = max_bytes
 
     # -- writing -------------------------------------------------------------------------------
-    def put_units(self, units: list[tuple]) -> None:
-        """Append a unit for each dispatch request of this queue (see codec.scan), in log order.
+    def put_units(self, requests: list[tuple]) -> None:
+        """Append a unit for each dispatch request of this queue (see codec.scan), in log order."""
+        phys, sizes, tags, queue_offsets = (
+            np.array([r[c] for r in requests], dtype=np.int64) for c in (D_OFFSET, D_SIZE, D_TAGS_CODE, D_QUEUE_OFFSET)
+        )
+        packed = np.empty(len(requests), dtype=UNIT_DTYPE)
+        packed["phy"], packed["size"], packed["tags"] = phys, sizes, tags
+        self.put_unit_arrays(phys, sizes, queue_offsets, packed.tobytes())
+
+    def put_unit_arrays(self, phys: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray, packed: bytes) -> None:
+        """Append ``packed`` units (their commit-log offsets, sizes and queue offsets alongside), in
+        log order.
 
         Units already built are skipped (by commit-log offset and by queue offset), so dispatching
         the same records again is harmless.
         """
-        start, n = 0, len(units)
-        max_phy = self.max_physic_offset
-        while start < n and units[start][D_OFFSET] + units[start][D_SIZE] <= max_phy:
-            start += 1
+        n = len(phys)
+        start = 0
+        if self.max_physic_offset >= 0 and int(phys[0] + sizes[0]) <= self.max_physic_offset:
+            start = int(np.searchsorted(phys + sizes, self.max_physic_offset, side="right"))
         if start == n:
             return
-        cq_offset = units[start][D_QUEUE_OFFSET]
+        cq_offset = int(queue_offsets[start])
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         mapped = self.queue.last_mapped_file(expect)
         if mapped.first_create_in_queue and cq_offset != 0 and mapped.wrote_position == 0:
@@ -136,24 +146,21 @@ class ConsumeQueue:
             mapped.flushed_position = mapped.wrote_position
         if cq_offset != 0:
             current = mapped.file_from_offset + mapped.wrote_position
-            while start < n and units[start][D_QUEUE_OFFSET] * CQ_STORE_UNIT_SIZE < current:
-                start += 1  # already in the queue
-            if start == n:
-                return
-            if units[start][D_QUEUE_OFFSET] * CQ_STORE_UNIT_SIZE != current and not self._order_warned:
+            if expect < current:  # units whose queue offset is already in the queue were built before
+                start = int(np.searchsorted(queue_offsets, current // CQ_STORE_UNIT_SIZE, side="left"))
+                if start == n:
+                    return
+            if int(queue_offsets[start]) * CQ_STORE_UNIT_SIZE != current and not self._order_warned:
                 self._order_warned = True
                 log.warning(
                     "[BUG] logic queue order maybe wrong: %s-%d expects offset %d, the queue is at %d",
                     self.topic,
                     self.queue_id,
-                    units[start][D_QUEUE_OFFSET],
+                    int(queue_offsets[start]),
                     current // CQ_STORE_UNIT_SIZE,
                 )
-        pack = UNIT.pack
-        data = b"".join([pack(u[D_OFFSET], u[D_SIZE], u[D_TAGS_CODE]) for u in units[start:]])
-        self._write(mapped, data)
-        last = units[-1]
-        self.max_physic_offset = last[D_OFFSET] + last[D_SIZE]
+        self._write(mapped, packed[start * CQ_STORE_UNIT_SIZE :] if start else packed)
+        self.max_physic_offset = int(phys[-1] + sizes[-1])
 
     def _write(self, mapped: MappedFile, data: bytes) -> None:
         while data:

@@ -6,17 +6,22 @@ import logging
 import os
 import threading
 import time
+from operator import itemgetter
 
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
-from rocketstore.codec.ids import index_key_hash, index_key_hashes
+from rocketstore.codec.ids import index_key_hash, java_hash, prefixed_hashes, token_hashes
 from rocketstore.codec.scan import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ
 from rocketstore.errors import CorruptStoreError
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.index_file import IndexFile, index_file_size
 
 log = logging.getLogger(__name__)
+_ROLLBACK = sf.TRANSACTION_ROLLBACK_TYPE
+_OFFSET = itemgetter(D_OFFSET)
+_TOPIC = itemgetter(D_TOPIC)
+_STORE_TS = itemgetter(D_STORE_TS)
 
 
 def time_millis_to_human_string(ms: int) -> str:
@@ -25,28 +30,50 @@ def time_millis_to_human_string(ms: int) -> str:
     return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
 
 
-def index_keys(requests: list[tuple]) -> tuple[list[str], list[int], list[int]]:
-    """The ``topic#key`` strings a batch of dispatch requests indexes, with offsets and times."""
-    keys: list[str] = []
-    phys: list[int] = []
-    times: list[int] = []
-    add_key, add_phy, add_time = keys.append, phys.append, times.append
-    for r in requests:
-        topic = r[D_TOPIC]
-        if topic is None or (r[D_SYSFLAG] & sf.TRANSACTION_ROLLBACK_TYPE) == sf.TRANSACTION_ROLLBACK_TYPE:
-            continue
-        uniq, user_keys = r[D_UNIQ], r[D_KEYS]
-        if uniq is not None:
-            add_key(f"{topic}#{uniq}")
-            add_phy(r[D_OFFSET])
-            add_time(r[D_STORE_TS])
-        if user_keys:
-            for k in user_keys.split(" "):
-                if k:
-                    add_key(f"{topic}#{k}")
-                    add_phy(r[D_OFFSET])
-                    add_time(r[D_STORE_TS])
-    return keys, phys, times
+_prefix_hashes: dict[str, int] = {}
+
+
+def _prefix_hash(topic: str) -> int:
+    h = _prefix_hashes.get(topic)
+    if h is None:
+        h = _prefix_hashes[topic] = java_hash(topic + "#")
+    return h
+
+
+def index_entries(requests: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key hashes, offsets, store times) of the index entries for dispatch requests, in the order
+    RocketMQ adds them: per record its UNIQ_KEY, then each of its KEYS (``topic#key`` each)."""
+    reqs = [r for r in requests if r[D_TOPIC] is not None and r[D_SYSFLAG] & _ROLLBACK != _ROLLBACK]
+    if not reqs:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    n = len(reqs)
+    phys = np.fromiter(map(_OFFSET, reqs), dtype=np.int64, count=n)
+    times = np.fromiter(map(_STORE_TS, reqs), dtype=np.int64, count=n)
+    topics = set(map(_TOPIC, reqs))
+    if len(topics) == 1:
+        prefix = _prefix_hash(next(iter(topics)))
+    else:
+        prefix = np.fromiter(map(_prefix_hash, map(_TOPIC, reqs)), dtype=np.int64, count=n)
+    parts = []
+    for field, rank in ((D_UNIQ, 0), (D_KEYS, 1)):
+        hashes, owners, lengths = token_hashes([r[field] or "" for r in reqs])
+        if len(hashes):
+            own_prefix = prefix if type(prefix) is int else prefix[owners]
+            parts.append((prefixed_hashes(hashes, lengths, own_prefix), owners, owners * 2 + rank))
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    if len(parts) == 1:
+        h, owners, _ = parts[0]
+    else:
+        order = np.argsort(np.concatenate([p[2] for p in parts]), kind="stable")
+        h = np.concatenate([p[0] for p in parts])[order]
+        owners = np.concatenate([p[1] for p in parts])[order]
+    h = h.view(np.int32).astype(np.int64)
+    np.abs(h, out=h)
+    h[h == 2147483648] = 0  # Math.abs(Integer.MIN_VALUE) stays negative: RocketMQ uses 0
+    return h, phys[owners], times[owners]
 
 
 class IndexService:
@@ -116,14 +143,9 @@ class IndexService:
                     start += 1
                 if start:
                     requests = requests[start:]
-            keys, phys, times = index_keys(requests)
-            if not keys:
-                return
-            hashes = index_key_hashes(keys)
-            phy_arr = np.array(phys, dtype=np.int64)
-            time_arr = np.array(times, dtype=np.int64)
+            hashes, phy_arr, time_arr = index_entries(requests)
             done = 0
-            while done < len(keys):
+            while done < len(hashes):
                 index = self._writable_file()
                 done += index.put_keys(hashes[done:], phy_arr[done:], time_arr[done:])
 

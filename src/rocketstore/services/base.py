@@ -28,6 +28,10 @@ class Service(abc.ABC):
             self._thread = threading.Thread(target=self._loop, name=f"rocketstore-{self.name}", daemon=True)
             self._thread.start()
 
+    @property
+    def wake_event(self) -> threading.Event:
+        return self._wake
+
     def wake(self) -> None:
         if not self._wake.is_set():
             self._wake.set()
@@ -49,6 +53,13 @@ class Service(abc.ABC):
                 self.failures += 1
                 self.last_error = exc
                 self.on_failure(exc)
+            pause = self.pause_after_run()
+            if pause:
+                self._stopped.wait(pause)
+
+    def pause_after_run(self) -> float:
+        """Seconds to rest after a round even if woken (0: none)."""
+        return 0.0
 
     def on_failure(self, exc: BaseException) -> None:
         log.exception("%s failed (%d in a row)", self.name, self.failures, exc_info=exc)
