@@ -85,23 +85,28 @@ class MessageStore:
         config: StoreConfig | None = None,
         *,
         read_only: bool = False,
+        recover: bool = True,
         **settings: object,
     ) -> MessageStore:
         """Open (or create) the store at ``path``; ``settings`` are MessageStoreConfig keys.
 
+        ``read_only=True`` changes nothing on disk (recovery runs in memory). ``recover=False``
+        (read-only only) maps the files as they are, for tools that inspect the raw state.
         Raises StoreLockedError when another process or store object has it open, and
         CorruptStoreError naming the file when a file cannot belong to a RocketMQ store.
         """
+        if not recover and not read_only:
+            raise ValueError("recover=False is only for read-only opens")
         root = os.path.abspath(os.fspath(path))
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
         if read_only and not os.path.isdir(root):
             raise FileNotFoundError(f"no store at {root}")
         store = cls(root, config, read_only)
-        store._open()
+        store._open(recover)
         return store
 
-    def _open(self) -> None:
+    def _open(self, recover_files: bool = True) -> None:
         config, root, mode = self.config, self.root, self.mode
         if not self.read_only:
             os.makedirs(root, exist_ok=True)
@@ -127,20 +132,23 @@ class MessageStore:
                     self.checkpoint,
                     config.max_msgs_num_batch,
                 )
-                self.index.load(self.last_exit_ok)
+                self.index.load(self.last_exit_ok or not recover_files)
             self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint)
             self.delay_millis = delay_level_millis(config.message_delay_level)
-            self.recovery = recover(
-                self.commit_log,
-                self.queues,
-                self.index,
-                self.checkpoint,
-                self.dispatcher,
-                last_exit_ok=self.last_exit_ok,
-                check_crc=config.check_crc_on_recover,
-                delay_millis=self.delay_millis,
-                message_index_safe=config.message_index_safe,
-            )
+            if not recover_files:
+                self.recovery = None
+            else:
+                self.recovery = recover(
+                    self.commit_log,
+                    self.queues,
+                    self.index,
+                    self.checkpoint,
+                    self.dispatcher,
+                    last_exit_ok=self.last_exit_ok,
+                    check_crc=config.check_crc_on_recover,
+                    delay_millis=self.delay_millis,
+                    message_index_safe=config.message_index_safe,
+                )
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())
             config_dir = os.path.join(root, "config")

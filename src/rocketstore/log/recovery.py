@@ -34,6 +34,8 @@ class RecoveryReport:
     """What a recovery found and did."""
 
     abnormal: bool
+    consume_queue_end: int = -1  # end of the last record the consume queues held before recovery
+    index_end: int = -1  # offset of the last record the index held before recovery
     start_file: str | None = None
     process_offset: int = 0
     records_checked: int = 0
@@ -59,7 +61,9 @@ def recover(
     queues.recover()
     max_phy_cq = queues.max_physic_offset()
     files = commit_log.queue.files
-    report = RecoveryReport(abnormal=not last_exit_ok)
+    report = RecoveryReport(abnormal=not last_exit_ok, consume_queue_end=max_phy_cq)
+    if index is not None and index.files:
+        report.index_end = index.files[-1].end_phy_offset
     if not files:
         commit_log.queue.flushed_where = commit_log.queue.committed_where = 0
         queues.destroy_all()
