@@ -6,6 +6,12 @@
 'PUT_OK'
 """
 
+import os as _os
+
+# rocketstore uses numpy for bulk integer work and never for linear algebra; OpenBLAS's idle
+# worker threads would otherwise spin on the cores the store's own threads need.
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from rocketstore import errors
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.config import StoreConfig

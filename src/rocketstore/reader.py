@@ -4,22 +4,20 @@ offsets by time (spec section 16)."""
 from __future__ import annotations
 
 import os
-import struct
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.ids import decode_offset_msg_id, java_hash
 from rocketstore.codec.message import StoredMessage
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
-from rocketstore.errors import RecordError
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 from rocketstore.results import GetMessageStatus, GetResult, QueryResult
 
-_UNITS = struct.Struct(">qiq")
 _MAX_PULL_SIZE = 128 * 1024 * 1024
+_UNITS = UNIT
 _LONG_MAX = 2**63 - 1
 
 try:
@@ -67,14 +65,65 @@ class MessageReader:
         config = self.config
         wanted = tag_hashes(tags)
         max_filter_units = max(config.max_filter_message_size, max_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
-        data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
+        want_units = max_filter_units if wanted is not None else min(max_filter_units, max(max_nums, 1))
+        data = cq.read_units(offset, min(want_units, max_offset - offset))
         if not data:
             return GetResult(GetMessageStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_offset, max_offset)
         commit_log = self.commit_log
-        get_data = commit_log.get_data
-        decode = rec.decode
         max_phy = commit_log.max_offset()
         memory = _TOTAL_RAM * config.access_message_in_memory_max_ratio // 100
+        units = list(_UNITS.iter_unpack(data))
+        if wanted is None and max_phy - units[0][0] <= memory:
+            # everything in memory and no filter: the batch is a prefix of the units
+            fast = self._pull_prefix(units, max_nums, offset, min_offset, max_offset, max_phy, memory)
+            if fast is not None:
+                return fast
+        return self._pull_units(units, max_nums, wanted, offset, min_offset, max_offset, max_phy, memory)
+
+    def _pull_prefix(
+        self,
+        units: list[tuple],
+        max_nums: int,
+        offset: int,
+        min_offset: int,
+        max_offset: int,
+        max_phy: int,
+        memory: int,
+    ) -> GetResult | None:
+        """A pull where every unit is in memory and none is filtered (None if a record is missing)."""
+        config = self.config
+        limit = min(len(units), max_nums, max(1, config.max_transfer_count_on_message_in_memory))
+        byte_limit = min(config.max_transfer_bytes_on_message_in_memory, _MAX_PULL_SIZE)
+        phys, sizes = [], []
+        total = 0
+        for phy, size, _ in units[:limit]:  # isTheBatchFull: the first message always goes
+            total += size
+            if total > byte_limit and phys:
+                break
+            phys.append(phy)
+            sizes.append(size)
+        messages = self.commit_log.read_records(phys, sizes)
+        if not all(messages):
+            return None
+        suggest = max_phy - phys[-1] > memory
+        return GetResult(GetMessageStatus.FOUND, messages, offset + len(phys), min_offset, max_offset, suggest)
+
+    def _pull_units(
+        self,
+        units: list[tuple],
+        max_nums: int,
+        wanted: frozenset[int] | None,
+        offset: int,
+        min_offset: int,
+        max_offset: int,
+        max_phy: int,
+        memory: int,
+    ) -> GetResult:
+        """A pull unit by unit: filters, records being removed, in-disk limits (spec 16.2)."""
+        config = self.config
+        commit_log = self.commit_log
+        get_data = commit_log.get_data
+        decode = rec.decode_record
         bytes_mem, count_mem = (
             config.max_transfer_bytes_on_message_in_memory,
             config.max_transfer_count_on_message_in_memory,
@@ -89,7 +138,7 @@ class MessageReader:
         next_offset = offset
         next_file_start = -1
         last_phy = 0
-        for phy, size, code in _UNITS.iter_unpack(data):
+        for phy, size, code in units:
             if messages:  # isTheBatchFull
                 count = len(messages)
                 if count >= max_nums or total + size > _MAX_PULL_SIZE:
@@ -107,17 +156,13 @@ class MessageReader:
                 if (code32 - (1 << 32) if code32 & 0x80000000 else code32) not in wanted:
                     continue
             buf = get_data(phy, size)
-            if buf is None:
+            message = decode(buf) if buf is not None else None
+            if message is None:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = commit_log.roll_next_file(phy)
                 continue
-            try:
-                messages.append(decode(buf))
-            except RecordError:
-                if not messages:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                continue
+            messages.append(message)
             total += size
             last_phy = phy
             next_file_start = -1

@@ -193,12 +193,18 @@ class MessageWriter:
             raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
         return self._put_prepared(message, queue_id)
 
+    def _topic_head(self, topic: str) -> bytes | None:
+        """The topic length byte and topic of V1 records (cached), None for a topic needing V2."""
+        raw = topic.encode("utf-8")
+        if len(raw) > rec.TOPIC_MAX_BYTES_V1:
+            return None
+        head = self._topic_heads[topic] = bytes((len(raw),)) + raw
+        return head
+
     def _put_prepared(self, message: Message, queue_id: int) -> PutResult:
         topic = message.topic
         if topic not in self._topic_heads:
-            raw = topic.encode("utf-8")
-            if len(raw) <= rec.TOPIC_MAX_BYTES_V1:
-                self._topic_heads[topic] = bytes((len(raw),)) + raw
+            self._topic_head(topic)
         prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000)
         if type(prepared) is PutResult:
             return prepared
@@ -215,17 +221,27 @@ class MessageWriter:
         if not messages:
             raise InvalidMessageError("a batch holds at least one message")
         topic = messages[0].topic
+        plain = self._plain
         for m in messages:
             if type(m) is not Message:
                 raise InvalidMessageError(f"put_batch takes Messages, not {type(m).__name__}")
             if m.topic != topic:
                 raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {m.topic!r}")
-            if m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
-                return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
-            if m.properties.get("DELAY", "0") not in ("0", ""):
-                return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
+            if m._extra is not None:
+                plain = False
+                if m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
+                    return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
+            if m._props is not None:
+                plain = False
+                if m._props.get("DELAY", "0") not in ("0", ""):
+                    return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
         extra = encode_properties(properties) if properties else ""
         now = _time_ns() // 1_000_000
+        head = self._topic_heads.get(topic) or self._topic_head(topic)
+        if plain and head is not None and not self.config.enabled_append_prop_crc:
+            result = self._put_plain_batch(topic, head, queue_id, messages, extra, now)
+            if result is not None:
+                return result
         prepare = self._prepare
         items = []
         for m in messages:
@@ -234,6 +250,62 @@ class MessageWriter:
                 return prepared
             items.append(prepared)
         return self._append(topic, queue_id, items, messages)
+
+    def _put_plain_batch(
+        self, topic: str, head: bytes, queue_id: int, messages: Sequence[Message], extra: str, now: int
+    ) -> PutResult | None:
+        """A batch of tags-and-keys messages for the store's own host (None: take the general path)."""
+        max_size = self.config.max_message_size
+        next_uniq = self.uniq_keys.next
+        cached_tags_code = _tags_cache.get
+        short = rec._SHORT.pack
+        join = b"".join
+        suffix = f"\x02{extra}" if extra else ""
+        items = []
+        add = items.append
+        for m in messages:
+            body = m.body
+            if len(body) > max_size:
+                return None
+            uniq = next_uniq(now)
+            tags, keys = m._tags, m._keys
+            if tags is None:
+                text = f"UNIQ_KEY\x01{uniq}" if keys is None else f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
+                code = 0
+            else:
+                text = (
+                    f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}"
+                    if keys is None
+                    else f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
+                )
+                code = cached_tags_code(tags)
+                if code is None:
+                    code = tags_code(tags)
+            props = (text + suffix).encode() if suffix else text.encode()
+            if len(props) > rec.PROPERTIES_MAX_LENGTH:
+                return None
+            tail = join((head, short(len(props)), props))
+            add((body, tail, 88 + len(body) + len(tail), crc32(body) & 0x7FFFFFFF, m.flag, code, keys, uniq))
+        result = self.commit_log.append_plain_batch(topic, queue_id, items, now, self.store_host)
+        if result[0] is not _PUT_OK:
+            return PutResult.refused(result[0], result[6])
+        status = _PUT_OK
+        if self.flush_handler is not None:
+            status = self.flush_handler(result, messages)
+        return PutResult(
+            (
+                status,
+                result[1],
+                result[3],
+                result[4],
+                result[2],
+                len(items),
+                result[5],
+                self.store_host,
+                [i[7] for i in items],
+                "",
+            )
+        )
 
     def _append(self, topic: str, queue_id: int, items: list[tuple], messages: Sequence[Message]) -> PutResult:
         result = self.commit_log.append(topic, queue_id, items)

@@ -22,6 +22,7 @@ from rocketstore.codec.properties import (
     is_valid_property_text,
 )
 from rocketstore.codec.topic import known_topics as _known_topics
+from rocketstore.codec.topic import topic_text as _topic_text
 from rocketstore.codec.topic import validate_topic
 from rocketstore.errors import InvalidMessageError
 
@@ -180,18 +181,20 @@ def _checked_properties(properties: dict[str, str]) -> dict[str, str]:
 
 
 class StoredMessage:
-    """A record read back from the commit log. Field names are the export's, in snake_case."""
+    """A record read back from the commit log. Field names are the export's, in snake_case.
 
-    __slots__ = ("_h", "_props", "_raw_props", "body", "topic", "version")
+    It keeps the record's bytes and its unpacked header; the body, topic and properties are cut
+    out of the bytes when first asked for, so a pull costs little more than the copy it needs.
+    """
 
-    # indexes into the unpacked header (see record.HEADER_FIELDS)
-    def __init__(self, header: tuple, body: bytes, topic: str, raw_props: bytes, version: int = 1) -> None:
-        self._h = header
-        self.body = body
-        self.topic = topic
-        self._raw_props = raw_props
+    __slots__ = ("_h", "_l", "_props", "_raw", "_topic")
+
+    def __init__(self, header: tuple, raw: bytes, layout: tuple[int, int, int, int, int]) -> None:
+        self._h = header  # the unpacked header: total, magic, crc, queueId, flag, queueOffset, ...
+        self._raw = raw  # the record's bytes
+        self._l = layout  # body start, topic start, topic length, properties start, properties length
+        self._topic: str | None = None
         self._props: dict[str, str] | None = None
-        self.version = version
 
     store_size = property(lambda self: self._h[0])
     body_crc = property(lambda self: self._h[2])
@@ -206,34 +209,86 @@ class StoredMessage:
     store_host = property(lambda self: format_host(self._h[11]))
     reconsume_times = property(lambda self: self._h[12])
     prepared_transaction_offset = property(lambda self: self._h[13])
+    body_len = property(lambda self: self._h[14])
 
     @property
-    def body_len(self) -> int:
-        return len(self.body)
+    def version(self) -> int:
+        """1 for V1 records (1-byte topic length), 2 for V2."""
+        return 2 if self._h[1] == -626843477 else 1
+
+    @property
+    def body(self) -> bytes:
+        start = self._l[0]
+        return self._raw[start : start + self._h[14]]
+
+    @property
+    def topic(self) -> str:
+        topic = self._topic
+        if topic is None:
+            _, at, length, _, _ = self._l
+            topic = self._topic = _topic_text(self._raw[at : at + length])
+        return topic
+
+    @property
+    def raw(self) -> bytes:
+        """The whole record, exactly as stored."""
+        return self._raw
+
+    @property
+    def properties_raw(self) -> bytes:
+        """The stored properties bytes, exactly as on disk."""
+        _, _, _, at, length = self._l
+        return self._raw[at : at + length]
 
     @property
     def properties(self) -> dict[str, str]:
         props = self._props
         if props is None:
-            props = self._props = decode_properties(self._raw_props.decode("utf-8", "replace"))
+            props = self._props = decode_properties(self.properties_raw.decode("utf-8", "replace"))
         return props
 
-    @property
-    def properties_raw(self) -> bytes:
-        """The stored properties bytes, exactly as on disk."""
-        return self._raw_props
+    def _property(self, name: str, marker: bytes) -> str | None:
+        """One property, found in the stored bytes without parsing them all (last one wins)."""
+        if self._props is not None:
+            return self._props.get(name)
+        raw = self._raw
+        at = self._l[3]
+        end = len(raw)
+        i = raw.rfind(marker, at, end)
+        if i >= 0:
+            i += len(marker)
+        elif raw.startswith(marker[1:], at):
+            i = at + len(marker) - 1
+        else:
+            return None
+        j = raw.find(b"\x02", i, end)
+        value = raw[i : j if j >= 0 else end]
+        return value.decode("utf-8", "replace") if value else None
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(TAGS)
+        if self._props is not None:
+            return self._props.get(TAGS)
+        raw = self._raw
+        at = self._l[3]
+        i = raw.rfind(b"\x02TAGS\x01", at)
+        if i >= 0:
+            i += 6
+        elif raw.startswith(b"TAGS\x01", at):
+            i = at + 5
+        else:
+            return None
+        j = raw.find(b"\x02", i)
+        text = (raw[i:j] if j >= 0 else raw[i:]).decode("utf-8", "replace")
+        return text or None
 
     @property
     def keys(self) -> str | None:
-        return self.properties.get(KEYS)
+        return self._property(KEYS, b"\x02KEYS\x01")
 
     @property
     def uniq_key(self) -> str | None:
-        return self.properties.get(UNIQ_KEY)
+        return self._property(UNIQ_KEY, b"\x02UNIQ_KEY\x01")
 
     @property
     def msg_id(self) -> str:
@@ -286,7 +341,7 @@ class StoredMessage:
             "keys": props.get(KEYS),
             "properties": dict(sorted(props.items())),
             "bodyCRC": self.body_crc,
-            "bodyLen": len(self.body),
+            "bodyLen": self.body_len,
             "body": base64.b64encode(self.body).decode("ascii"),
             "bornTimestamp": self.born_timestamp,
             "bornHost": self.born_host,
@@ -304,17 +359,11 @@ class StoredMessage:
     def __repr__(self) -> str:
         return (
             f"StoredMessage(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
-            f"commit_log_offset={self.commit_log_offset}, body=<{len(self.body)} bytes>)"
+            f"commit_log_offset={self.commit_log_offset}, body=<{self.body_len} bytes>)"
         )
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, StoredMessage)
-            and self._h == other._h
-            and self.body == other.body
-            and self.topic == other.topic
-            and self._raw_props == other._raw_props
-        )
+        return isinstance(other, StoredMessage) and self._raw == other._raw
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -54,3 +54,18 @@ def split_keys(keys: str | None) -> list[str]:
 def is_valid_property_text(text: str) -> bool:
     """True when a name or value can be stored without breaking the separators."""
     return NAME_VALUE_SEPARATOR not in text and PROPERTY_SEPARATOR not in text
+
+
+def property_value(props: bytes, marker: bytes) -> bytes | None:
+    """The last value of the property introduced by ``marker`` (``b"\\x02NAME\\x01"``), or None.
+
+    ``props`` must start with a 0x02 so the first property matches too. Empty values count as
+    absent, as in RocketMQ's parser.
+    """
+    i = props.rfind(marker)
+    if i < 0:
+        return None
+    i += len(marker)
+    j = props.find(b"\x02", i)
+    value = props[i:j] if j >= 0 else props[i:]
+    return value or None

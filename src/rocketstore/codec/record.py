@@ -180,66 +180,64 @@ def blank_record(size: int) -> bytes:
     return _INT2.pack(size, BLANK_MAGIC_CODE)
 
 
-_topic_cache: dict[bytes, str] = {}
-
-
-def topic_text(raw: bytes) -> str:
-    topic = _topic_cache.get(raw)
-    if topic is None:
-        topic = raw.decode("utf-8", "replace")
-        if len(_topic_cache) < 65536:
-            _topic_cache[raw] = topic
-    return topic
-
-
 def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) -> StoredMessage:
-    """Decode the record at ``pos`` of ``buf``; RecordError if it is not a whole, valid record."""
-    if len(buf) - pos < 8:
-        raise RecordError(f"no record at {pos}: {len(buf) - pos} bytes left")
-    total, magic = _INT2.unpack_from(buf, pos)
-    if magic == MESSAGE_MAGIC_CODE:
-        v2 = False
-    elif magic == MESSAGE_MAGIC_CODE_V2:
-        v2 = True
-    elif magic == BLANK_MAGIC_CODE:
-        raise RecordError(f"the record at {pos} is the end-of-file marker")
-    else:
-        raise RecordError(f"bad magic code {magic & 0xFFFFFFFF:#010x} at {pos}")
-    end = pos + total
-    if total < 0 or end > len(buf):
-        raise RecordError(f"the record at {pos} claims {total} bytes; {len(buf) - pos} are there")
-    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-    header = HEADERS[(sys_flag >> 4) & 3]
-    try:
-        h = header.unpack_from(buf, pos)
-        p = pos + header.size
-        body_len = h[14]
-        if body_len < 0:
-            raise RecordError(f"negative body length at {pos}")
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if v2:
-            topic_len = _SHORT.unpack_from(buf, p)[0]
-            p += 2
-        else:
-            topic_len = _signed_byte(buf[p])
-            p += 1
-        if topic_len < 0:
-            raise RecordError(f"negative topic length at {pos}")
-        topic = topic_text(bytes(buf[p : p + topic_len]))
-        p += topic_len
-        props_len = _SHORT.unpack_from(buf, p)[0]
-        p += 2
-        props = bytes(buf[p : p + max(props_len, 0)]) if props_len > 0 else b""
-        p += max(props_len, 0)
-    except struct.error:
-        raise RecordError(f"the record at {pos} is cut short") from None
-    if p != end:
-        raise RecordError(f"the record at {pos} has TOTALSIZE {total} but its fields take {p - pos} bytes")
-    if check_crc and (crc32(body) & 0x7FFFFFFF) != h[2]:
+    """Decode the record at ``pos`` of ``buf``; RecordError if it is not a whole, valid record.
+
+    Only the header is unpacked here; the body, topic and properties are taken from the record's
+    bytes when a caller asks for them.
+    """
+    if pos or type(buf) is not bytes:
+        if len(buf) - pos < 8:
+            raise RecordError(f"no record at {pos}: {len(buf) - pos} bytes left")
+        total = _INT.unpack_from(buf, pos)[0]
+        if total < 91 or pos + total > len(buf):
+            raise RecordError(f"the record at {pos} claims {total} bytes; {len(buf) - pos} are there")
+        buf = bytes(buf[pos : pos + total])
+    message = decode_record(buf)
+    if message is None:
+        raise RecordError(_what_is_wrong(buf, pos))
+    if check_crc and not message.body_crc_ok():
         raise RecordError(f"body CRC mismatch in the record at {pos}")
-    return StoredMessage(h, body, topic, props, 2 if v2 else 1)
+    return message
 
 
-def _signed_byte(b: int) -> int:
-    return b - 256 if b > 127 else b
+_UNPACK = tuple(h.unpack_from for h in HEADERS)
+_BODY_AT = tuple(h.size for h in HEADERS)
+
+
+def decode_record(raw: bytes) -> StoredMessage | None:
+    """``raw`` holding exactly one record -> its StoredMessage, or None if it is not a valid one."""
+    try:
+        hosts = (raw[39] >> 4) & 3  # the IPv6 host bits live in SYSFLAG's last byte
+        h = _UNPACK[hosts](raw)
+        topic_at = _BODY_AT[hosts] + h[14]
+        if h[1] == MESSAGE_MAGIC_CODE:
+            topic_len = raw[topic_at]
+            topic_at += 1
+            if topic_len > 127:  # a negative signed byte
+                return None
+        elif h[1] == MESSAGE_MAGIC_CODE_V2:
+            topic_len = (raw[topic_at] << 8) | raw[topic_at + 1]
+            topic_at += 2
+        else:
+            return None
+        props_at = topic_at + topic_len + 2
+        props_len = (raw[props_at - 2] << 8) | raw[props_at - 1]
+    except (IndexError, struct.error):
+        return None
+    if props_len > 32767:  # a negative short: no properties
+        props_len = 0
+    if props_at + props_len != len(raw) or h[0] != len(raw) or topic_len > 32767 or h[14] < 0:
+        return None
+    return StoredMessage(h, raw, (_BODY_AT[hosts], topic_at, topic_len, props_at, props_len))
+
+
+def _what_is_wrong(raw: bytes, pos: int) -> str:
+    if len(raw) < 8:
+        return f"no record at {pos}"
+    total, magic = _INT2.unpack_from(raw)
+    if magic == BLANK_MAGIC_CODE:
+        return f"the record at {pos} is the end-of-file marker"
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        return f"bad magic code {magic & 0xFFFFFFFF:#010x} at {pos}"
+    return f"the record at {pos} has TOTALSIZE {total} but its fields do not add up to it"

@@ -12,10 +12,44 @@ import struct
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import crc32
 from rocketstore.codec.ids import tags_code
-from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.codec.properties import property_value
+from rocketstore.codec.topic import SCHEDULE_TOPIC, topic_text
 
-# Positions in a dispatch request tuple.
+# Positions in a dispatch request tuple (one record). A batch request, from the put path, has the
+# first record's fields with lists for the tags codes, keys and unique keys, plus the sizes.
 D_TOPIC, D_QUEUE_ID, D_OFFSET, D_SIZE, D_TAGS_CODE, D_STORE_TS, D_QUEUE_OFFSET, D_KEYS, D_UNIQ, D_SYSFLAG = range(10)
+
+REQUEST_LEN = 10
+BATCH_LEN = 11
+D_SIZES = 10  # in a batch request: the size of each record (D_SIZE holds their sum)
+
+
+def batch_request(
+    topic: str,
+    queue_id: int,
+    first_offset: int,
+    sizes: list[int],
+    tags_codes: list[int],
+    store_timestamp: int,
+    first_queue_offset: int,
+    keys: list[str | None],
+    uniq_keys: list[str | None],
+) -> tuple:
+    """The request of a batch of plain records stored back to back."""
+    return (
+        topic,
+        queue_id,
+        first_offset,
+        sum(sizes),
+        tags_codes,
+        store_timestamp,
+        first_queue_offset,
+        keys,
+        uniq_keys,
+        0,
+        sizes,
+    )
+
 
 # Why a scan stopped.
 STOP_END = 0  # zeros or not enough bytes left: the end of written data
@@ -35,21 +69,6 @@ _P_TAGS = b"\x02TAGS\x01"
 _P_KEYS = b"\x02KEYS\x01"
 _P_UNIQ = b"\x02UNIQ_KEY\x01"
 _P_DELAY = b"\x02DELAY\x01"
-
-
-def property_value(props: bytes, marker: bytes) -> bytes | None:
-    """The last value of the property introduced by ``marker`` (``b"\\x02NAME\\x01"``), or None.
-
-    ``props`` must start with a 0x02 so the first property matches too. Empty values count as
-    absent, as in RocketMQ's parser.
-    """
-    i = props.rfind(marker)
-    if i < 0:
-        return None
-    i += len(marker)
-    j = props.find(b"\x02", i)
-    value = props[i:j] if j >= 0 else props[i:]
-    return value or None
 
 
 def delay_tags_code(props: bytes, store_ts: int, delay_millis: tuple[int, ...]) -> int | None:
@@ -124,7 +143,7 @@ def scan(
             p += 2
         if p + topic_len + 2 > rec_end:
             return out, pos, STOP_BAD
-        topic = rec.topic_text(bytes(buf[p : p + topic_len]))
+        topic = topic_text(bytes(buf[p : p + topic_len]))
         p += topic_len
         props_len = unpack_short(buf, p)[0]
         p += 2

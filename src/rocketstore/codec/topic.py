@@ -54,3 +54,15 @@ def validate_topic(topic: object) -> str:
 
 def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
+
+
+_topic_cache: dict[bytes, str] = {}
+
+
+def topic_text(raw: bytes) -> str:
+    topic = _topic_cache.get(raw)
+    if topic is None:
+        topic = raw.decode("utf-8", "replace")
+        if len(_topic_cache) < 65536:
+            _topic_cache[raw] = topic
+    return topic

@@ -17,6 +17,7 @@ from operator import itemgetter
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.message import StoredMessage
+from rocketstore.codec.scan import batch_request
 from rocketstore.errors import RecordError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.file_queue import MappedFileQueue
@@ -240,6 +241,73 @@ class CommitLog:
 
         return append
 
+    def append_plain_batch(
+        self, topic: str, queue_id: int, items: list[tuple], born_ts: int, host: bytes
+    ) -> AppendResult:
+        """``append`` for a batch of plain records (what ``plain_appender`` writes, several at once).
+
+        ``items`` are (body, tail, total, crc, flag, tags code, KEYS, UNIQ_KEY).
+        """
+        total = sum([item[2] for item in items])
+        if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return _refused(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                f"{total} bytes of records cannot fit a {self.file_size}-byte commit-log segment",
+            )
+        pack = rec.HEADERS[0].pack
+        magic = rec.MESSAGE_MAGIC_CODE
+        handoff_add = self.handoff.append
+        key = (topic, queue_id)
+        with self.put_lock:
+            now = born_ts if born_ts >= self._last_store_ts else self._last_store_ts
+            self._last_store_ts = self.begin_time_in_lock = now
+            mapped = self._current
+            if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
+                mapped = self._writable_for(total, now)
+                if mapped is None:
+                    self.begin_time_in_lock = 0
+                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+            first_queue_offset = self.topic_queue_table.get(key)
+            if first_queue_offset is None:
+                first_queue_offset = 0
+                if self.on_new_queue is not None:
+                    self.on_new_queue(key)
+            q = first_queue_offset
+            first = phy = mapped.file_from_offset + mapped.wrote_position
+            parts = []
+            add = parts.append
+            offsets = []
+            for body, tail, size, crc, flag, _, _, _ in items:
+                add(pack(size, magic, crc, queue_id, flag, q, phy, 0, born_ts, host, now, host, 0, 0, len(body)))
+                add(body)
+                add(tail)
+                offsets.append(phy)
+                phy += size
+                q += 1
+            mapped.append(b"".join(parts))
+            handoff_add(
+                batch_request(
+                    topic,
+                    queue_id,
+                    first,
+                    [item[2] for item in items],
+                    [item[5] for item in items],
+                    now,
+                    first_queue_offset,
+                    [item[6] for item in items],
+                    [item[7] for item in items],
+                )
+            )
+            mapped.store_timestamp = now
+            self.topic_queue_table[key] = q
+            if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
+                self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
+            self.begin_time_in_lock = 0
+        wake = self.wake_event
+        if wake is not None and not wake.is_set():
+            wake.set()
+        return AppendResult((PutMessageStatus.PUT_OK, first, total, first_queue_offset, now, offsets, ""))
+
     def _writable_for(self, total: int, now: int) -> MappedFile | None:
         """The segment ``total`` bytes go to: the current one, or (after its end-of-file marker)
         a new one. Called under the put lock."""
@@ -309,9 +377,14 @@ class CommitLog:
     # -- reading -------------------------------------------------------------------------------
     def get_data(self, offset: int, size: int) -> bytes | None:
         """``size`` bytes at ``offset`` if they are all readable, else None."""
-        mapped = self.queue.find_by_offset(offset, offset == 0)
-        if mapped is None:
+        files = self.queue.files
+        if not files:
             return None
+        file_size = self.file_size
+        index = offset // file_size - files[0].file_from_offset // file_size
+        if index < 0 or index >= len(files):
+            return None
+        mapped = files[index]
         pos = offset - mapped.file_from_offset
         if pos < 0 or pos + size > mapped.read_position:
             return None
@@ -319,6 +392,32 @@ class CommitLog:
             return mapped.mm[pos : pos + size]
         except ValueError:  # unmapped by cleanup in the meantime
             return None
+
+    def read_records(self, offsets: list[int], sizes: list[int]) -> list[StoredMessage | None]:
+        """Decode the records at ``offsets`` (of ``sizes`` bytes each); None where one is not
+        readable or not valid. The bulk form of ``read_message``, for pulls and scans."""
+        files = self.queue.files
+        if not files:
+            return [None] * len(offsets)
+        file_size = self.file_size
+        first = files[0].file_from_offset // file_size
+        count = len(files)
+        decode = rec.decode_record
+        out: list[StoredMessage | None] = []
+        add = out.append
+        for offset, size in zip(offsets, sizes, strict=True):
+            index = offset // file_size - first
+            if 0 <= index < count:
+                mapped = files[index]
+                pos = offset - mapped.file_from_offset
+                if pos + size <= mapped.read_position:
+                    try:
+                        add(decode(mapped.mm[pos : pos + size]))
+                        continue
+                    except ValueError:  # unmapped by cleanup in the meantime
+                        pass
+            add(None)
+        return out
 
     def record_size_at(self, offset: int) -> int:
         head = self.get_data(offset, 4)

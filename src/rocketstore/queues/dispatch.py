@@ -7,28 +7,15 @@ they arrive in log order and are applied in batches.
 
 from __future__ import annotations
 
-from operator import itemgetter
-
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
-from rocketstore.codec.scan import (
-    D_OFFSET,
-    D_QUEUE_ID,
-    D_QUEUE_OFFSET,
-    D_SIZE,
-    D_STORE_TS,
-    D_SYSFLAG,
-    D_TAGS_CODE,
-    D_TOPIC,
-)
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
+from rocketstore.queues.records import Records
 
-_QUEUE_KEY = itemgetter(D_TOPIC, D_QUEUE_ID)
-_UNIT_FIELDS = (itemgetter(D_OFFSET), itemgetter(D_SIZE), itemgetter(D_TAGS_CODE), itemgetter(D_QUEUE_OFFSET))
 _PREPARED_BIT = sf.TRANSACTION_PREPARED_TYPE  # set for PREPARED (0x4) and ROLLBACK (0xC)
 
 
@@ -42,34 +29,35 @@ class Dispatcher:
 
     def dispatch(self, requests: list[tuple]) -> None:
         """Build the consume queues (NOT/COMMIT records) and the index for ``requests``."""
-        # NOT (0) and COMMIT (8) records are queued: bit 0x4 clear; end-of-file markers have no topic
-        queued = [r for r in requests if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT]
-        if queued:
-            n = len(queued)
-            queue_keys = list(map(_QUEUE_KEY, queued))
+        records = Records.of(requests)
+        if not len(records):
+            return
+        # NOT (0) and COMMIT (8) records are queued: bit 0x4 clear
+        queued = records.select((records.sys_flags & _PREPARED_BIT) == 0)
+        n = len(queued)
+        if n:
+            queue_keys = queued.queue_keys
             ids = {k: i for i, k in enumerate(dict.fromkeys(queue_keys))}
-            queue_of = np.fromiter(map(ids.__getitem__, queue_keys), dtype=np.int64, count=n)
-            columns = [np.fromiter(map(get, queued), dtype=np.int64, count=n) for get in _UNIT_FIELDS]
+            phys, sizes, queue_offsets = queued.offsets, queued.sizes, queued.queue_offsets
+            packed = np.empty(n, dtype=UNIT_DTYPE)
+            packed["phy"], packed["size"], packed["tags"] = phys, sizes, queued.tags
             if len(ids) > 1:
+                queue_of = np.fromiter(map(ids.__getitem__, queue_keys), dtype=np.int64, count=n)
                 order = np.argsort(queue_of, kind="stable")
                 queue_of = queue_of[order]
-                columns = [c[order] for c in columns]
-                bounds = np.flatnonzero(np.diff(queue_of)) + 1
-                starts = [0, *bounds.tolist()]
-                ends = [*bounds.tolist(), n]
+                phys, sizes, queue_offsets, packed = phys[order], sizes[order], queue_offsets[order], packed[order]
+                bounds = np.flatnonzero(np.diff(queue_of)).tolist()
+                starts = [0, *(b + 1 for b in bounds)]
+                ends = [*(b + 1 for b in bounds), n]
+                keys = [queue_keys[int(order[a])] for a in starts]
             else:
-                starts, ends = [0], [n]
-            packed = np.empty(n, dtype=UNIT_DTYPE)
-            packed["phy"], packed["size"], packed["tags"] = columns[0], columns[1], columns[2]
+                starts, ends, keys = [0], [n], [queue_keys[0]]
             data = packed.tobytes()
             find = self.queues.find_or_create
-            keys = list(ids)
-            phys, sizes, _, queue_offsets = columns
-            for a, b in zip(starts, ends, strict=True):
-                topic, queue_id = keys[int(queue_of[a])]
-                find(topic, queue_id).put_unit_arrays(
+            for key, a, b in zip(keys, starts, ends, strict=True):
+                find(*key).put_unit_arrays(
                     phys[a:b], sizes[a:b], queue_offsets[a:b], data[a * CQ_STORE_UNIT_SIZE : b * CQ_STORE_UNIT_SIZE]
                 )
-            self.checkpoint.logics_msg_timestamp = queued[-1][D_STORE_TS]
+            self.checkpoint.logics_msg_timestamp = int(queued.store_ts[-1])
         if self.index is not None:
-            self.index.build_index(requests)
+            self.index.build_index(records)

@@ -6,22 +6,18 @@ import logging
 import os
 import threading
 import time
-from operator import itemgetter
 
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.ids import index_key_hash, java_hash, prefixed_hashes, token_hashes
-from rocketstore.codec.scan import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ
 from rocketstore.errors import CorruptStoreError
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.index_file import IndexFile, index_file_size
+from rocketstore.queues.records import Records
 
 log = logging.getLogger(__name__)
 _ROLLBACK = sf.TRANSACTION_ROLLBACK_TYPE
-_OFFSET = itemgetter(D_OFFSET)
-_TOPIC = itemgetter(D_TOPIC)
-_STORE_TS = itemgetter(D_STORE_TS)
 
 
 def time_millis_to_human_string(ms: int) -> str:
@@ -40,24 +36,24 @@ def _prefix_hash(topic: str) -> int:
     return h
 
 
-def index_entries(requests: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(key hashes, offsets, store times) of the index entries for dispatch requests, in the order
+def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key hashes, offsets, store times) of the index entries for dispatched records, in the order
     RocketMQ adds them: per record its UNIQ_KEY, then each of its KEYS (``topic#key`` each)."""
-    reqs = [r for r in requests if r[D_TOPIC] is not None and r[D_SYSFLAG] & _ROLLBACK != _ROLLBACK]
-    if not reqs:
+    keep = (records.sys_flags & _ROLLBACK) != _ROLLBACK
+    if not keep.all():
+        records = records.select(keep)
+    n = len(records)
+    if not n:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    n = len(reqs)
-    phys = np.fromiter(map(_OFFSET, reqs), dtype=np.int64, count=n)
-    times = np.fromiter(map(_STORE_TS, reqs), dtype=np.int64, count=n)
-    topics = set(map(_TOPIC, reqs))
+    topics = set(records.topics)
     if len(topics) == 1:
-        prefix = _prefix_hash(next(iter(topics)))
+        prefix: int | np.ndarray = _prefix_hash(next(iter(topics)))
     else:
-        prefix = np.fromiter(map(_prefix_hash, map(_TOPIC, reqs)), dtype=np.int64, count=n)
+        prefix = np.fromiter(map(_prefix_hash, records.topics), dtype=np.int64, count=n)
     parts = []
-    for field, rank in ((D_UNIQ, 0), (D_KEYS, 1)):
-        hashes, owners, lengths = token_hashes([r[field] or "" for r in reqs])
+    for texts, rank in ((records.uniqs, 0), (records.keys, 1)):
+        hashes, owners, lengths = token_hashes([t or "" for t in texts])
         if len(hashes):
             own_prefix = prefix if type(prefix) is int else prefix[owners]
             parts.append((prefixed_hashes(hashes, lengths, own_prefix), owners, owners * 2 + rank))
@@ -73,7 +69,7 @@ def index_entries(requests: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.nda
     h = h.view(np.int32).astype(np.int64)
     np.abs(h, out=h)
     h[h == 2147483648] = 0  # Math.abs(Integer.MIN_VALUE) stays negative: RocketMQ uses 0
-    return h, phys[owners], times[owners]
+    return h, records.offsets[owners], records.store_ts[owners]
 
 
 class IndexService:
@@ -127,23 +123,20 @@ class IndexService:
         self.files = files
 
     # -- building --------------------------------------------------------------------------------
-    def build_index(self, requests: list[tuple]) -> None:
+    def build_index(self, records: Records) -> None:
         """Index the keys and unique keys of dispatched records (skipping ones already indexed)."""
-        if not requests:
+        if not len(records):
             return
         with self._lock:
             last = self.files[-1] if self.files else None
-            if last is not None:
+            if last is not None and int(records.offsets[0]) <= last.end_phy_offset:
                 end_phy = last.end_phy_offset
-                start = 0
-                while start < len(requests) and (
-                    requests[start][D_OFFSET] < end_phy
-                    or (requests[start][D_OFFSET] == end_phy and last.index_count > 1)
-                ):
-                    start += 1
-                if start:
-                    requests = requests[start:]
-            hashes, phy_arr, time_arr = index_entries(requests)
+                side = "right" if last.index_count > 1 else "left"  # the last indexed record is done
+                start = int(np.searchsorted(records.offsets, end_phy, side=side))
+                if start >= len(records):
+                    return
+                records = records.select(np.arange(len(records)) >= start)
+            hashes, phy_arr, time_arr = index_entries(records)
             done = 0
             while done < len(hashes):
                 index = self._writable_file()

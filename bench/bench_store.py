@@ -1,0 +1,167 @@
+"""Store throughput: single put, batched put, pulls, and rebuild after a crash.
+
+The workload is the issue's: ASYNC_FLUSH, 1 KiB bodies, one tag, one key and a UNIQ_KEY per
+message, 8 queues; puts are timed until dispatch has caught up (consume queues and index
+written). Each figure is the median of ``--runs`` runs; the disk's ``dd`` rate is measured in the
+same run, beside them, because machines here are noisy.
+
+    python bench/bench_store.py --dir /path/on/the/disk --runs 3 --messages 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from rocketstore import Message, MessageStore, StoreConfig
+
+TOPIC = "BenchTopic"
+QUEUES = 8
+
+
+def config() -> StoreConfig:
+    return StoreConfig(brokerIP1="127.0.0.1", flushDiskType="ASYNC_FLUSH")
+
+
+def dd_rate(folder: str) -> float:
+    """MB/s of ``dd if=/dev/zero of=F bs=1M count=1024 conv=fdatasync`` in ``folder``."""
+    target = os.path.join(folder, "dd.bin")
+    started = time.perf_counter()
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", "count=1024", "conv=fdatasync"],
+        check=True,
+        capture_output=True,
+    )
+    elapsed = time.perf_counter() - started
+    os.unlink(target)
+    return 1024 * 1024 * 1024 / elapsed / 1e6
+
+
+def bench_put(folder: str, n: int) -> float:
+    body = os.urandom(1024)
+    path = os.path.join(folder, "put")
+    shutil.rmtree(path, ignore_errors=True)
+    with MessageStore.open(path, config()) as store:
+        put = store.put
+        started = time.perf_counter()
+        for i in range(n):
+            put(Message(TOPIC, body, tags="TagA", keys=f"key-{i}"), i & 7)
+        store.wait_for_dispatch(600)
+        elapsed = time.perf_counter() - started
+    shutil.rmtree(path, ignore_errors=True)
+    return n / elapsed
+
+
+def bench_batch(folder: str, n: int, size: int = 32) -> float:
+    body = os.urandom(1024)
+    path = os.path.join(folder, "batch")
+    shutil.rmtree(path, ignore_errors=True)
+    with MessageStore.open(path, config()) as store:
+        put_batch = store.put_batch
+        started = time.perf_counter()
+        for i in range(0, n, size):
+            batch = [Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + size)]
+            put_batch(batch, (i // size) & 7)
+        store.wait_for_dispatch(600)
+        elapsed = time.perf_counter() - started
+    shutil.rmtree(path, ignore_errors=True)
+    return n / elapsed
+
+
+def write_store(path: str, n: int) -> None:
+    body = os.urandom(1024)
+    shutil.rmtree(path, ignore_errors=True)
+    with MessageStore.open(path, config()) as store:
+        for i in range(0, n, 32):
+            store.put_batch([Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + 32)], (i // 32) & 7)
+        store.wait_for_dispatch(600)
+
+
+def bench_get(path: str, n: int) -> float:
+    """Pulls of 32, decoded (every message's fields read), over every queue."""
+    with MessageStore.open(path, config()) as store:
+        started = time.perf_counter()
+        got = 0
+        for queue_id in range(QUEUES):
+            offset = 0
+            while True:
+                result = store.get_message("bench", TOPIC, queue_id, offset, 32)
+                if not result.messages:
+                    break
+                for m in result.messages:
+                    m.queue_offset, m.store_timestamp, m.tags  # noqa: B018 - touch decoded fields
+                got += len(result.messages)
+                offset = result.next_begin_offset
+        elapsed = time.perf_counter() - started
+    assert got == n, (got, n)
+    return n / elapsed
+
+
+def bench_rebuild(path: str) -> tuple[float, float]:
+    """Crash a writer (SIGKILL), delete consumequeue/ and index/, time the reopen.
+
+    Returns (MB of commit log per second, seconds)."""
+    work = path + "-crash"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(path, work)
+    # leave the store as a crash does: abort present; then drop the derived structures
+    code = f"from rocketstore import MessageStore, StoreConfig; import os, signal; s = MessageStore.open({work!r}, StoreConfig(brokerIP1='127.0.0.1')); os.kill(os.getpid(), signal.SIGKILL)"
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert os.path.exists(os.path.join(work, "abort"))
+    shutil.rmtree(os.path.join(work, "consumequeue"))
+    shutil.rmtree(os.path.join(work, "index"))
+    subprocess.run(["sync"], check=True)
+    started = time.perf_counter()
+    store = MessageStore.open(work, config())
+    elapsed = time.perf_counter() - started
+    size = store.max_phy_offset - max(store.min_phy_offset, 0)
+    store.shutdown()
+    shutil.rmtree(work, ignore_errors=True)
+    return size / elapsed / 1e6, elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", default=None, help="folder on the disk to measure (default: a temp folder)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=300000)
+    parser.add_argument("--only", choices=["put", "batch", "get", "rebuild"], action="append")
+    args = parser.parse_args()
+    folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-bench-")
+    os.makedirs(folder, exist_ok=True)
+    which = args.only or ["put", "batch", "get", "rebuild"]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    results: dict[str, list[float]] = {k: [] for k in ["dd", *which]}
+    data = os.path.join(folder, "data")
+    if "get" in which or "rebuild" in which:
+        write_store(data, args.messages)
+    for run in range(args.runs):
+        results["dd"].append(dd_rate(folder))
+        if "put" in which:
+            results["put"].append(bench_put(folder, args.messages))
+        if "batch" in which:
+            results["batch"].append(bench_batch(folder, args.messages))
+        if "get" in which:
+            results["get"].append(bench_get(data, args.messages))
+        if "rebuild" in which:
+            results["rebuild"].append(bench_rebuild(data)[0])
+        print(f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in results.items()), flush=True)
+    shutil.rmtree(data, ignore_errors=True)
+    units = {"dd": "MB/s", "put": "msg/s", "batch": "msg/s (batches of 32)", "get": "msg/s", "rebuild": "MB/s"}
+    print(f"\nmedians of {args.runs} runs, {args.messages:,} messages of 1 KiB, 8 queues:")
+    for key, values in results.items():
+        print(f"  {key:<8} {statistics.median(values):>12,.0f} {units[key]}   (runs: {', '.join(f'{v:,.0f}' for v in values)})")
+    if not args.dir:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
