@@ -13,7 +13,8 @@ from typing import IO, Any
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.message import StoredMessage, message_from_json
-from rocketstore.codec.scan import D_OFFSET, D_SIZE, STOP_BLANK
+from rocketstore.codec.records import Records
+from rocketstore.codec.scan import STOP_BLANK
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
 from rocketstore.store import MessageStore
@@ -51,14 +52,12 @@ def iter_log(store: MessageStore) -> Iterator[StoredMessage]:
     for mapped in commit_log.queue.files:
         if mapped.file_from_offset >= end:
             break
-        batch: list[tuple] = []
-        _stop, reason = walk_segment(mapped, 0, mapped.read_position, batch.extend, check_crc=False)
-        for r in batch:
-            if r[0] is None:
-                continue
-            data = commit_log.get_data(r[D_OFFSET], r[D_SIZE])
-            if data is not None:
-                yield rec.decode(data)
+        found: list[Records] = []
+        _stop, reason = walk_segment(mapped, 0, mapped.read_position, found.append, check_crc=False)
+        for records in found:
+            for message in commit_log.read_records(records.offsets.tolist(), records.sizes.tolist()):
+                if message is not None:
+                    yield message
         if reason != STOP_BLANK:
             break
 

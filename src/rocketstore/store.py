@@ -133,6 +133,7 @@ class MessageStore:
                     config.max_msgs_num_batch,
                 )
                 self.index.load(self.last_exit_ok or not recover_files)
+                self.index.allocator = self.allocator
             self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint)
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not recover_files:

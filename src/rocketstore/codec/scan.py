@@ -1,55 +1,42 @@
 """Walking the records of a commit-log segment (``checkMessageAndReturnSize``, spec 3.9).
 
-``scan`` turns a stretch of a segment into dispatch requests, the facts the consume queues and
-the index need about each record, as plain tuples (field positions below). It stops at the
-end-of-file marker, at zeros, or at the first record that fails a check, and says which.
+``scan_records`` turns a stretch of a segment into ``Records``: what the consume queues and the
+index need about each record. It stops at the end-of-file marker, at zeros, or at the first record
+that fails a check (length, magic, field sizes, body CRC), and says which.
+
+Only the walk from one record to the next is a Python loop (each record's length says where the
+next starts). Everything else is done for the whole stretch at once with numpy: header fields are
+gathered, the field lengths checked, the TAGS, KEYS and UNIQ_KEY values located in the property
+strings and hashed where they lie, so no Python object is made per record beyond its topic.
 """
 
 from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import crc32
-from rocketstore.codec.ids import tags_code
-from rocketstore.codec.properties import property_value
+from rocketstore.codec.ids import _segment_hashes, java_hash, tags_code
+from rocketstore.codec.records import (  # noqa: F401 - the request layout is part of this module's API
+    BATCH_LEN,
+    D_KEYS,
+    D_OFFSET,
+    D_QUEUE_ID,
+    D_QUEUE_OFFSET,
+    D_SIZE,
+    D_SIZES,
+    D_STORE_TS,
+    D_SYSFLAG,
+    D_TAGS_CODE,
+    D_TOPIC,
+    D_UNIQ,
+    REQUEST_LEN,
+    Records,
+    batch_request,
+)
 from rocketstore.codec.topic import SCHEDULE_TOPIC, topic_text
-
-# Positions in a dispatch request tuple (one record). A batch request, from the put path, has the
-# first record's fields with lists for the tags codes, keys and unique keys, plus the sizes.
-D_TOPIC, D_QUEUE_ID, D_OFFSET, D_SIZE, D_TAGS_CODE, D_STORE_TS, D_QUEUE_OFFSET, D_KEYS, D_UNIQ, D_SYSFLAG = range(10)
-
-REQUEST_LEN = 10
-BATCH_LEN = 11
-D_SIZES = 10  # in a batch request: the size of each record (D_SIZE holds their sum)
-
-
-def batch_request(
-    topic: str,
-    queue_id: int,
-    first_offset: int,
-    sizes: list[int],
-    tags_codes: list[int],
-    store_timestamp: int,
-    first_queue_offset: int,
-    keys: list[str | None],
-    uniq_keys: list[str | None],
-) -> tuple:
-    """The request of a batch of plain records stored back to back."""
-    return (
-        topic,
-        queue_id,
-        first_offset,
-        sum(sizes),
-        tags_codes,
-        store_timestamp,
-        first_queue_offset,
-        keys,
-        uniq_keys,
-        0,
-        sizes,
-    )
-
 
 # Why a scan stopped.
 STOP_END = 0  # zeros or not enough bytes left: the end of written data
@@ -59,21 +46,18 @@ STOP_LIMIT = 3  # reached ``limit``: more records may follow
 
 _INT2 = struct.Struct(">ii")
 _INT = struct.Struct(">i")
-_SHORT = struct.Struct(">h")
-_HEADERS = rec.HEADERS
 _V1 = rec.MESSAGE_MAGIC_CODE
 _V2 = rec.MESSAGE_MAGIC_CODE_V2
 _BLANK = rec.BLANK_MAGIC_CODE
-
-_P_TAGS = b"\x02TAGS\x01"
-_P_KEYS = b"\x02KEYS\x01"
-_P_UNIQ = b"\x02UNIQ_KEY\x01"
-_P_DELAY = b"\x02DELAY\x01"
+_SPAN = {n: np.arange(n, dtype=np.int64) for n in (2, 4, 8)}
+_BE = {2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 
 
 def delay_tags_code(props: bytes, store_ts: int, delay_millis: tuple[int, ...]) -> int | None:
     """The deliver time a SCHEDULE_TOPIC_XXXX consume-queue unit holds, or None without DELAY."""
-    raw = property_value(props, _P_DELAY)
+    from rocketstore.codec.properties import property_value
+
+    raw = property_value(b"\x02" + props, b"\x02DELAY\x01")
     if raw is None:
         return None
     try:
@@ -86,6 +70,295 @@ def delay_tags_code(props: bytes, store_ts: int, delay_millis: tuple[int, ...]) 
     return store_ts + delay_millis[level - 1]
 
 
+def _walk(buf: bytes | memoryview, pos: int, end: int, limit: int) -> tuple[list[int], int, int]:
+    """Record starts from ``pos``: follow each record's length until something else is there."""
+    starts: list[int] = []
+    add = starts.append
+    unpack2 = _INT2.unpack_from
+    while True:
+        if pos >= limit:
+            return starts, pos, STOP_LIMIT if pos < end else STOP_END
+        left = end - pos
+        if left <= 4:
+            return starts, pos, STOP_END
+        if left < 8:
+            return starts, pos, STOP_END if _INT.unpack_from(buf, pos)[0] == 0 else STOP_BAD
+        total, magic = unpack2(buf, pos)
+        if magic in (_V1, _V2):
+            if total < 91 or total > left:
+                return starts, pos, STOP_BAD
+            add(pos)
+            pos += total
+        elif magic == _BLANK:
+            return starts, pos, STOP_BLANK
+        else:
+            return starts, pos, STOP_END if total == 0 and magic == 0 else STOP_BAD
+
+
+class _Gather:
+    """Big-endian integers at many positions of one buffer."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+        self.last = len(data) - 1
+
+    def int(self, at: np.ndarray, width: int) -> np.ndarray:
+        index = np.minimum(at[:, None] + _SPAN[width], self.last)
+        return self.data[index].view(_BE[width]).reshape(-1).astype(np.int64)
+
+
+def scan_records(
+    buf: bytes | memoryview,
+    pos: int,
+    end: int,
+    base_offset: int,
+    *,
+    check_crc: bool,
+    delay_millis: tuple[int, ...] = (),
+    limit: int | None = None,
+    strings: bool = False,
+) -> tuple[Records, int, int]:
+    """The records of ``buf[pos:end]``; no record starts at or after ``limit`` (default ``end``).
+
+    ``base_offset`` is the commit-log offset of ``buf[0]``. Returns (records, stop position,
+    reason): the stop position is just after the last good record, or at the end-of-file marker.
+    With ``strings`` the records carry their keys and unique keys as text as well.
+    """
+    if limit is None or limit > end:
+        limit = end
+    starts, stop, reason = _walk(buf, pos, end, limit)
+    if not starts:
+        return Records(), stop, reason
+    data = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return _columns(buf, data, starts, stop, reason, base_offset, check_crc, delay_millis, strings)
+    finally:
+        del data  # a view of an mmap must not outlive the call (the mapping could not be closed)
+
+
+def _columns(
+    buf: bytes | memoryview,
+    data: np.ndarray,
+    starts: list[int],
+    stop: int,
+    reason: int,
+    base_offset: int,
+    check_crc: bool,
+    delay_millis: tuple[int, ...],
+    strings: bool,
+) -> tuple[Records, int, int]:
+    g = _Gather(data)
+    at = np.array(starts, dtype=np.int64)
+    total = g.int(at, 4)
+    v2 = g.int(at + 4, 4) == _V2
+    sys_flag = g.int(at + 36, 4)
+    born = 8 + 12 * ((sys_flag >> 4) & 1)
+    store = 8 + 12 * ((sys_flag >> 5) & 1)
+    body_len = g.int(at + 68 + born + store, 4)
+    body_at = at + 72 + born + store
+    ends = at + total
+    topic_len_at = body_at + body_len
+    topic_len = np.where(v2, g.int(topic_len_at, 2) & 0xFFFF, data[np.minimum(topic_len_at, g.last)])
+    topic_at = topic_len_at + np.where(v2, 2, 1)
+    props_len_at = topic_at + topic_len
+    props_len = np.maximum(g.int(props_len_at, 2), 0)  # a negative short: no properties
+    props_at = props_len_at + 2
+    ok = (
+        (body_len >= 0)
+        & (topic_len_at + 3 <= ends)
+        & np.where(v2, topic_len <= 32767, topic_len <= 127)
+        & (props_at + props_len == ends)
+    )
+    n = len(starts)
+    if not ok.all():
+        n = int(np.argmin(ok))
+        stop, reason = starts[n], STOP_BAD
+    crcs = g.int(at[:n] + 8, 4) if check_crc else None
+    if crcs is not None:
+        view = memoryview(buf)
+        try:
+            for i, (b, e, want) in enumerate(
+                zip(body_at[:n].tolist(), topic_len_at[:n].tolist(), crcs.tolist(), strict=True)
+            ):
+                if crc32(view[b:e]) & 0x7FFFFFFF != want:
+                    n, stop, reason = i, starts[i], STOP_BAD
+                    break
+        finally:
+            view.release()
+    records = Records()
+    if n == 0:
+        return records, stop, reason
+    if n < len(starts):
+        at, total, sys_flag, topic_at, topic_len = at[:n], total[:n], sys_flag[:n], topic_at[:n], topic_len[:n]
+        props_at, props_len, born = props_at[:n], props_len[:n], born[:n]
+    records.offsets = at + base_offset
+    records.sizes = total
+    records.sys_flags = sys_flag
+    records.queue_ids = g.int(at + 12, 4)
+    records.queue_offsets = g.int(at + 20, 8)
+    records.store_ts = g.int(at + 48 + born, 8)
+    records.topics = _topics(data, topic_at, topic_len)
+    _properties(records, buf, data, props_at, props_len, delay_millis, strings)
+    return records, stop, reason
+
+
+def _topics(data: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> list[str]:
+    """Every record's topic. A window holds few topics: records are grouped by the hash and
+    length of their topic, each group's bytes checked equal, and one string made per group."""
+    units, s, e = _compact(data, topic_at, topic_at + topic_len)
+    key = (_segment_hashes(units, s, e).astype(np.int64) << 8) | np.minimum(topic_len, 255)
+    _, first, which = np.unique(key, return_index=True, return_inverse=True)
+    names = []
+    for g, row in enumerate(first.tolist()):
+        raw = units[s[row] : e[row]]
+        members = np.flatnonzero(which == g)
+        if len(members) > 1:  # make sure a hash collision cannot merge two topics
+            same = (units[s[members, None] + np.arange(len(raw))] == raw).all(axis=1) if len(raw) else True
+            if not np.all(same):
+                return [topic_text(units[a:b].tobytes()) for a, b in zip(s.tolist(), e.tolist(), strict=True)]
+        names.append(topic_text(raw.tobytes()))
+    return [names[g] for g in which.tolist()]
+
+
+_TAGS, _KEYS, _UNIQ = b"TAGS\x01", b"KEYS\x01", b"UNIQ_KEY\x01"
+
+
+def _properties(
+    records: Records,
+    buf: bytes | memoryview,
+    data: np.ndarray,
+    props_at: np.ndarray,
+    props_len: np.ndarray,
+    delay_millis: tuple[int, ...],
+    strings: bool,
+) -> None:
+    """Tags codes and index keys of every record, found in the property strings all at once.
+
+    The property strings are laid back to back and cut at their separators into name/value
+    segments; a segment whose first bytes are ``TAGS\x01`` (and so on) holds that property.
+    """
+    n = len(props_at)
+    lengths = props_len
+    flat_starts = np.cumsum(lengths) - lengths
+    region_end = flat_starts + lengths
+    flat_len = int(lengths.sum())
+    index = np.repeat((props_at - flat_starts).astype(np.int32), lengths)
+    index += np.arange(flat_len, dtype=np.int32)
+    flat = data[index]
+    del index
+    seps = np.flatnonzero(flat == 2)
+    seg_start = np.sort(np.concatenate((flat_starts[lengths > 0], seps + 1)), kind="stable")
+    seg_start = seg_start[seg_start < flat_len]
+    owner = np.searchsorted(flat_starts, seg_start, side="right") - 1
+    next_sep = np.searchsorted(seps, seg_start, side="left")
+    sep_at = np.where(next_sep < len(seps), seps[np.minimum(next_sep, max(len(seps) - 1, 0))], flat_len)
+    seg_end = np.minimum(sep_at, region_end[owner])
+    seg_first = flat[np.minimum(seg_start, max(flat_len - 1, 0))]
+
+    def values(marker: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) in ``flat`` of each record's value for ``marker``; (-1, -1) when absent."""
+        start = np.full(n, -1, dtype=np.int64)
+        stop = np.full(n, -1, dtype=np.int64)
+        width = len(marker)
+        # a name, its 0x01 and a non-empty value; the first byte tells most segments apart
+        fits = np.flatnonzero((seg_first == marker[0]) & (seg_end - seg_start > width))
+        if len(fits):
+            head = flat[seg_start[fits, None] + _SPAN_OF(width)]
+            match = fits[(head == np.frombuffer(marker, dtype=np.uint8)).all(axis=1)]
+            if len(match):
+                # segments come in order, so assigning them in order leaves the last one per record
+                rows = owner[match]
+                start[rows] = seg_start[match] + width
+                stop[rows] = seg_end[match]
+        return start, stop
+
+    tag_start, tag_stop = values(_TAGS)
+    tags = np.zeros(n, dtype=np.int64)
+    rows = np.flatnonzero(tag_start >= 0)
+    if len(rows):
+        units, s, e = _compact(flat, tag_start[rows], tag_stop[rows])
+        tags[rows] = _segment_hashes(units, s, e).view(np.int32).astype(np.int64)
+        for i in np.flatnonzero(~_all_ascii(units, s, e)).tolist():  # Java hashes UTF-16 units
+            r = int(rows[i])
+            tags[r] = tags_code(flat[tag_start[r] : tag_stop[r]].tobytes().decode("utf-8", "replace"))
+    if SCHEDULE_TOPIC in records.topics:
+        store_ts = records.store_ts.tolist()
+        for r, topic in enumerate(records.topics):
+            if topic == SCHEDULE_TOPIC:
+                props = flat[flat_starts[r] : region_end[r]].tobytes()
+                deliver = delay_tags_code(props, store_ts[r], delay_millis)
+                if deliver is not None:
+                    tags[r] = deliver
+    records.tags = tags
+
+    uniq = values(_UNIQ)
+    keys = values(_KEYS)
+    records.index_tokens = (_tokens(flat, *uniq), _tokens(flat, *keys))
+    if strings:
+        records.uniqs = _strings(flat, *uniq)
+        records.keys = _strings(flat, *keys)
+    else:
+        records.uniqs = records.keys = None
+
+
+def _SPAN_OF(width: int) -> np.ndarray:
+    span = _SPAN.get(width)
+    if span is None:
+        span = _SPAN[width] = np.arange(width, dtype=np.int64)
+    return span
+
+
+def _compact(flat: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bytes of the ranges back to back, with the ranges' new bounds."""
+    lengths = stop - start
+    new_stop = np.cumsum(lengths)
+    new_start = new_stop - lengths
+    index = np.repeat(start - new_start, lengths)
+    index += np.arange(len(index), dtype=index.dtype)
+    return flat[index], new_start, new_stop
+
+
+def _all_ascii(units: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """Per range, whether every byte is ASCII."""
+    high = np.concatenate(([0], np.cumsum(units >= 128)))
+    return high[stop] - high[start] == 0
+
+
+def _tokens(flat: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple:
+    """Index tokens (space-separated words) of each record's value: (hashes, lengths, owners)."""
+    rows = np.flatnonzero(start >= 0)
+    if not len(rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.uint32), empty, empty
+    units, s, e = _compact(flat, start[rows], stop[rows])
+    if not (units == 32).any():  # one token per value: the common case
+        t_start, t_stop, owner = s, e, rows
+    else:
+        word = units != 32
+        breaks = np.zeros(len(units) + 1, dtype=bool)
+        breaks[s] = True  # the ranges lie back to back: each range start begins a new word
+        edge_in = word & (breaks[:-1] | ~np.concatenate(([False], word[:-1])))
+        edge_out = word & (breaks[1:] | ~np.concatenate((word[1:], [False])))
+        t_start = np.flatnonzero(edge_in)
+        t_stop = np.flatnonzero(edge_out) + 1
+        owner = rows[np.searchsorted(s, t_start, side="right") - 1]
+    lengths = t_stop - t_start
+    hashes = _segment_hashes(units, t_start, t_stop)
+    ascii_ok = _all_ascii(units, t_start, t_stop)
+    if not ascii_ok.all():  # Java hashes UTF-16 units: redo the tokens holding other characters
+        for i in np.flatnonzero(~ascii_ok).tolist():
+            token = units[t_start[i] : t_stop[i]].tobytes().decode("utf-8", "replace")
+            hashes[i] = java_hash(token) & 0xFFFFFFFF
+            lengths[i] = len(token.encode("utf-16-be")) // 2
+    return hashes, lengths, owner
+
+
+def _strings(flat: np.ndarray, start: np.ndarray, stop: np.ndarray) -> list[str | None]:
+    text = flat.tobytes()
+    pairs = zip(start.tolist(), stop.tolist(), strict=True)
+    return [None if s < 0 else text[s:e].decode("utf-8", "replace") for s, e in pairs]
+
+
 def scan(
     buf: bytes | memoryview,
     pos: int,
@@ -96,78 +369,8 @@ def scan(
     delay_millis: tuple[int, ...] = (),
     limit: int | None = None,
 ) -> tuple[list[tuple], int, int]:
-    """Dispatch requests for the records in ``buf[pos:end]``.
-
-    ``base_offset`` is the commit-log offset of ``buf[0]``; no record starts at or after
-    ``limit`` (default ``end``), though one may run past it up to ``end``. Returns (requests,
-    stop position, reason) where the stop position is just after the last good record (or at
-    the BLANK marker).
-    """
-    out: list[tuple] = []
-    append = out.append
-    unpack2 = _INT2.unpack_from
-    unpack_int = _INT.unpack_from
-    unpack_short = _SHORT.unpack_from
-    if limit is None or limit > end:
-        limit = end
-    while end - pos > 4:
-        if pos >= limit:
-            return out, pos, STOP_LIMIT
-        total, magic = unpack2(buf, pos) if end - pos >= 8 else (unpack_int(buf, pos)[0], 0)
-        if magic != _V1 and magic != _V2:
-            if magic == _BLANK:
-                return out, pos, STOP_BLANK
-            return out, pos, (STOP_END if total == 0 and magic == 0 else STOP_BAD)
-        rec_end = pos + total
-        if total < 91 or rec_end > end:
-            return out, pos, STOP_BAD
-        sys_flag = unpack_int(buf, pos + 36)[0]
-        header = _HEADERS[(sys_flag >> 4) & 3]
-        h = header.unpack_from(buf, pos)
-        body_len = h[14]
-        p = pos + header.size
-        if body_len < 0 or p + body_len > rec_end:
-            return out, pos, STOP_BAD
-        if check_crc and body_len > 0 and (crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != h[2]:
-            return out, pos, STOP_BAD
-        p += body_len
-        if magic == _V1:
-            topic_len = buf[p]
-            if topic_len > 127:
-                return out, pos, STOP_BAD
-            p += 1
-        else:
-            topic_len = unpack_short(buf, p)[0]
-            if topic_len < 0:
-                return out, pos, STOP_BAD
-            p += 2
-        if p + topic_len + 2 > rec_end:
-            return out, pos, STOP_BAD
-        topic = topic_text(bytes(buf[p : p + topic_len]))
-        p += topic_len
-        props_len = unpack_short(buf, p)[0]
-        p += 2
-        if props_len < 0:
-            props_len = 0
-        if p + props_len != rec_end:
-            return out, pos, STOP_BAD
-        keys = uniq = None
-        tags = 0
-        if props_len:
-            props = b"\x02" + bytes(buf[p:rec_end])
-            raw = property_value(props, _P_TAGS)
-            if raw is not None:
-                tags = tags_code(raw.decode("utf-8", "replace"))
-            raw = property_value(props, _P_KEYS)
-            if raw is not None:
-                keys = raw.decode("utf-8", "replace")
-            raw = property_value(props, _P_UNIQ)
-            if raw is not None:
-                uniq = raw.decode("utf-8", "replace")
-            if topic == SCHEDULE_TOPIC:
-                deliver = delay_tags_code(props, h[10], delay_millis)
-                if deliver is not None:
-                    tags = deliver
-        append((topic, h[3], base_offset + pos, total, tags, h[10], h[5], keys, uniq, sys_flag))
-        pos = rec_end
-    return out, pos, STOP_END
+    """``scan_records`` as dispatch request tuples (one per record, keys as strings)."""
+    records, stop, reason = scan_records(
+        buf, pos, end, base_offset, check_crc=check_crc, delay_millis=delay_millis, limit=limit, strings=True
+    )
+    return records.to_requests(), stop, reason

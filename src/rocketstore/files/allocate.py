@@ -105,6 +105,13 @@ class SegmentAllocator:
             self._cond.notify()
         return min(mapped.file_size, position + self.window // 2)
 
+    def populate_soon(self, mapped: MappedFile, start: int, end: int) -> None:
+        """Fault in ``[start, end)`` of a segment in the background (a new index file's slot table)."""
+        if self.prefault_enabled and mapped.mode == "rw":
+            with self._cond:
+                self._jobs.append(("populate", mapped, start, min(end, mapped.file_size)))
+                self._cond.notify()
+
     # -- the thread -------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:

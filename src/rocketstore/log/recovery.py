@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from rocketstore.codec import record as rec
+from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.commitlog import CommitLog
@@ -85,21 +86,21 @@ def recover(
         start = min(start, _last_file_starting_at_or_before(files, dispatch_from))
     report.start_file = files[start].file_name
 
-    def on_requests(requests: list[tuple]) -> None:
-        report.records_checked += len(requests)
-        if requests[-1][2] < dispatch_from:
+    def on_records(records: Records) -> None:
+        report.records_checked += len(records)
+        if records.offsets[-1] < dispatch_from:
             return
-        if requests[0][2] < dispatch_from:
-            requests = [r for r in requests if r[2] >= dispatch_from]
-        report.records_dispatched += len(requests)
-        dispatcher.dispatch(requests)
+        if records.offsets[0] < dispatch_from:
+            records = records.select(records.offsets >= dispatch_from)
+        report.records_dispatched += len(records)
+        dispatcher.dispatch_records(records)
 
     process_offset = files[start].file_from_offset
     i = start
     while i < len(files):
         mapped = files[i]
         pos, reason = walk_segment(
-            mapped, 0, mapped.file_size, on_requests, check_crc=check_crc, delay_millis=delay_millis
+            mapped, 0, mapped.file_size, on_records, check_crc=check_crc, delay_millis=delay_millis
         )
         process_offset = mapped.file_from_offset + pos
         report.bytes_checked += pos

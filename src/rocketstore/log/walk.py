@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rocketstore.codec.scan import STOP_END, STOP_LIMIT, scan
+from rocketstore.codec.records import Records
+from rocketstore.codec.scan import STOP_END, STOP_LIMIT, scan_records
 from rocketstore.files.mapped_file import MappedFile
 
 WINDOW = 16 << 20
@@ -14,13 +15,14 @@ def walk_segment(
     mapped: MappedFile,
     start: int,
     end: int,
-    on_requests: Callable[[list[tuple]], None] | None,
+    on_records: Callable[[Records], None] | None,
     *,
     check_crc: bool,
     delay_millis: tuple[int, ...] = (),
     window: int = WINDOW,
 ) -> tuple[int, int]:
-    """Scan ``[start, end)`` of a segment; returns (stop position, reason) as ``scan`` does.
+    """Scan ``[start, end)`` of a segment, handing ``Records`` of each window to ``on_records``;
+    returns (stop position, reason) as ``scan_records`` does.
 
     The segment is held while it is read, so cleanup cannot unmap it underneath.
     """
@@ -30,7 +32,7 @@ def walk_segment(
         mm = mapped.mm
         pos = start
         while True:
-            requests, pos, reason = scan(
+            records, pos, reason = scan_records(
                 mm,
                 pos,
                 end,
@@ -39,8 +41,8 @@ def walk_segment(
                 delay_millis=delay_millis,
                 limit=min(end, pos + window),
             )
-            if requests and on_requests is not None:
-                on_requests(requests)
+            if len(records) and on_records is not None:
+                on_records(records)
             if reason != STOP_LIMIT:
                 return pos, reason
             if pos >= end:

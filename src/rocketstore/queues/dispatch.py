@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
+from rocketstore.codec.records import Records
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
-from rocketstore.queues.records import Records
 
 _PREPARED_BIT = sf.TRANSACTION_PREPARED_TYPE  # set for PREPARED (0x4) and ROLLBACK (0xC)
 
@@ -28,30 +28,38 @@ class Dispatcher:
         self.checkpoint = checkpoint
 
     def dispatch(self, requests: list[tuple]) -> None:
-        """Build the consume queues (NOT/COMMIT records) and the index for ``requests``."""
-        records = Records.of(requests)
+        """Build the consume queues (NOT/COMMIT records) and the index for dispatch requests."""
+        self.dispatch_records(Records.of(requests))
+
+    def dispatch_records(self, records: Records) -> None:
+        """Build the consume queues (NOT/COMMIT records) and the index for ``records``."""
         if not len(records):
             return
         # NOT (0) and COMMIT (8) records are queued: bit 0x4 clear
         queued = records.select((records.sys_flags & _PREPARED_BIT) == 0)
         n = len(queued)
         if n:
-            queue_keys = queued.queue_keys
-            ids = {k: i for i, k in enumerate(dict.fromkeys(queue_keys))}
+            topic_ids = {t: i for i, t in enumerate(dict.fromkeys(queued.topics))}
             phys, sizes, queue_offsets = queued.offsets, queued.sizes, queued.queue_offsets
             packed = np.empty(n, dtype=UNIT_DTYPE)
             packed["phy"], packed["size"], packed["tags"] = phys, sizes, queued.tags
-            if len(ids) > 1:
-                queue_of = np.fromiter(map(ids.__getitem__, queue_keys), dtype=np.int64, count=n)
+            topic_of = (
+                np.fromiter(map(topic_ids.__getitem__, queued.topics), dtype=np.int64, count=n)
+                if len(topic_ids) > 1
+                else np.zeros(n, dtype=np.int64)
+            )
+            queue_of = (topic_of << 32) | queued.queue_ids
+            if (queue_of != queue_of[0]).any():
                 order = np.argsort(queue_of, kind="stable")
                 queue_of = queue_of[order]
                 phys, sizes, queue_offsets, packed = phys[order], sizes[order], queue_offsets[order], packed[order]
                 bounds = np.flatnonzero(np.diff(queue_of)).tolist()
                 starts = [0, *(b + 1 for b in bounds)]
                 ends = [*(b + 1 for b in bounds), n]
-                keys = [queue_keys[int(order[a])] for a in starts]
             else:
-                starts, ends, keys = [0], [n], [queue_keys[0]]
+                starts, ends = [0], [n]
+            topics = list(topic_ids)
+            keys = [(topics[q >> 32], q & 0xFFFFFFFF) for q in queue_of[starts].tolist()]
             data = packed.tobytes()
             find = self.queues.find_or_create
             for key, a, b in zip(keys, starts, ends, strict=True):

@@ -11,10 +11,11 @@ import numpy as np
 
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.ids import index_key_hash, java_hash, prefixed_hashes, token_hashes
+from rocketstore.codec.records import Records
 from rocketstore.errors import CorruptStoreError
+from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.meta.checkpoint import StoreCheckpoint
-from rocketstore.queues.index_file import IndexFile, index_file_size
-from rocketstore.queues.records import Records
+from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, IndexFile, index_file_size
 
 log = logging.getLogger(__name__)
 _ROLLBACK = sf.TRANSACTION_ROLLBACK_TYPE
@@ -51,9 +52,12 @@ def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         prefix: int | np.ndarray = _prefix_hash(next(iter(topics)))
     else:
         prefix = np.fromiter(map(_prefix_hash, records.topics), dtype=np.int64, count=n)
+    if records.index_tokens is not None:
+        tokens = [(h, o, ln) for h, ln, o in records.index_tokens]
+    else:
+        tokens = [token_hashes([t or "" for t in texts]) for texts in (records.uniqs, records.keys)]
     parts = []
-    for texts, rank in ((records.uniqs, 0), (records.keys, 1)):
-        hashes, owners, lengths = token_hashes([t or "" for t in texts])
+    for (hashes, owners, lengths), rank in zip(tokens, (0, 1), strict=True):
         if len(hashes):
             own_prefix = prefix if type(prefix) is int else prefix[owners]
             parts.append((prefixed_hashes(hashes, lengths, own_prefix), owners, owners * 2 + rank))
@@ -92,6 +96,7 @@ class IndexService:
         self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
+        self.allocator: SegmentAllocator | None = None  # faults a new file's slot table in ahead of use
 
     @property
     def file_size(self) -> int:
@@ -156,6 +161,8 @@ class IndexService:
         end_phy = last.end_phy_offset if last is not None else 0
         end_ts = last.end_timestamp if last is not None else 0
         index = IndexFile.create(path, self.slot_num, self.index_num, self.mode, end_phy, end_ts)
+        if self.allocator is not None:  # keys land on random slots: fault the slot table in at once
+            self.allocator.populate_soon(index.mapped, 0, INDEX_HEADER_SIZE + self.slot_num * HASH_SLOT_SIZE)
         self.files = [*self.files, index]
         if last is not None:
             last.flush()

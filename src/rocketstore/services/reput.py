@@ -102,7 +102,7 @@ class ReputService(Service):
                 return True
             return False
         stop, reason = walk_segment(
-            mapped, pos, file_end, self.dispatcher.dispatch, check_crc=False, delay_millis=self.delay_millis
+            mapped, pos, file_end, self.dispatcher.dispatch_records, check_crc=False, delay_millis=self.delay_millis
         )
         if reason == STOP_BLANK:
             new = mapped.end_offset
