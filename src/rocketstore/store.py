@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
@@ -35,7 +35,7 @@ from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
-from rocketstore.services.flush import FlushConsumeQueueService, FlushRealTimeService
+from rocketstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from rocketstore.services.reput import ReputService
 from rocketstore.writer import MessageWriter
 
@@ -181,16 +181,43 @@ class MessageStore:
     def _start_services(self) -> None:
         config = self.config
         self.commit_log.wake_event = self.reput.wake_event
-        flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
+        if config.is_sync_flush:
+            flush: FlushRealTimeService | GroupCommitService = GroupCommitService(
+                self.commit_log, self.checkpoint, config
+            )
+            flush.on_flushed = self.reput.wake
+            flush.on_flush_failure = self._on_flush_failure
+            self.writer.flush_handler = self._sync_flush_handler(flush)
+        else:
+            flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
         flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
         self._services = [self.reput, flush, flush_cq]
         for service in self._services:
             service.start()
-        self._flush_service = flush
+        self.flush_service = flush
         abort = os.path.join(self.root, "abort")
         with open(abort, "wb") as f:
             f.flush()
             os.fsync(f.fileno())
+
+    def _sync_flush_handler(self, service: GroupCommitService) -> Callable[..., PutMessageStatus]:
+        config = self.config
+        wait_flushed = service.wait_flushed
+
+        def wait_for_flush(result: tuple, messages: Sequence[Message]) -> PutMessageStatus:
+            # a producer may ask not to wait (WAIT=false): the flush is only woken
+            for m in messages:
+                if m._props is not None and m._props.get("WAIT") == "false":
+                    service.wake()
+                    return PutMessageStatus.PUT_OK
+            return wait_flushed(result[1] + result[2], config.sync_flush_timeout / 1000)
+
+        return wait_for_flush
+
+    def _on_flush_failure(self, error: Exception) -> None:
+        """After a failed fsync the kernel may have dropped dirty pages: take no more writes."""
+        log.error("the commit log could not be flushed (%s): the store stops taking writes", error)
+        self.set_running_flags(set_bits=NOT_WRITEABLE)
 
     def _dispatch_end_offset(self) -> int:
         if self.config.is_sync_flush and not self.config.read_un_committed:

@@ -10,44 +10,28 @@ Where the kernel lacks that call the writer simply takes the faults itself.
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import os
 import threading
 
+from rocketstore.files import syscalls
 from rocketstore.files.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
-MADV_POPULATE_WRITE = 23
 _CHUNK = 4 << 20
-
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _madvise = _libc.madvise
-    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    _madvise.restype = ctypes.c_int
-except (OSError, AttributeError):  # pragma: no cover - not Linux
-    _madvise = None
 
 
 def populate(mapped: MappedFile, start: int, end: int) -> bool:
     """Fault in ``[start, end)`` of a shared segment for writing; False if the kernel cannot."""
-    if _madvise is None or mapped.mode != "rw" or end <= start:
+    if mapped.mode != "rw" or end <= start:
         return False
     if not mapped.hold():
         return True
     try:
-        anchor = ctypes.c_char.from_buffer(mapped.mm)
-        try:
-            base = ctypes.addressof(anchor)
-            start -= start % 4096
-            rc = _madvise(base + start, end - start, MADV_POPULATE_WRITE)
-        finally:
-            del anchor
+        return syscalls.populate_write(mapped.mm, start, end)
     finally:
         mapped.release()
-    return rc == 0
 
 
 class SegmentAllocator:
@@ -55,7 +39,7 @@ class SegmentAllocator:
 
     def __init__(self, window: int = 64 << 20) -> None:
         self.window = window
-        self.prefault_enabled = _madvise is not None
+        self.prefault_enabled = syscalls.AVAILABLE
         self._cond = threading.Condition()
         self._jobs: collections.deque = collections.deque()
         self._ready: dict[str, MappedFile] = {}

@@ -25,6 +25,7 @@ import threading
 import time
 
 from rocketstore.errors import CorruptStoreError, FlushError
+from rocketstore.files import syscalls
 
 OS_PAGE_SIZE = 4096
 
@@ -169,19 +170,26 @@ class MappedFile:
         if not self.is_able_to_flush(least_pages):
             return self.flushed_position
         target = self.read_position
-        self.force()
+        self.force(self.flushed_position, target)
         self.flushed_position = target
         return target
 
-    def force(self) -> None:
-        """fdatasync the file (dirty mapped pages included); FlushError on an OSError."""
-        if self.mode == "rw" and self.hold():
-            try:
+    def force(self, start: int = 0, end: int | None = None) -> None:
+        """Make ``[start, end)`` durable (the whole file by default); FlushError on an OSError.
+
+        Only that range is written: pages faulted in ahead of the writer stay out of it.
+        """
+        if self.mode != "rw" or not self.hold():
+            return
+        try:
+            if syscalls.AVAILABLE:
+                syscalls.msync(self.mm, start, self.file_size if end is None else end)
+            else:  # pragma: no cover
                 os.fdatasync(self.fd)
-            except OSError as exc:
-                raise FlushError(f"fdatasync of {self.path} failed: {exc}") from exc
-            finally:
-                self.release()
+        except OSError as exc:
+            raise FlushError(f"flushing {self.path} failed: {exc}") from exc
+        finally:
+            self.release()
 
     def commit(self, least_pages: int = 0) -> int:
         """Move written bytes from the write buffer into the file (transient store pool)."""

@@ -10,12 +10,24 @@ from __future__ import annotations
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
-from rocketstore.codec.records import Records
+from rocketstore.codec.records import (
+    D_OFFSET,
+    D_QUEUE_ID,
+    D_QUEUE_OFFSET,
+    D_SIZE,
+    D_STORE_TS,
+    D_SYSFLAG,
+    D_TAGS_CODE,
+    D_TOPIC,
+    REQUEST_LEN,
+    Records,
+)
 from rocketstore.meta.checkpoint import StoreCheckpoint
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 
+SMALL = 16  # up to this many records, dispatch goes record by record
 _PREPARED_BIT = sf.TRANSACTION_PREPARED_TYPE  # set for PREPARED (0x4) and ROLLBACK (0xC)
 
 
@@ -29,7 +41,31 @@ class Dispatcher:
 
     def dispatch(self, requests: list[tuple]) -> None:
         """Build the consume queues (NOT/COMMIT records) and the index for dispatch requests."""
-        self.dispatch_records(Records.of(requests))
+        if len(requests) <= SMALL and all(len(r) == REQUEST_LEN for r in requests):
+            self._dispatch_few(requests)
+        else:
+            self.dispatch_records(Records.of(requests))
+
+    def _dispatch_few(self, requests: list[tuple]) -> None:
+        """A handful of records (a quiet store, SYNC_FLUSH): record by record, without numpy's
+        set-up costs, which would dominate here."""
+        groups: dict[tuple[str, int], list[tuple]] = {}
+        last_queued_ts = 0
+        for r in requests:
+            if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT:
+                groups.setdefault((r[D_TOPIC], r[D_QUEUE_ID]), []).append(r)
+                last_queued_ts = r[D_STORE_TS]
+        for (topic, queue_id), rows in groups.items():
+            self.queues.find_or_create(topic, queue_id).put_unit_arrays(
+                [r[D_OFFSET] for r in rows],
+                [r[D_SIZE] for r in rows],
+                [r[D_QUEUE_OFFSET] for r in rows],
+                b"".join([UNIT.pack(r[D_OFFSET], r[D_SIZE], r[D_TAGS_CODE]) for r in rows]),
+            )
+        if last_queued_ts:
+            self.checkpoint.logics_msg_timestamp = last_queued_ts
+        if self.index is not None:
+            self.index.build_index_requests(requests)
 
     def dispatch_records(self, records: Records) -> None:
         """Build the consume queues (NOT/COMMIT records) and the index for ``records``."""

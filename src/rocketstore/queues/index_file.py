@@ -21,6 +21,7 @@ INT_MAX = 2**31 - 1
 
 HEADER = struct.Struct(">qqqqii")
 ENTRY = struct.Struct(">iqii")
+_INT = struct.Struct(">i")
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
@@ -88,6 +89,29 @@ class IndexFile:
         return max(0, self.index_num - self.index_count)
 
     # -- writing -------------------------------------------------------------------------------
+    def put_key(self, key_hash: int, phy: int, timestamp: int) -> bool:
+        """Add one entry (spec 8.3, the definition ``put_keys`` does in bulk); False when full."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
+        slot_value = _INT.unpack(self.mapped.read(slot_pos, 4))[0]
+        if slot_value <= INVALID_INDEX or slot_value > count:
+            slot_value = INVALID_INDEX
+        diff = _time_diff(timestamp, self.begin_timestamp)
+        self.mapped.write_at(self._entries_at + count * INDEX_SIZE, ENTRY.pack(key_hash, phy, diff, slot_value))
+        self.mapped.write_at(slot_pos, _INT.pack(count))
+        if count <= 1:
+            self.begin_phy_offset = phy
+            self.begin_timestamp = timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy
+        self.end_timestamp = timestamp
+        self._write_header()
+        return True
+
     def put_keys(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> int:
         """Add entries (index key hash, commit-log offset, store time) in order; returns how many fit."""
         n = min(len(hashes), self.room())
@@ -156,7 +180,7 @@ class IndexFile:
     def select_phy_offsets(self, key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
         """Append to ``out`` the offsets of entries in ``key_hash``'s chain stored within [begin, end]."""
         slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
-        slot_value = struct.unpack(">i", self.mapped.read(slot_pos, 4))[0]
+        slot_value = _INT.unpack(self.mapped.read(slot_pos, 4))[0]
         count = self.index_count
         if slot_value <= INVALID_INDEX or slot_value > count or count <= 1:
             return

@@ -11,7 +11,7 @@ import numpy as np
 
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.ids import index_key_hash, java_hash, prefixed_hashes, token_hashes
-from rocketstore.codec.records import Records
+from rocketstore.codec.records import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ, Records
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.meta.checkpoint import StoreCheckpoint
@@ -146,6 +146,27 @@ class IndexService:
             while done < len(hashes):
                 index = self._writable_file()
                 done += index.put_keys(hashes[done:], phy_arr[done:], time_arr[done:])
+
+    def build_index_requests(self, requests: list[tuple]) -> None:
+        """``build_index`` for a few dispatch request tuples, one key at a time (no numpy set-up)."""
+        with self._lock:
+            for r in requests:
+                topic = r[D_TOPIC]
+                if topic is None or r[D_SYSFLAG] & _ROLLBACK == _ROLLBACK:
+                    continue
+                phy, store_ts = r[D_OFFSET], r[D_STORE_TS]
+                last = self.files[-1] if self.files else None
+                if last is not None and (
+                    phy < last.end_phy_offset or (phy == last.end_phy_offset and last.index_count > 1)
+                ):
+                    continue  # already indexed
+                keys = [r[D_UNIQ]] if r[D_UNIQ] else []
+                if r[D_KEYS]:
+                    keys += [k for k in r[D_KEYS].split(" ") if k]
+                for key in keys:
+                    key_hash = index_key_hash(f"{topic}#{key}")
+                    while not self._writable_file().put_key(key_hash, phy, store_ts):
+                        pass
 
     def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None

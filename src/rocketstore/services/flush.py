@@ -1,14 +1,19 @@
-"""Flushing: the commit log under ASYNC_FLUSH, and the consume queues (spec 13.2, 13.6)."""
+"""Flushing: the commit log under ASYNC_FLUSH and SYNC_FLUSH (group commit), and the consume
+queues (spec 13.2, 13.4, 13.6)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from rocketstore.config import StoreConfig
+from rocketstore.errors import FlushError
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.results import PutMessageStatus
 from rocketstore.services.base import Service
 
 log = logging.getLogger(__name__)
@@ -78,3 +83,104 @@ class FlushConsumeQueueService(Service):
 
     def on_stop(self) -> None:
         self.run_once(0)
+
+
+class GroupCommitService(Service):
+    """SYNC_FLUSH (spec 13.4): a putting thread waits until the flushed offset covers its records,
+    and one fsync serves every waiter it covers.
+
+    The waiters commit as a group among themselves: the first one not yet covered flushes (the
+    fsync releases the GIL, so the others keep appending meanwhile), the rest wait on a condition
+    and are woken when a flush lands. That spares a thread hop per put, which in CPython costs
+    more than the Java store's GroupCommitService thread does. The service thread only flushes
+    what no one waits for (``WAIT=false`` puts).
+
+    A waiter not covered within ``syncFlushTimeout`` gets FLUSH_DISK_TIMEOUT. A failed fsync (an
+    OSError from the file system) fails every waiter it would have covered with FLUSH_DISK_FAILED
+    and the flushed offset stays where the disk last confirmed it; ``on_failure`` lets the store
+    stop taking writes, since after a failed fsync the kernel may have dropped the dirty pages.
+    """
+
+    name = "group-commit"
+
+    def __init__(self, commit_log: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig) -> None:
+        super().__init__(10)
+        self.commit_log = commit_log
+        self.checkpoint = checkpoint
+        self.config = config
+        self._cond = threading.Condition()
+        self._flushing = False
+        self._failed_upto = -1  # records ending at or below this offset were in a failed flush
+        self.on_flushed: Callable[[], None] | None = None  # wakes the reput service
+        self.on_flush_failure: Callable[[FlushError], None] | None = None
+        self.fsyncs = 0
+        self.waiting = 0
+
+    def wait_flushed(self, next_offset: int, timeout_s: float) -> PutMessageStatus:
+        """Block until the flushed offset reaches ``next_offset`` (the end of the caller's records)."""
+        queue = self.commit_log.queue
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self.waiting += 1
+            try:
+                while True:
+                    if queue.flushed_where >= next_offset:
+                        return PutMessageStatus.PUT_OK
+                    if next_offset <= self._failed_upto:
+                        return PutMessageStatus.FLUSH_DISK_FAILED
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return PutMessageStatus.FLUSH_DISK_TIMEOUT
+                    if self._flushing:
+                        self._cond.wait(left)
+                        continue
+                    self._flushing = True
+                    self._cond.release()
+                    try:
+                        self._flush_up_to(queue.max_offset())
+                    finally:
+                        self._cond.acquire()
+                        self._flushing = False
+                        self._cond.notify_all()
+                    if time.monotonic() > deadline and queue.flushed_where >= next_offset:
+                        return PutMessageStatus.FLUSH_DISK_TIMEOUT  # covered, but later than promised
+            finally:
+                self.waiting -= 1
+
+    def _flush_up_to(self, target: int) -> None:
+        """Flush until ``target`` (one flush covers one segment); called without the condition."""
+        queue = self.commit_log.queue
+        before = queue.flushed_where
+        try:
+            for _ in range(len(queue.files) + 1):
+                if queue.flushed_where >= target:
+                    break
+                queue.flush(0)
+                self.fsyncs += 1
+        except FlushError as exc:
+            log.error("group commit: %s", exc)
+            with self._cond:
+                self._failed_upto = max(self._failed_upto, target)
+            if self.on_flush_failure is not None:
+                self.on_flush_failure(exc)
+        if queue.store_timestamp > 0:
+            self.checkpoint.physic_msg_timestamp = queue.store_timestamp
+        if queue.flushed_where > before and self.on_flushed is not None:
+            self.on_flushed()
+
+    def run_once(self) -> None:
+        """Flush what nobody is waiting for (puts with WAIT=false), unless a waiter is at it."""
+        queue = self.commit_log.queue
+        with self._cond:
+            if self._flushing or queue.flushed_where >= queue.max_offset():
+                return
+            self._flushing = True
+        try:
+            self._flush_up_to(queue.max_offset())
+        finally:
+            with self._cond:
+                self._flushing = False
+                self._cond.notify_all()
+
+    def on_stop(self) -> None:
+        self.run_once()

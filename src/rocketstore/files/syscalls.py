@@ -1,0 +1,54 @@
+"""The two memory-mapping calls Python's mmap module lacks in a usable form, through ctypes.
+
+``msync`` of a range (``mmap.flush`` holds the GIL for the whole disk write and cannot be told
+to leave pages outside the range alone) and ``madvise(MADV_POPULATE_WRITE)``. Both release the
+GIL while the kernel works. The buffer is kept exported for the call, so the mapping cannot be
+closed underneath it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+PAGE = mmap.PAGESIZE
+MS_SYNC = 4
+MADV_POPULATE_WRITE = 23
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _msync = _libc.msync
+    _msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _msync.restype = ctypes.c_int
+    _madvise = _libc.madvise
+    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _madvise.restype = ctypes.c_int
+except (OSError, AttributeError):  # pragma: no cover - not a POSIX libc
+    _msync = _madvise = None
+
+AVAILABLE = _msync is not None
+
+
+def _call(function: object, mm: mmap.mmap, start: int, end: int, arg: int) -> int:
+    start -= start % PAGE
+    if end <= start:
+        return 0
+    anchor = ctypes.c_char.from_buffer(mm)
+    try:
+        rc = function(ctypes.addressof(anchor) + start, end - start, arg)  # type: ignore[operator]
+        return 0 if rc == 0 else ctypes.get_errno()
+    finally:
+        del anchor
+
+
+def msync(mm: mmap.mmap, start: int, end: int) -> None:
+    """Write ``[start, end)`` of a shared mapping to disk and wait (OSError on failure)."""
+    err = _call(_msync, mm, start, end, MS_SYNC)
+    if err:
+        raise OSError(err, os.strerror(err))
+
+
+def populate_write(mm: mmap.mmap, start: int, end: int) -> bool:
+    """Fault ``[start, end)`` in for writing; False if the kernel cannot (before Linux 5.14)."""
+    return _madvise is not None and _call(_madvise, mm, start, end, MADV_POPULATE_WRITE) == 0
