@@ -174,6 +174,8 @@ class MessageWriter:
                 uniq,
             )
             if phy < 0:
+                if phy == -2:
+                    return PutResult.refused(_ILLEGAL, f"a {total}-byte record cannot fit a commit-log segment")
                 return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
             status = put_ok
             handler = writer.flush_handler

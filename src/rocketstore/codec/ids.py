@@ -24,7 +24,7 @@ def java_hash(s: str) -> int:
         for c in s.encode("ascii"):
             h = (31 * h + c) & _MASK32
     else:
-        data = s.encode("utf-16-be")
+        data = s.encode("utf-16-be", "surrogatepass")
         for i in range(0, len(data), 2):
             h = (31 * h + ((data[i] << 8) | data[i + 1])) & _MASK32
     return h - (1 << 32) if h & 0x80000000 else h
@@ -71,8 +71,10 @@ def java_hashes(strings: list[str]) -> np.ndarray:
         units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
         lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
     else:
-        units = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2")
-        lengths = np.fromiter((len(s.encode("utf-16-be")) // 2 for s in strings), dtype=np.int64, count=n)
+        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2")
+        lengths = np.fromiter(
+            (len(s.encode("utf-16-be", "surrogatepass")) // 2 for s in strings), dtype=np.int64, count=n
+        )
     ends = np.cumsum(lengths)
     out = _segment_hashes(units, ends - lengths, ends)
     out[lengths == 0] = 0
@@ -94,7 +96,7 @@ def token_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         tokens = [(i, t) for i, text in enumerate(texts) for t in text.split(" ") if t]
         hashes = np.array([java_hash(t) & _MASK32 for _, t in tokens], dtype=np.uint32)
         owners = np.array([i for i, _ in tokens], dtype=np.int64)
-        lengths = np.array([len(t.encode("utf-16-be")) // 2 for _, t in tokens], dtype=np.int64)
+        lengths = np.array([len(t.encode("utf-16-be", "surrogatepass")) // 2 for _, t in tokens], dtype=np.int64)
         return hashes, owners, lengths
     if " " not in joined:  # one token per text (UNIQ_KEYs, single keys): no boundary search
         units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)

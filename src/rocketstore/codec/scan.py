@@ -250,8 +250,11 @@ def _properties(
     seg_start = np.sort(np.concatenate((flat_starts[lengths > 0], seps + 1)), kind="stable")
     seg_start = seg_start[seg_start < flat_len]
     owner = np.searchsorted(flat_starts, seg_start, side="right") - 1
-    next_sep = np.searchsorted(seps, seg_start, side="left")
-    sep_at = np.where(next_sep < len(seps), seps[np.minimum(next_sep, max(len(seps) - 1, 0))], flat_len)
+    if len(seps):
+        next_sep = np.searchsorted(seps, seg_start, side="left")
+        sep_at = np.where(next_sep < len(seps), seps[np.minimum(next_sep, len(seps) - 1)], flat_len)
+    else:
+        sep_at = np.full(len(seg_start), flat_len, dtype=np.int64)
     seg_end = np.minimum(sep_at, region_end[owner])
     seg_first = flat[np.minimum(seg_start, max(flat_len - 1, 0))]
 
@@ -349,7 +352,7 @@ def _tokens(flat: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple:
         for i in np.flatnonzero(~ascii_ok).tolist():
             token = units[t_start[i] : t_stop[i]].tobytes().decode("utf-8", "replace")
             hashes[i] = java_hash(token) & 0xFFFFFFFF
-            lengths[i] = len(token.encode("utf-16-be")) // 2
+            lengths[i] = len(token.encode("utf-16-be", "surrogatepass")) // 2
     return hashes, lengths, owner
 
 

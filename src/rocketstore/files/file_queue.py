@@ -199,7 +199,7 @@ class MappedFileQueue:
             if mapped.end_offset <= offset:
                 keep.append(mapped)
             elif mapped.file_from_offset <= offset:
-                mapped.set_positions(offset - mapped.file_from_offset)
+                mapped.truncate(offset - mapped.file_from_offset)
                 keep.append(mapped)
             else:
                 mapped.destroy(1000)

@@ -128,6 +128,25 @@ class MappedFile:
     def set_positions(self, pos: int) -> None:
         self.wrote_position = self.committed_position = self.flushed_position = pos
 
+    def truncate(self, pos: int) -> None:
+        """Cut the segment at ``pos``: positions move there and the bytes after it become zeros.
+
+        Stale bytes must not survive a truncation: a record written at ``pos`` later may be
+        shorter than the one it replaces, and a later recovery must not read on into old data.
+        (In copy-on-write mode nothing reaches the file; the positions bound every read.)
+        """
+        self.set_positions(pos)
+        if self.mode != "rw" or pos >= self.file_size or not self.hold():
+            return
+        try:
+            if not syscalls.zero_range(self.fd, pos, self.file_size):
+                zeros = bytes(1 << 20)
+                for at in range(pos, self.file_size, len(zeros)):
+                    end = min(self.file_size, at + len(zeros))
+                    self.mm[at:end] = zeros[: end - at]
+        finally:
+            self.release()
+
     @property
     def end_offset(self) -> int:
         return self.file_from_offset + self.file_size

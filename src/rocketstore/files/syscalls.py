@@ -29,6 +29,15 @@ except (OSError, AttributeError):  # pragma: no cover - not a POSIX libc
 
 AVAILABLE = _msync is not None
 
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_ZERO_RANGE = 0x10
+try:
+    _fallocate = _libc.fallocate
+    _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    _fallocate.restype = ctypes.c_int
+except (NameError, AttributeError):  # pragma: no cover
+    _fallocate = None
+
 
 def _call(function: object, mm: mmap.mmap, start: int, end: int, arg: int) -> int:
     start -= start % PAGE
@@ -52,3 +61,10 @@ def msync(mm: mmap.mmap, start: int, end: int) -> None:
 def populate_write(mm: mmap.mmap, start: int, end: int) -> bool:
     """Fault ``[start, end)`` in for writing; False if the kernel cannot (before Linux 5.14)."""
     return _madvise is not None and _call(_madvise, mm, start, end, MADV_POPULATE_WRITE) == 0
+
+
+def zero_range(fd: int, start: int, end: int) -> bool:
+    """Zero ``[start, end)`` of a file keeping its blocks allocated; False where unsupported."""
+    if _fallocate is None or end <= start:
+        return end <= start
+    return _fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, start, end - start) == 0

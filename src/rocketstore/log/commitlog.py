@@ -151,11 +151,12 @@ class CommitLog:
         ``append(topic, queue_id, key, body, tail, total, crc, flag, now, tags, keys, uniq)``
         has the effect of ``append`` with one prepared record, ``now`` being the born time and (if
         no later record was stored before) the store time. It returns (offset, queue offset, store
-        time), or (-1, -1, store time) when no segment can be created. It is a closure over
+        time); the offset is -1 when no segment can be created, -2 when the record cannot fit one. It is a closure over
         the log's state so the put path, the store's hottest code, does no attribute lookups it
         can avoid; the table and the handoff list it captures are never replaced, only changed.
         """
         pack = rec.HEADERS[0].pack
+        file_size = self.file_size
         acquire, release = self.put_lock.acquire, self.put_lock.release
         table = self.topic_queue_table
         get_offset = table.get
@@ -178,6 +179,8 @@ class CommitLog:
             keys: str | None,
             uniq: str,
         ) -> tuple[int, int, int]:
+            if total + rec.END_FILE_MIN_BLANK_LENGTH > file_size:
+                return -2, -1, born_ts
             acquire()
             try:
                 now = born_ts

@@ -44,6 +44,7 @@ class RecoveryReport:
     stopped_at_bad_record: bool = False
     bytes_checked: int = 0
     dropped_files: list[str] = field(default_factory=list)
+    reindexed_from: int = -1  # index files held entries past the cut: records from here were indexed again
 
 
 def recover(
@@ -80,7 +81,8 @@ def recover(
     dispatch_from = min(cq_from, index_from)
 
     if last_exit_ok:
-        start = _last_file_starting_at_or_before(files, dispatch_from)
+        # RocketMQ 4.9 checks the last three segments; the queues may need records from earlier
+        start = min(max(0, len(files) - 3), _last_file_starting_at_or_before(files, dispatch_from))
     else:
         start = _abnormal_start(files, checkpoint, message_index_safe)
         start = min(start, _last_file_starting_at_or_before(files, dispatch_from))
@@ -118,11 +120,26 @@ def recover(
 
     report.process_offset = process_offset
     queues.truncate_dirty(process_offset)
+    if index is not None:
+        again = index.truncate(process_offset)
+        if again is not None:  # index entries for cut records went with their files: index the rest again
+            report.reindexed_from = again
+            _reindex(commit_log, index, again, process_offset, delay_millis)
     report.dropped_files = [f.file_name for f in files if f.file_from_offset > process_offset]
     commit_log.queue.flushed_where = commit_log.queue.committed_where = process_offset
     commit_log.queue.truncate_dirty_files(process_offset)
     commit_log.confirm_offset = process_offset
     return report
+
+
+def _reindex(commit_log: CommitLog, index: IndexService, start: int, end: int, delay_millis: tuple[int, ...]) -> None:
+    """Index the records in ``[start, end)`` of the log again."""
+    for mapped in commit_log.queue.files:
+        if mapped.end_offset <= start or mapped.file_from_offset >= end:
+            continue
+        begin = max(start, mapped.file_from_offset) - mapped.file_from_offset
+        stop = min(end, mapped.end_offset) - mapped.file_from_offset
+        walk_segment(mapped, begin, stop, index.build_index, check_crc=False, delay_millis=delay_millis)
 
 
 def _last_file_starting_at_or_before(files: list[MappedFile], offset: int) -> int:

@@ -90,7 +90,7 @@ class ConsumeQueue:
             beyond = np.flatnonzero(units["phy"][1:valid] >= phy_offset)
             if len(beyond):
                 keep = int(beyond[0]) + 1
-            mapped.set_positions(keep * CQ_STORE_UNIT_SIZE)
+            mapped.truncate(keep * CQ_STORE_UNIT_SIZE)
             if keep:
                 last = units[keep - 1]
                 self.max_physic_offset = int(last["phy"]) + int(last["size"])

@@ -199,6 +199,17 @@ class IndexFile:
                 break
             i = prev
 
+    def trailing_entries_for(self, phy: int) -> int:
+        """How many of the last entries belong to the record at ``phy`` (its keys already here)."""
+        count = 0
+        i = self.index_count - 1
+        while i >= 1:
+            if ENTRY.unpack(self.mapped.read(self._entries_at + i * INDEX_SIZE, INDEX_SIZE))[1] != phy:
+                break
+            count += 1
+            i -= 1
+        return count
+
     def entries(self) -> np.ndarray:
         """Every written entry (1 .. indexCount-1), for verification."""
         count = self.index_count - 1

@@ -134,14 +134,23 @@ class IndexService:
             return
         with self._lock:
             last = self.files[-1] if self.files else None
+            done_keys = 0
             if last is not None and int(records.offsets[0]) <= last.end_phy_offset:
                 end_phy = last.end_phy_offset
-                side = "right" if last.index_count > 1 else "left"  # the last indexed record is done
-                start = int(np.searchsorted(records.offsets, end_phy, side=side))
+                # records before the last indexed one are done; that one may be only partly done
+                # (its keys can straddle two files, and a crash may have dropped the second)
+                start = int(np.searchsorted(records.offsets, end_phy, side="left"))
                 if start >= len(records):
                     return
-                records = records.select(np.arange(len(records)) >= start)
+                if start:
+                    records = records.select(np.arange(len(records)) >= start)
+                if int(records.offsets[0]) == end_phy and last.index_count > 1:
+                    done_keys = last.trailing_entries_for(end_phy)  # dropped below, if that record has keys
             hashes, phy_arr, time_arr = index_entries(records)
+            if done_keys:
+                other = np.flatnonzero(phy_arr != phy_arr[0]) if len(phy_arr) else []
+                done_keys = min(done_keys, int(other[0]) if len(other) else len(phy_arr))
+                hashes, phy_arr, time_arr = hashes[done_keys:], phy_arr[done_keys:], time_arr[done_keys:]
             done = 0
             while done < len(hashes):
                 index = self._writable_file()
@@ -156,13 +165,13 @@ class IndexService:
                     continue
                 phy, store_ts = r[D_OFFSET], r[D_STORE_TS]
                 last = self.files[-1] if self.files else None
-                if last is not None and (
-                    phy < last.end_phy_offset or (phy == last.end_phy_offset and last.index_count > 1)
-                ):
+                if last is not None and phy < last.end_phy_offset:
                     continue  # already indexed
                 keys = [r[D_UNIQ]] if r[D_UNIQ] else []
                 if r[D_KEYS]:
                     keys += [k for k in r[D_KEYS].split(" ") if k]
+                if last is not None and phy == last.end_phy_offset and last.index_count > 1:
+                    keys = keys[last.trailing_entries_for(phy) :]  # the keys already in the file
                 for key in keys:
                     key_hash = index_key_hash(f"{topic}#{key}")
                     while not self._writable_file().put_key(key_hash, phy, store_ts):
@@ -190,6 +199,22 @@ class IndexService:
             self.checkpoint.index_msg_timestamp = last.end_timestamp
             self.checkpoint.flush()
         return index
+
+    def truncate(self, offset: int) -> int | None:
+        """Forget index entries for records at or past ``offset`` (the log was cut there).
+
+        Entries cannot be taken out of a file's hash chains, so every file holding any goes, and
+        the offset from which its records must be indexed again is returned (None: nothing went).
+        """
+        with self._lock:
+            doomed = [f for f in self.files if f.end_phy_offset >= offset and f.index_count > 1]
+            if not doomed:
+                return None
+            first = min(f.begin_phy_offset for f in doomed)
+            for f in doomed:
+                f.destroy(0)
+            self.files = [f for f in self.files if f not in doomed]
+            return min(first, offset)
 
     # -- queries ---------------------------------------------------------------------------------
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:

@@ -130,11 +130,11 @@ class ReputService(Service):
         return BUSY_PAUSE if self._last_batch >= BUSY_BATCH else 0.0
 
     def wait_caught_up(self, timeout: float | None = None) -> bool:
-        """Block until everything up to ``end_offset()`` is dispatched; False on timeout."""
+        """Block until everything in the log is dispatched; False on timeout. (Under SYNC_FLUSH that
+        takes the flush too: nothing past the flushed offset is dispatched.)"""
         with self._progress:
             return (
-                self._progress.wait_for(lambda: self.reput_from >= self.end_offset() or not self.running, timeout)
-                and self.reput_from >= self.end_offset()
+                self._progress.wait_for(lambda: self.behind() <= 0 or not self.running, timeout) and self.behind() <= 0
             )
 
     def on_stop(self) -> None:
