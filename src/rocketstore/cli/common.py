@@ -1,0 +1,220 @@
+"""What every command shares: the store options, opening the store, and output.
+
+Every command takes ``STORE``, ``--config broker.conf``, repeated ``--set key=value`` (``--set``
+wins over ``--config``) and ``--json``. Tables go to stdout through rich; progress bars go to
+stderr, and only when both stdout and stderr are terminals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from rocketstore.codec.message import StoredMessage
+from rocketstore.config import StoreConfig
+from rocketstore.export import dumps_row, export_row
+
+_WIDE = 200  # columns for tables written to a file or a pipe
+
+
+@dataclass
+class Common:
+    """The options every command takes, resolved."""
+
+    store: str
+    config: StoreConfig
+    as_json: bool
+
+
+def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -> StoreConfig:
+    """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key."""
+    config = StoreConfig.from_properties(config_file) if config_file else StoreConfig()
+    for key, value in settings:
+        config.set(key, value)
+    return config
+
+
+def _parse_settings(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (a MessageStoreConfig key by its RocketMQ name)")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def store_options(*, must_exist: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add STORE, --config, --set and --json to a command; it receives a :class:`Common` first."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @click.argument("store", type=click.Path(file_okay=False, exists=must_exist))
+        @click.option(
+            "--config",
+            "config_file",
+            type=click.Path(dir_okay=False, exists=True),
+            help="A broker.conf (Java properties) with MessageStoreConfig keys.",
+        )
+        @click.option(
+            "--set",
+            "settings",
+            multiple=True,
+            metavar="KEY=VALUE",
+            callback=_parse_settings,
+            help="Any MessageStoreConfig key by its RocketMQ name, e.g. mappedFileSizeCommitLog=65536 (repeatable).",
+        )
+        @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
+        @functools.wraps(func)
+        def wrapper(
+            store: str, config_file: str | None, settings: list[tuple[str, str]], as_json: bool, **kwargs: Any
+        ) -> Any:
+            return func(Common(store, build_config(config_file, settings), as_json), **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+# -- output --------------------------------------------------------------------------------------
+def _is_tty(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # closed
+        return False
+
+
+def interactive() -> bool:
+    """True when both stdout and stderr are terminals (progress bars are shown only then)."""
+    return _is_tty(sys.stdout) and _is_tty(sys.stderr)
+
+
+def out_console() -> Console:
+    """A console on the current stdout; wide and plain when stdout is not a terminal."""
+    tty = _is_tty(sys.stdout)
+    return Console(file=sys.stdout, width=None if tty else _WIDE, highlight=False, soft_wrap=not tty)
+
+
+def err_console() -> Console:
+    return Console(file=sys.stderr, highlight=False)
+
+
+def say(text: str) -> None:
+    """One plain line on stdout."""
+    click.echo(text)
+
+
+def warn(text: str) -> None:
+    """One plain line on stderr."""
+    click.echo(text, err=True)
+
+
+def print_json(obj: Any) -> None:
+    """One JSON document on stdout (non-ASCII kept)."""
+    import json
+
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int | None, *, unit_bytes: bool = False) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr; yields ``advance(n)``. Without a terminal it shows nothing."""
+    if not interactive():
+        yield _ignore
+        return
+    columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+    columns.append(DownloadColumn() if unit_bytes else TextColumn("{task.completed:,.0f}/{task.total:,.0f}"))
+    columns.append(TimeRemainingColumn())
+    with Progress(*columns, console=err_console(), transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield functools.partial(progress.advance, task)
+
+
+def _ignore(_n: int) -> None:
+    return None
+
+
+def cell(value: Any) -> Text:
+    """A table cell holding ``value`` as plain text (no markup interpretation)."""
+    return Text("" if value is None else str(value))
+
+
+def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in rows:
+        table.add_row(cell(key), cell(value))
+    return table
+
+
+# -- messages ------------------------------------------------------------------------------------
+MESSAGE_COLUMNS = (
+    "topic",
+    "queueId",
+    "queueOffset",
+    "commitLogOffset",
+    "storeTimestamp",
+    "tags",
+    "keys",
+    "msgId",
+    "body",
+)
+
+
+def body_preview(msg: StoredMessage, width: int = 40) -> str:
+    """The start of the (decompressed) body as text, control characters escaped."""
+    try:
+        body = msg.decompressed_body()
+    except Exception:  # an unreadable compressed body: show the stored bytes
+        body = msg.body
+    text = body[: width * 4].decode("utf-8", "replace")
+    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def message_table(messages: Iterable[StoredMessage], title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in MESSAGE_COLUMNS:
+        justify = "right" if name in ("queueId", "queueOffset", "commitLogOffset", "storeTimestamp") else "left"
+        table.add_column(name, justify=justify, overflow="fold")
+    for msg in messages:
+        table.add_row(
+            cell(msg.topic),
+            cell(msg.queue_id),
+            cell(msg.queue_offset),
+            cell(msg.commit_log_offset),
+            cell(msg.store_timestamp),
+            cell(msg.tags),
+            cell(msg.keys),
+            cell(msg.msg_id),
+            cell(body_preview(msg)),
+        )
+    return table
+
+
+def print_messages(messages: list[StoredMessage], as_json: bool, title: str | None = None) -> None:
+    """Messages as export JSON lines (``--json``) or as a table."""
+    if as_json:
+        for msg in messages:
+            click.echo(dumps_row(export_row(msg)))
+    else:
+        out_console().print(message_table(messages, title))
+
+
+def file_size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None

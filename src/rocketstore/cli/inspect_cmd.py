@@ -1,0 +1,138 @@
+"""``rocketstore inspect``: what a store holds, opened read-only (nothing on disk changes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import click
+from rich.table import Table
+
+from rocketstore.cli.common import Common, cell, kv_table, out_console, print_json, store_options
+from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.store import MessageStore
+
+
+def _checkpoint_on_disk(store: MessageStore) -> dict[str, int]:
+    """The checkpoint as the file holds it (a read-only open's recovery changes it in memory only)."""
+    path = os.path.join(store.root, "checkpoint")
+    if not os.path.exists(path):
+        return store.checkpoint.as_dict()
+    return StoreCheckpoint(path, writable=False).as_dict()
+
+
+def inspect_store(store: MessageStore) -> dict[str, Any]:
+    """The facts ``inspect`` shows, as one JSON-ready dict."""
+    recovery = store.recovery
+    dropped = set(recovery.dropped_files) if recovery else set()
+    files = []
+    for folder in store.config.commit_log_paths:
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                files.append({"name": name, "size": os.path.getsize(path), "droppedByRecovery": name in dropped})
+    files.sort(key=lambda f: f["name"])
+    queues = []
+    for (topic, queue_id), cq in sorted(store.queues.table.items()):
+        low, high = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+        queues.append(
+            {"topic": topic, "queueId": queue_id, "minOffset": low, "maxOffset": high, "messages": max(0, high - low)}
+        )
+    lag = 0
+    if recovery is not None:
+        lag = max(0, recovery.process_offset - max(recovery.consume_queue_end, 0))
+    index_files = []
+    for index in store.index.files if store.index is not None else []:
+        index_files.append({"name": index.file_name, "onDisk": os.path.exists(index.path), **index.header_dict()})
+    config_dir = os.path.join(store.root, "config")
+    config_files = []
+    if os.path.isdir(config_dir):
+        for name in sorted(os.listdir(config_dir)):
+            path = os.path.join(config_dir, name)
+            if os.path.isfile(path):
+                config_files.append({"name": name, "size": os.path.getsize(path)})
+    return {
+        "store": store.root,
+        "abortFile": not store.last_exit_ok,
+        "lastExitOk": store.last_exit_ok,
+        "commitLog": {
+            "minOffset": store.min_phy_offset,
+            "maxOffset": store.max_phy_offset,
+            "fileSize": store.config.mapped_file_size_commit_log,
+            "files": files,
+        },
+        "queues": queues,
+        "messages": sum(q["messages"] for q in queues),
+        "checkpoint": _checkpoint_on_disk(store),
+        "checkpointAfterRecovery": store.checkpoint.as_dict(),
+        "recovery": dataclasses.asdict(recovery) if recovery is not None else None,
+        "dispatchLag": {"bytes": lag, "recordsDispatched": recovery.records_dispatched if recovery else 0},
+        "indexFiles": index_files,
+        "configFiles": config_files,
+    }
+
+
+def _render(info: dict[str, Any]) -> None:
+    console = out_console()
+    log = info["commitLog"]
+    lag = info["dispatchLag"]
+    console.print(
+        kv_table(
+            f"store {info['store']}",
+            [
+                ("last exit", "ok (no abort file)" if info["lastExitOk"] else "abnormal (abort file present)"),
+                ("commit log min offset", log["minOffset"]),
+                ("commit log max offset", log["maxOffset"]),
+                ("messages in consume queues", info["messages"]),
+                ("dispatch lag before recovery", f"{lag['bytes']} bytes"),
+                ("records dispatched by recovery", lag["recordsDispatched"]),
+            ],
+        )
+    )
+    table = Table(title="commit log files", title_justify="left")
+    for name, justify in (("name", "left"), ("size", "right"), ("note", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for f in log["files"]:
+        table.add_row(cell(f["name"]), cell(f["size"]), cell("dropped by recovery" if f["droppedByRecovery"] else ""))
+    console.print(table)
+    table = Table(title="consume queues", title_justify="left")
+    for name in ("topic", "queueId", "minOffset", "maxOffset", "messages"):
+        table.add_column(name, justify="left" if name == "topic" else "right")
+    for q in info["queues"]:
+        table.add_row(*(cell(q[k]) for k in ("topic", "queueId", "minOffset", "maxOffset", "messages")))
+    console.print(table)
+    console.print(kv_table("checkpoint", info["checkpoint"].items()))
+    if info["recovery"] is not None:
+        console.print(kv_table("recovery (in memory)", info["recovery"].items()))
+    table = Table(title="index files", title_justify="left")
+    columns = ("name", "beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount")
+    for name in (*columns, "indexCount", "onDisk"):
+        table.add_column(name, justify="left" if name == "name" else "right")
+    for f in info["indexFiles"]:
+        table.add_row(*(cell(f[k]) for k in (*columns, "indexCount", "onDisk")))
+    console.print(table)
+    table = Table(title="config files", title_justify="left")
+    table.add_column("name")
+    table.add_column("size", justify="right")
+    for f in info["configFiles"]:
+        table.add_row(cell(f["name"]), cell(f["size"]))
+    console.print(table)
+
+
+@click.command()
+@store_options()
+def inspect(opts: Common) -> None:
+    """Show a store: commit-log files and offsets, queues, checkpoint, last exit, dispatch lag,
+    index files and config files. Read-only: a store that needs recovery is recovered in memory."""
+    store = MessageStore.open(opts.store, opts.config, read_only=True)
+    try:
+        info = inspect_store(store)
+    finally:
+        store.shutdown()
+    if opts.as_json:
+        print_json(info)
+    else:
+        _render(info)

@@ -1,0 +1,69 @@
+"""The ``rocketstore`` command group and its entry point.
+
+Exit codes: 0 success; 1 a check found problems (``verify``) or nothing was found (``query``);
+2 a usage error or a typed store error (``RocketStoreError``: printed on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from rocketstore import __version__
+from rocketstore.cli import check, inspect_cmd, messaging, query_cmd, transfer
+from rocketstore.errors import RocketStoreError
+
+EXIT_PROBLEMS = 1
+EXIT_ERROR = 2
+
+
+class _Group(click.Group):
+    """A group that turns the store's typed errors into a message and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RocketStoreError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_ERROR)
+        except BrokenPipeError:  # stdout closed early (``| head``): click's main exits quietly
+            raise
+        except OSError as exc:  # a file the store needs cannot be read or written
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(version=__version__, prog_name="rocketstore")
+def cli() -> None:
+    """Inspect, export, import, query, verify and recover Apache RocketMQ message stores,
+    and produce and consume messages.
+
+    Every command takes the store root folder (STORE), --config broker.conf, --set KEY=VALUE for
+    any MessageStoreConfig key by its RocketMQ name (e.g. --set mappedFileSizeCommitLog=65536;
+    --set wins over --config) and --json for machine-readable output.
+    """
+
+
+for _command in (
+    inspect_cmd.inspect,
+    transfer.export,
+    transfer.import_,
+    query_cmd.query,
+    check.verify,
+    check.recover,
+    messaging.produce,
+    messaging.consume,
+):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console-script entry point."""
+    cli.main(args=argv, prog_name="rocketstore")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,93 @@
+"""``rocketstore query``: messages by key (the index), by offset msgId, or by commit-log offset."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from rocketstore.cli.common import Common, print_messages, store_options, warn
+from rocketstore.codec.ids import decode_offset_msg_id
+from rocketstore.codec.message import StoredMessage
+from rocketstore.store import MessageStore
+
+_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
+EXIT_NOT_FOUND = 1
+
+
+def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _MSG_ID.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not an offset msgId (32 hex characters for an IPv4 store host, 56 for IPv6)"
+        )
+    return value.upper()
+
+
+def _at(store: MessageStore, offset: int) -> StoredMessage | None:
+    """The record starting at ``offset``, or None (its PHYSICALOFFSET field must say so too)."""
+    if offset < 0:
+        return None
+    msg = store.look_message_by_offset(offset)
+    return msg if msg is not None and msg.commit_log_offset == offset else None
+
+
+@click.command()
+@store_options()
+@click.option("--topic", help="The topic (needed with --key).")
+@click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
+@click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
+@click.option("--offset", type=int, help="A commit-log offset where a record starts.")
+@click.option("--begin", type=int, default=0, show_default=True, help="Key queries: earliest store time (ms).")
+@click.option("--end", type=int, default=None, help="Key queries: latest store time (ms; default: no limit).")
+@click.option(
+    "--max", "max_num", type=click.IntRange(min=1), default=32, show_default=True, help="Key queries: at most N."
+)
+@click.pass_context
+def query(
+    ctx: click.Context,
+    opts: Common,
+    topic: str | None,
+    key: str | None,
+    msg_id: str | None,
+    offset: int | None,
+    begin: int,
+    end: int | None,
+    max_num: int,
+) -> None:
+    """Find messages: --topic T --key K (index query, hash collisions removed), --msg-id ID, or
+    --offset N. Prints a table, or export JSON lines with --json; exit status 1 when none is found.
+    With --topic, an --msg-id that is not an offset msgId of this store is also looked up as a
+    UNIQ_KEY (the id clients call msgId)."""
+    given = [name for name, value in (("--key", key), ("--msg-id", msg_id), ("--offset", offset)) if value is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --key, --msg-id and --offset")
+    if key is not None and not topic:
+        raise click.UsageError("--key needs --topic")
+    store = MessageStore.open(opts.store, opts.config, read_only=True)
+    try:
+        messages: list[StoredMessage] = []
+        if key is not None:
+            assert topic is not None
+            messages = store.query_message(topic, key, max_num, begin, end).messages
+            what = f"no message of topic {topic!r} with key {key!r}"
+        elif msg_id is not None:
+            _host, where = decode_offset_msg_id(msg_id)
+            found = _at(store, where)
+            if found is not None and found.msg_id == msg_id:
+                messages = [found]
+            elif topic:
+                messages = [m for m in store.query_message(topic, msg_id, max_num).messages if m.uniq_key == msg_id]
+            what = f"no message with msgId {msg_id}"
+        else:
+            assert offset is not None
+            found = _at(store, offset)
+            messages = [found] if found is not None else []
+            what = f"no record starts at commit-log offset {offset}"
+    finally:
+        store.shutdown()
+    if not messages:
+        warn(what)
+        ctx.exit(EXIT_NOT_FOUND)
+    print_messages(messages, opts.as_json)

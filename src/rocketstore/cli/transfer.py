@@ -1,0 +1,109 @@
+"""``rocketstore export`` and ``rocketstore import``: a store as JSON lines, and back."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import IO
+
+import click
+
+from rocketstore.cli.common import Common, print_json, progress_bar, say, store_options, warn
+from rocketstore.export import dumps_row, export_jsonl, export_row, import_jsonl, iter_queued
+from rocketstore.store import MessageStore
+
+
+def export_topics(
+    store: MessageStore, out: IO[str], topics: list[str], advance: Callable[[int], None] | None = None
+) -> int:
+    """``export_jsonl`` restricted to ``topics`` (same lines, same order)."""
+    count = 0
+    for msg, _queue_offset, tags, size in iter_queued(store, topics):
+        if msg is None:
+            continue
+        out.write(dumps_row(export_row(msg, tags, size)))
+        out.write("\n")
+        count += 1
+        if advance is not None:
+            advance(msg.store_size)
+    return count
+
+
+@contextlib.contextmanager
+def _output(path: str | None) -> Iterator[IO[str]]:
+    """The file, or stdout written as UTF-8 whatever the locale says (the export is UTF-8)."""
+    if path is not None and path != "-":
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+        return
+    stream = sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    if encoding == "utf8" or not hasattr(stream, "buffer"):
+        yield stream
+        stream.flush()
+        return
+    stream.flush()
+    wrapper = io.TextIOWrapper(stream.buffer, encoding="utf-8", newline="\n")
+    try:
+        yield wrapper
+        wrapper.flush()
+    finally:
+        wrapper.detach()
+
+
+@click.command()
+@store_options()
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
+@click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
+def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
+    """Every message the consume queues serve, one JSON object per line, sorted by topic, queueId
+    and queueOffset (the fields of rocketmq-vectors' expected.jsonl, cqTagsCode and cqSize included).
+
+    The store is opened read-only: nothing on disk changes, and a store that needs recovery is
+    recovered in memory. The output is JSON lines with or without --json.
+    """
+    store = MessageStore.open(opts.store, opts.config, read_only=True)
+    try:
+        total = max(0, store.max_phy_offset - max(store.min_phy_offset, 0))
+        with _output(output) as out, progress_bar("export", total, unit_bytes=True) as advance:
+            if topics:
+                count = export_topics(store, out, list(topics), advance)
+            else:
+                count = export_jsonl(store, out, advance)
+    finally:
+        store.shutdown()
+    if output not in (None, "-"):
+        warn(f"exported {count} messages to {output}")
+
+
+@click.command("import")
+@store_options(must_exist=False)
+@click.option(
+    "--input",
+    "-i",
+    "input_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="JSON lines as export writes them ('-' for stdin).",
+)
+def import_(opts: Common, input_path: str) -> None:
+    """Store the messages of a JSON-lines file, in file order.
+
+    Fields the store assigns (offsets, sizes, storeTimestamp, msgId, ...) are ignored; topic,
+    queueId, flag, properties, body, born/store hosts, bornTimestamp, reconsumeTimes,
+    preparedTransactionOffset and the compression and transaction sysFlag bits are kept.
+    """
+    total = None if input_path == "-" else os.path.getsize(input_path)
+    with (
+        click.open_file(input_path, "r", encoding="utf-8") as lines,
+        MessageStore.open(opts.store, opts.config) as store,
+        progress_bar("import", total, unit_bytes=True) as advance,
+    ):
+        count = import_jsonl(store, lines, advance)
+    if opts.as_json:
+        print_json({"imported": count})
+    else:
+        say(f"imported {count} messages into {opts.store}")

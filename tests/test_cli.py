@@ -1,0 +1,509 @@
+"""The ``rocketstore`` command line, through click's CliRunner and through a real subprocess.
+
+Write tests work on copies in tmp_path; the RocketMQ vector stores are only read, and a hash of
+every file shows they are unchanged afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.cli.main import cli
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+VECTORS = Path("/work/shared/rocketmq-vectors")
+RMQREAD = Path("/work/shared/tools/rmqread.py")
+VECTOR_SETS = [
+    "--set",
+    "mappedFileSizeCommitLog=65536",
+    "--set",
+    "mappedFileSizeConsumeQueue=2000",
+    "--set",
+    "maxHashSlotNum=1000",
+    "--set",
+    "maxIndexNum=3000",
+]
+RMQREAD_GEOMETRY = ["--commitlog-size", "65536", "--cq-size", "2000", "--slots", "1000", "--index-num", "3000"]
+TINY = {
+    "mappedFileSizeCommitLog": 4096,
+    "mappedFileSizeConsumeQueue": 200,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 128,
+    "brokerIP1": "127.0.0.1",
+}
+TINY_SETS = [arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")]
+needs_vectors = pytest.mark.skipif(not VECTORS.is_dir(), reason="the RocketMQ vector stores are not available")
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+def run(*args: object) -> Result:
+    """The CLI in-process; stdout and stderr apart (click 8.2+ always, 8.1 with mix_stderr=False)."""
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        runner = CliRunner()
+    return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def hashes(root: Path) -> dict[str, str]:
+    out = {}
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A writable copy (the vectors are read-only files)."""
+    shutil.copytree(src, dst)
+    for folder, _dirs, files in os.walk(dst):
+        os.chmod(folder, os.stat(folder).st_mode | stat.S_IRWXU)
+        for name in files:
+            path = os.path.join(folder, name)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IWUSR)
+    return dst
+
+
+def jsonl(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def without_cq(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in ("cqTagsCode", "cqSize")}
+
+
+@pytest.fixture(scope="module")
+def clean_rows() -> list[dict]:
+    if not VECTORS.is_dir():
+        pytest.skip("the RocketMQ vector stores are not available")
+    return jsonl((VECTORS / "sample-clean" / "expected.jsonl").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def small_store(tmp_path: Path) -> Path:
+    """20 messages in TopicA (queues 0 and 1), tags TagA/TagB, keys k<i> and order-<i % 3>."""
+    root = tmp_path / "small"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        for i in range(20):
+            message = Message(
+                "TopicA", f"hello {i}", tags="TagA" if i % 2 else "TagB", keys=[f"k{i}", f"order-{i % 3}"]
+            )
+            store.put(message, queue_id=i % 2).raise_for_status()
+        assert store.wait_for_dispatch()
+    return root
+
+
+# -- export --------------------------------------------------------------------------------------------
+@needs_vectors
+@pytest.mark.parametrize(
+    ("sample", "expected"), [("sample-clean", "expected.jsonl"), ("sample-crash", "recovered.jsonl")]
+)
+def test_export_of_the_vector_stores_is_byte_exact_and_changes_nothing(sample: str, expected: str) -> None:
+    root = VECTORS / sample / "store"
+    before = hashes(VECTORS / sample)
+    result = run("export", root, *VECTOR_SETS)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout_bytes == (VECTORS / sample / expected).read_bytes()
+    assert result.stderr == ""  # no progress bar without a terminal
+    assert hashes(VECTORS / sample) == before
+
+
+@needs_vectors
+def test_export_to_a_file_and_by_topic(tmp_path: Path, clean_rows: list[dict]) -> None:
+    out = tmp_path / "pay.jsonl"
+    result = run("export", VECTORS / "sample-clean" / "store", *VECTOR_SETS, "--topic", "PayTopic", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert "exported" in result.stderr
+    lines = (VECTORS / "sample-clean" / "expected.jsonl").read_text("utf-8").splitlines()
+    want = [line for line in lines if json.loads(line)["topic"] == "PayTopic"]
+    assert out.read_text("utf-8").splitlines() == want
+    assert len(want) == sum(r["topic"] == "PayTopic" for r in clean_rows) > 0
+
+
+@needs_vectors
+def test_export_through_the_console_script_in_a_subprocess() -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli.main", "export", str(VECTORS / "sample-clean" / "store"), *VECTOR_SETS],
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (VECTORS / "sample-clean" / "expected.jsonl").read_bytes()
+    assert done.stderr == b""
+    # and an error: typed, on stderr, exit status 2, no traceback
+    done = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli.main", "inspect", str(VECTORS / "sample-clean" / "store")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert "configured size is 1073741824" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- import --------------------------------------------------------------------------------------------
+KEPT = ("topic", "queueId", "flag", "properties", "body", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes")
+
+
+@needs_vectors
+def test_import_of_an_export_keeps_every_message(tmp_path: Path) -> None:
+    exported = tmp_path / "clean.jsonl"
+    assert run("export", VECTORS / "sample-clean" / "store", *VECTOR_SETS, "-o", exported).exit_code == 0
+    result = run("import", tmp_path / "new", *VECTOR_SETS, "--input", exported)
+    assert result.exit_code == 0, result.stderr
+    assert "imported 1555 messages" in result.stdout
+    again = run("export", tmp_path / "new", *VECTOR_SETS)
+    assert again.exit_code == 0, again.stderr
+    before, after = jsonl(exported.read_text("utf-8")), jsonl(again.stdout)
+    assert len(before) == len(after) == 1555
+    for old, new in zip(before, after, strict=True):
+        if "UNIQ_KEY" not in old["properties"]:  # the store gives a message without one a UNIQ_KEY
+            assert len(new["properties"].pop("UNIQ_KEY")) == 32
+        assert {k: new[k] for k in KEPT} == {k: old[k] for k in KEPT}
+        assert new["sysFlag"] & 0x70D == old["sysFlag"] & 0x70D  # compression and transaction bits
+        assert new["preparedTransactionOffset"] == old["preparedTransactionOffset"]
+        assert new["queueOffset"] == old["queueOffset"]  # the queues start at 0 in both stores
+
+
+def test_import_json_output_and_a_bad_line(tmp_path: Path, small_store: Path) -> None:
+    exported = run("export", small_store, *TINY_SETS).stdout
+    lines = exported.splitlines()
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    result = run("import", tmp_path / "dst", *TINY_SETS, "-i", good, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"imported": 3}
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(lines[0] + "\n{not json\n", encoding="utf-8")
+    result = run("import", tmp_path / "dst2", *TINY_SETS, "-i", bad)
+    assert result.exit_code == 2
+    assert "line 2" in result.stderr and "Traceback" not in result.stderr
+    bad.write_text(json.dumps({"topic": "TopicA", "body": "%%%"}) + "\n", encoding="utf-8")
+    result = run("import", tmp_path / "dst3", *TINY_SETS, "-i", bad)
+    assert result.exit_code == 2 and "line 1" in result.stderr and "base64" in result.stderr
+
+
+# -- options and errors ------------------------------------------------------------------------------------
+def test_unknown_set_key_is_named(small_store: Path) -> None:
+    result = run("inspect", small_store, "--set", "mappedFileSizeCommitLogg=65536")
+    assert result.exit_code == 2
+    assert "mappedFileSizeCommitLogg" in result.stderr and "did you mean mappedFileSizeCommitLog" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = run("inspect", small_store, "--set", "noequalsign")
+    assert result.exit_code == 2 and "KEY=VALUE" in result.stderr
+    result = run("inspect", small_store, "--set", "mappedFileSizeCommitLog=lots")
+    assert result.exit_code == 2 and "must be an integer" in result.stderr
+
+
+def test_set_wins_over_config(tmp_path: Path, small_store: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "# a broker.conf\nbrokerClusterName = DefaultCluster\nmappedFileSizeCommitLog=65536\n"
+        "mappedFileSizeConsumeQueue=200\nmaxHashSlotNum=64\nmaxIndexNum=128\nbrokerIP1=127.0.0.1\n",
+        encoding="utf-8",
+    )
+    result = run("inspect", small_store, "--config", conf, "--json")
+    assert result.exit_code == 2 and "configured size is 65536" in result.stderr  # the conf's wrong size
+    result = run("inspect", small_store, "--config", conf, "--set", "mappedFileSizeCommitLog=4096", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["commitLog"]["fileSize"] == 4096
+
+
+def test_missing_store_and_locked_store(tmp_path: Path, small_store: Path) -> None:
+    result = run("inspect", tmp_path / "nothing")
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+    with MessageStore.open(small_store, StoreConfig(**TINY)):
+        result = run("recover", small_store, *TINY_SETS)
+        assert result.exit_code == 2
+        assert "lock" in result.stderr.lower() and "Traceback" not in result.stderr
+
+
+def test_every_command_has_the_common_options() -> None:
+    for name in ("inspect", "export", "import", "query", "verify", "recover", "produce", "consume"):
+        result = run(name, "--help")
+        assert result.exit_code == 0
+        for option in ("STORE", "--config", "--set", "--json"):
+            assert option in result.stdout, (name, option)
+
+
+# -- inspect ---------------------------------------------------------------------------------------------
+@needs_vectors
+def test_inspect_json_of_the_crashed_store(tmp_path: Path) -> None:
+    root = VECTORS / "sample-crash" / "store"
+    before = hashes(root)
+    result = run("inspect", root, *VECTOR_SETS, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert hashes(root) == before
+    info = json.loads(result.stdout)
+    assert info["abortFile"] is True and info["lastExitOk"] is False
+    files = info["commitLog"]["files"]
+    assert len(files) == 15 and all(f["size"] == 65536 for f in files)
+    assert [f["name"] for f in files if f["droppedByRecovery"]] == ["00000000000000917504"]
+    assert info["commitLog"]["minOffset"] == 0 and info["commitLog"]["maxOffset"] == 897285
+    assert len(info["queues"]) == 17 and info["messages"] == 1000
+    assert {"topic": "OrderTopic", "queueId": 0, "minOffset": 0, "maxOffset": 88, "messages": 88} in info["queues"]
+    assert info["checkpoint"] == {
+        "physicMsgTimestamp": 0,
+        "logicsMsgTimestamp": 0,
+        "indexMsgTimestamp": 0,
+        "masterFlushedOffset": 0,
+        "confirmPhyOffset": 0,
+    }
+    assert info["recovery"]["abnormal"] is True and info["recovery"]["process_offset"] == 897285
+    assert info["dispatchLag"] == {"bytes": 0, "recordsDispatched": 1000}
+    assert [f["indexCount"] for f in info["indexFiles"]] == [2243]  # rebuilt in memory (2242 keys)
+    assert [f["name"] for f in info["configFiles"]] == ["delayOffset.json"]
+
+
+@needs_vectors
+def test_inspect_of_the_clean_store_as_tables() -> None:
+    result = run("inspect", VECTORS / "sample-clean" / "store", *VECTOR_SETS)
+    assert result.exit_code == 0, result.stderr
+    for text in ("commit log files", "consume queues", "checkpoint", "index files", "normal", "1555"):
+        assert text in result.stdout
+    info = json.loads(run("inspect", VECTORS / "sample-clean" / "store", *VECTOR_SETS, "--json").stdout)
+    assert info["lastExitOk"] is True and info["messages"] == 1555
+    assert info["dispatchLag"]["bytes"] == 0  # the queues were complete
+    assert len(info["indexFiles"]) == 2 and all(f["onDisk"] for f in info["indexFiles"])
+    assert info["checkpoint"]["physicMsgTimestamp"] == 1795312634207
+
+
+def test_inspect_shows_dispatch_lag(tmp_path: Path, small_store: Path) -> None:
+    # the consume queues of TopicA/1 lose their last 3 units (as if dispatch had not caught up)
+    path = small_store / "consumequeue" / "TopicA" / "1" / f"{0:020d}"
+    with open(path, "r+b") as f:
+        f.seek(7 * 20)
+        f.write(bytes(3 * 20))
+    (small_store / "abort").touch()
+    info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
+    assert info["dispatchLag"]["bytes"] > 0 and info["dispatchLag"]["recordsDispatched"] >= 3
+    assert info["messages"] == 20  # recovered in memory
+
+
+# -- query -----------------------------------------------------------------------------------------------
+@needs_vectors
+def test_query_by_key_msg_id_and_offset(clean_rows: list[dict]) -> None:
+    root = VECTORS / "sample-clean" / "store"
+    row = next(r for r in clean_rows if r["keys"] and " " in r["keys"] and r["topic"] == "OrderTopic")
+    first_key = row["keys"].split(" ")[0]
+
+    result = run("query", root, *VECTOR_SETS, "--topic", "OrderTopic", "--key", first_key, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert jsonl(result.stdout) == [without_cq(row)]
+
+    result = run("query", root, *VECTOR_SETS, "--msg-id", row["msgId"], "--json")
+    assert jsonl(result.stdout) == [without_cq(row)]
+    result = run("query", root, *VECTOR_SETS, "--msg-id", row["msgId"].lower(), "--json")
+    assert jsonl(result.stdout) == [without_cq(row)]
+
+    result = run("query", root, *VECTOR_SETS, "--offset", row["commitLogOffset"], "--json")
+    assert jsonl(result.stdout) == [without_cq(row)]
+
+    result = run("query", root, *VECTOR_SETS, "--offset", row["commitLogOffset"])  # a table
+    assert result.exit_code == 0 and row["msgId"] in result.stdout and "OrderTopic" in result.stdout
+
+    uniq = next(r for r in clean_rows if r["uniqKey"] and r["topic"] == "PayTopic")
+    result = run("query", root, *VECTOR_SETS, "--topic", "PayTopic", "--key", uniq["uniqKey"], "--json")
+    assert jsonl(result.stdout) == [without_cq(uniq)]
+    result = run("query", root, *VECTOR_SETS, "--topic", "PayTopic", "--msg-id", uniq["uniqKey"], "--json")
+    assert jsonl(result.stdout) == [without_cq(uniq)]  # not an offset msgId of this store: a UNIQ_KEY
+
+
+@needs_vectors
+def test_query_by_a_shared_key_matches_rmqread(clean_rows: list[dict]) -> None:
+    root = VECTORS / "sample-clean" / "store"
+    want = sorted(
+        (r for r in clean_rows if r["topic"] == "TopicTest" and "order-220" in (r["keys"] or "").split(" ")),
+        key=lambda r: r["commitLogOffset"],
+    )
+    assert len(want) > 1
+    result = run("query", root, *VECTOR_SETS, "--topic", "TopicTest", "--key", "order-220", "--max", 64, "--json")
+    got = jsonl(result.stdout)
+    assert got == [without_cq(r) for r in want]
+    if RMQREAD.is_file():
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(RMQREAD),
+                "query",
+                str(root),
+                *RMQREAD_GEOMETRY,
+                "--topic",
+                "TopicTest",
+                "--key",
+                "order-220",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert [r["commitLogOffset"] for r in jsonl(done.stdout)] == [r["commitLogOffset"] for r in got]
+    last_ts = want[-1]["storeTimestamp"]  # index times have a resolution of one second
+    in_time = run(
+        "query", root, *VECTOR_SETS, "--topic", "TopicTest", "--key", "order-220", "--json", "--begin", last_ts - 1000
+    )
+    assert want[-1]["commitLogOffset"] in [r["commitLogOffset"] for r in jsonl(in_time.stdout)]
+    later = run("query", root, *VECTOR_SETS, "--topic", "TopicTest", "--key", "order-220", "--begin", last_ts + 2000)
+    assert later.exit_code == 1
+    early = run(
+        "query",
+        root,
+        *VECTOR_SETS,
+        "--topic",
+        "TopicTest",
+        "--key",
+        "order-220",
+        "--end",
+        want[0]["storeTimestamp"] - 2000,
+    )
+    assert early.exit_code == 1
+    assert (
+        len(
+            jsonl(
+                run(
+                    "query", root, *VECTOR_SETS, "--topic", "TopicTest", "--key", "order-220", "--max", 1, "--json"
+                ).stdout
+            )
+        )
+        == 1
+    )
+
+
+def test_query_not_found_and_bad_arguments(small_store: Path) -> None:
+    result = run("query", small_store, *TINY_SETS, "--topic", "TopicA", "--key", "nope")
+    assert result.exit_code == 1 and "no message" in result.stderr
+    result = run("query", small_store, *TINY_SETS, "--offset", 5)
+    assert result.exit_code == 1 and "no record starts at commit-log offset 5" in result.stderr
+    result = run("query", small_store, *TINY_SETS, "--msg-id", "7F00000100002A9F00000000000FFFFF")
+    assert result.exit_code == 1
+    result = run("query", small_store, *TINY_SETS, "--msg-id", "xyz")
+    assert result.exit_code == 2 and "offset msgId" in result.stderr
+    result = run("query", small_store, *TINY_SETS, "--key", "k1")
+    assert result.exit_code == 2 and "--topic" in result.stderr
+    result = run("query", small_store, *TINY_SETS, "--offset", 0, "--key", "k1", "--topic", "TopicA")
+    assert result.exit_code == 2 and "exactly one" in result.stderr
+
+
+# -- produce and consume -----------------------------------------------------------------------------
+def test_produce_then_consume_with_commit(tmp_path: Path) -> None:
+    root = tmp_path / "pc"
+    result = run(
+        "produce", root, *TINY_SETS, "--topic", "Orders", "--tags", "TagA", "--keys", "o-1 o-2", "--keys", "o-3",
+        "--property", "region=eu", "--count", 5, "--body", "payload", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    puts = jsonl(result.stdout)
+    assert [p["queueOffset"] for p in puts] == [0, 1, 2, 3, 4]
+    assert all(p["status"] == "PUT_OK" and len(p["msgId"]) == 32 for p in puts)
+    body_file = tmp_path / "body.bin"
+    body_file.write_bytes(b"\x00\x01binary")
+    result = run(
+        "produce", root, *TINY_SETS, "--topic", "Orders", "--tags", "TagB", "--queue", 1, "--body-file", body_file
+    )
+    assert result.exit_code == 0 and "PUT_OK" in result.stdout
+
+    result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--max", 3, "--commit", "--json")
+    assert result.exit_code == 0, result.stderr
+    got = jsonl(result.stdout)
+    assert [(m["queueId"], m["queueOffset"]) for m in got] == [(0, 0), (0, 1), (0, 2)]
+    assert got[0]["keys"] == "o-1 o-2 o-3" and got[0]["properties"]["region"] == "eu"
+    assert base64.b64decode(got[0]["body"]) == b"payload" and got[0]["tags"] == "TagA"
+    assert "next offset 3 (committed)" in result.stderr
+
+    result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--commit", "--json")
+    rest = jsonl(result.stdout)
+    assert [(m["queueId"], m["queueOffset"]) for m in rest] == [(0, 3), (0, 4), (1, 0)]
+    assert base64.b64decode(rest[-1]["body"]) == b"\x00\x01binary"
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        assert store.query_offset("g1", "Orders", 0) == 5 and store.query_offset("g1", "Orders", 1) == 1
+
+    # nothing left for g1; another group starts at the beginning; filters and explicit offsets
+    assert jsonl(run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--json").stdout) == []
+    result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g2", "--tags", "TagB", "--json")
+    assert [(m["queueId"], m["tags"]) for m in jsonl(result.stdout)] == [(1, "TagB")]
+    result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--queue", 0, "--from-offset", 4)
+    assert result.exit_code == 0 and "payload" in result.stdout  # a table
+    result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--from-committed", "--json")
+    assert jsonl(result.stdout) == []
+    assert run("verify", root, *TINY_SETS).exit_code == 0
+
+
+def test_produce_needs_one_body_and_consume_of_an_unknown_topic(tmp_path: Path, small_store: Path) -> None:
+    result = run("produce", tmp_path / "x", *TINY_SETS, "--topic", "T")
+    assert result.exit_code == 2 and "--body" in result.stderr
+    result = run("produce", tmp_path / "x", *TINY_SETS, "--topic", "bad topic!", "--body", "b")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    result = run("consume", small_store, *TINY_SETS, "--topic", "Nothing", "--group", "g")
+    assert result.exit_code == 0 and "no consume queue" in result.stderr
+
+
+# -- verify and recover ----------------------------------------------------------------------------------
+def test_verify_exit_codes_json_and_max_problems(small_store: Path) -> None:
+    result = run("verify", small_store, *TINY_SETS, "--json")
+    assert result.exit_code == 0, result.stdout
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["counts"]["records"] == 20 and report["problems"] == []
+
+    # zero a unit in the middle of TopicA/0: the queue ends there, later units and records are problems
+    path = small_store / "consumequeue" / "TopicA" / "0" / f"{0:020d}"
+    with open(path, "r+b") as f:
+        f.seek(3 * 20)
+        f.write(bytes(20))
+    result = run("verify", small_store, *TINY_SETS)
+    assert result.exit_code == 1
+    assert "problem: consumequeue/TopicA/0" in result.stdout and "problem(s)" in result.stdout
+    result = run("verify", small_store, *TINY_SETS, "--json", "--max-problems", 1)
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False and len(report["problems"]) == 1 and report["problemCount"] > 1
+
+
+def test_verify_of_a_wrong_size_segment_is_exit_1_not_a_traceback(small_store: Path) -> None:
+    path = sorted((small_store / "commitlog").iterdir())[0]
+    os.truncate(path, 1000)
+    result = run("verify", small_store, *TINY_SETS)
+    assert result.exit_code == 1
+    assert f"commitlog/{path.name}" in result.stdout and "1000 bytes" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@needs_vectors
+def test_recover_the_crashed_store_in_place_then_verify(tmp_path: Path) -> None:
+    root = copy_store(VECTORS / "sample-crash" / "store", tmp_path / "crash")
+    result = run("verify", root, *VECTOR_SETS)
+    assert result.exit_code == 0 and "note:" in result.stdout  # as rmqread: notes, no problems
+    result = run("recover", root, *VECTOR_SETS, "--json")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["abortFileBefore"] is True and info["abortFileAfter"] is False
+    assert info["recovery"]["abnormal"] is True and info["recovery"]["dropped_files"] == ["00000000000000917504"]
+    assert info["maxOffset"] == 897285
+    assert not (root / "abort").exists()
+    assert not (root / "commitlog" / "00000000000000917504").exists()
+    result = run("verify", root, *VECTOR_SETS, "--json")
+    assert result.exit_code == 0, result.stdout
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["abortFile"] is False and report["problems"] == []
+    exported = run("export", root, *VECTOR_SETS)
+    assert exported.stdout_bytes == (VECTORS / "sample-crash" / "recovered.jsonl").read_bytes()
+    result = run("recover", root, *VECTOR_SETS)  # a table, and nothing to do the second time
+    assert result.exit_code == 0 and "abort file before" in result.stdout

@@ -1,0 +1,471 @@
+"""rocketstore.verify: a clean verdict on good stores, and damage named precisely on broken ones.
+
+Every damaged store is a copy in tmp_path; the RocketMQ vector stores are only read. Where it
+helps, the independent reader rmqread.py (the project's test oracle) is asked for its verdict too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.codec import record as rec
+from rocketstore.export import iter_queued
+from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE
+from rocketstore.verify import VerifyReport, verify_store
+
+VECTORS = Path("/work/shared/rocketmq-vectors")
+RMQREAD = Path("/work/shared/tools/rmqread.py")
+VECTOR_GEOMETRY = {
+    "mappedFileSizeCommitLog": 65536,
+    "mappedFileSizeConsumeQueue": 2000,
+    "maxHashSlotNum": 1000,
+    "maxIndexNum": 3000,
+}
+TINY = {
+    "mappedFileSizeCommitLog": 4096,
+    "mappedFileSizeConsumeQueue": 200,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 128,
+    "brokerIP1": "127.0.0.1",
+}
+N = 60
+needs_vectors = pytest.mark.skipif(not VECTORS.is_dir(), reason="the RocketMQ vector stores are not available")
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+def tiny() -> StoreConfig:
+    return StoreConfig(**TINY)
+
+
+def hashes(root: Path) -> dict[str, str]:
+    out = {}
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A writable copy (the vectors are read-only files)."""
+    shutil.copytree(src, dst)
+    for folder, _dirs, files in os.walk(dst):
+        os.chmod(folder, os.stat(folder).st_mode | stat.S_IRWXU)
+        for name in files:
+            path = os.path.join(folder, name)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IWUSR)
+    return dst
+
+
+def build_store(root: Path, count: int = N) -> Path:
+    """Two topics, three queues each, tags and two keys per message (and a UNIQ_KEY from the store)."""
+    with MessageStore.open(root, tiny()) as store:
+        for i in range(count):
+            message = Message(
+                ("TopicA", "TopicB")[i % 2],
+                f"body-{i}|".encode() * (1 + i % 5),
+                tags=f"Tag{i % 3}",
+                keys=[f"k{i}", f"order-{i % 7}"],
+            )
+            store.put(message, queue_id=i % 3).raise_for_status()
+        assert store.wait_for_dispatch()
+    return root
+
+
+def records(root: Path) -> list[dict]:
+    """Every queued record: topic, queueId, queueOffset, offset, size, sysFlag (log order)."""
+    with MessageStore.open(root, tiny(), read_only=True) as store:
+        rows = [
+            {
+                "topic": m.topic,
+                "queueId": m.queue_id,
+                "queueOffset": q,
+                "offset": m.commit_log_offset,
+                "size": m.store_size,
+                "sysFlag": m.sys_flag,
+            }
+            for m, q, _tags, _size in iter_queued(store)
+        ]
+    return sorted(rows, key=lambda r: r["offset"])
+
+
+def segment(root: Path, offset: int, size: int = TINY["mappedFileSizeCommitLog"]) -> tuple[Path, int]:
+    """(commit-log file, position in it) of a commit-log offset."""
+    return root / "commitlog" / f"{offset - offset % size:020d}", offset % size
+
+
+def patch(path: Path, pos: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def read(path: Path, pos: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(pos)
+        return f.read(size)
+
+
+def rmqread_check(root: Path, config: dict) -> subprocess.CompletedProcess:
+    flags = [
+        "--commitlog-size",
+        str(config["mappedFileSizeCommitLog"]),
+        "--cq-size",
+        str(config["mappedFileSizeConsumeQueue"]),
+        "--slots",
+        str(config["maxHashSlotNum"]),
+        "--index-num",
+        str(config["maxIndexNum"]),
+    ]
+    return subprocess.run(
+        [sys.executable, str(RMQREAD), "check", str(root), *flags], capture_output=True, text=True, timeout=120
+    )
+
+
+def agrees_with_rmqread(root: Path, report: VerifyReport, config: dict = TINY) -> None:
+    if RMQREAD.is_file():
+        done = rmqread_check(root, config)
+        assert (done.returncode == 0) == report.ok, (done.stdout, report.problems)
+
+
+def has(lines: list[str], *parts: str) -> bool:
+    return any(all(p in line for p in parts) for line in lines)
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Path:
+    return build_store(tmp_path / "store")
+
+
+# -- good stores -------------------------------------------------------------------------------------
+def test_a_freshly_written_store_is_clean(built: Path) -> None:
+    before = hashes(built)
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert report.problem_count == 0 and report.problems == []
+    assert not report.abort_file
+    assert report.records == N and report.units == N
+    assert report.queues == 6
+    assert report.commit_log_files >= 3  # 4 KiB segments: several of them, each ended by a BLANK
+    assert report.index_files >= 2  # 3 keys per message, 127 entries per index file
+    assert report.index_entries == report.keys == 3 * N
+    assert report.log_end_reason == "end of data"
+    assert hashes(built) == before  # verify changes nothing
+    agrees_with_rmqread(built, report)
+    d = report.to_dict()
+    assert d["ok"] is True and d["counts"]["records"] == N and d["problemCount"] == 0
+
+
+@needs_vectors
+@pytest.mark.parametrize(("sample", "records", "keys"), [("sample-clean", 1555, 3500), ("sample-crash", 1000, 2242)])
+def test_vector_stores_get_rmqreads_verdict(sample: str, records: int, keys: int) -> None:
+    root = VECTORS / sample / "store"
+    before = hashes(root)
+    report = verify_store(root, StoreConfig(**VECTOR_GEOMETRY))
+    assert hashes(root) == before
+    assert report.ok, report.problems
+    assert report.records == records and report.units == records and report.keys == keys
+    if RMQREAD.is_file():
+        done = rmqread_check(root, VECTOR_GEOMETRY)
+        assert done.returncode == 0
+        assert f"{records} records" in done.stdout and f"{keys} keys looked up" in done.stdout
+    if sample == "sample-crash":  # abort file: what recovery repairs is noted, not a problem
+        assert report.abort_file
+        assert has(report.notes, "index/20261122015724132", "newer than the checkpoint")
+        assert has(report.notes, "empty file(s) after the log end")
+        assert has(report.notes, "not indexed", "abnormal recovery indexes them")
+    else:
+        assert report.notes == []
+
+
+# -- the commit log ----------------------------------------------------------------------------------
+def test_a_flipped_body_byte_is_a_crc_problem(built: Path) -> None:
+    target = records(built)[N // 2]
+    path, pos = segment(built, target["offset"])
+    body_at = pos + rec.header_for(target["sysFlag"]).size
+    patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 0x40]))
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, f"{path.name}@{pos} (offset {target['offset']})", "body CRC")
+    assert has(report.problems, "non-zero bytes follow it")  # valid records after it: certainly a problem
+    assert report.log_end == target["offset"]
+    agrees_with_rmqread(built, report)
+
+
+def test_a_wrong_physicaloffset_field_is_a_problem(built: Path) -> None:
+    target = records(built)[7]
+    path, pos = segment(built, target["offset"])
+    patch(path, pos + rec.PHYSICAL_OFFSET_POSITION, struct.pack(">q", target["offset"] + 1000))
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"(offset {target['offset']})", f"PHYSICALOFFSET field says {target['offset'] + 1000}")
+    assert report.records == N  # the record itself still reads
+    agrees_with_rmqread(built, report)
+
+
+def _tear_tail(root: Path) -> int:
+    """Write the first 60 bytes of the last record again after it: a torn append. Returns its offset."""
+    last = records(root)[-1]
+    path, pos = segment(root, last["offset"])
+    end = pos + last["size"]
+    assert TINY["mappedFileSizeCommitLog"] - end > last["size"] + 8, "the test needs room after the last record"
+    patch(path, end, read(path, pos, 60))
+    return last["offset"] + last["size"]
+
+
+def test_a_torn_tail_is_a_problem_without_abort_and_a_note_with_it(built: Path) -> None:
+    torn = _tear_tail(built)
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, f"(offset {torn})", "a torn record at the end of the log")
+    agrees_with_rmqread(built, report)
+
+    (built / "abort").touch()
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, f"(offset {torn})", "a torn record at the end of the log")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_truncated_segment_is_a_problem_not_a_traceback(built: Path) -> None:
+    path = sorted((built / "commitlog").iterdir())[1]
+    os.truncate(path, TINY["mappedFileSizeCommitLog"] - 100)
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, f"commitlog/{path.name}", "3996 bytes, the configured size is 4096")
+    assert has(report.notes, "could not be loaded")
+    assert report.problem_count == 1  # the load error names the same file: reported once
+    agrees_with_rmqread(built, report)
+
+
+def test_a_padded_segment_is_a_problem(built: Path) -> None:
+    path = sorted((built / "commitlog").iterdir())[0]
+    with open(path, "ab") as f:
+        f.write(b"\0" * 10)
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"commitlog/{path.name}", "4106 bytes")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_stray_file_in_the_commit_log_folder_is_a_problem(built: Path) -> None:
+    (built / "commitlog" / "notes.txt").write_text("hello")
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, "commitlog/notes.txt", "stray file")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_wrong_segment_name_is_a_gap(built: Path) -> None:
+    last = sorted((built / "commitlog").iterdir())[-1]
+    last.rename(last.with_name(f"{int(last.name) + 4096:020d}"))
+    report = verify_store(built, tiny())
+    assert has(report.problems, "a gap")
+
+
+# -- consume queues ----------------------------------------------------------------------------------
+def test_a_zeroed_unit_in_the_middle_of_a_queue(built: Path) -> None:
+    queue = [r for r in records(built) if (r["topic"], r["queueId"]) == ("TopicA", 0)]
+    assert len(queue) >= 8
+    path = built / "consumequeue" / "TopicA" / "0" / f"{0:020d}"
+    patch(path, 4 * 20, bytes(20))
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, f"consumequeue/TopicA/0/{path.name}", "ends at unit 4", "non-zero bytes follow")
+    assert has(report.problems, f"record at {queue[4]['offset']} (TopicA/0 queue offset 4)", "not in its consume queue")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_unit_with_a_wrong_size_or_tags_code(built: Path) -> None:
+    queue = [r for r in records(built) if (r["topic"], r["queueId"]) == ("TopicB", 1)]
+    path = built / "consumequeue" / "TopicB" / "1" / f"{0:020d}"
+    patch(path, 2 * 20 + 8, struct.pack(">i", queue[2]["size"] + 1))
+    patch(path, 3 * 20 + 12, struct.pack(">q", 12345))
+    report = verify_store(built, tiny())
+    assert has(
+        report.problems, "consumequeue/TopicB/1 unit 2", f"size {queue[2]['size'] + 1}, record {queue[2]['size']}"
+    )
+    assert has(report.problems, "consumequeue/TopicB/1 unit 3", "tags code 12345")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_unit_pointing_into_a_record(built: Path) -> None:
+    queue = [r for r in records(built) if (r["topic"], r["queueId"]) == ("TopicA", 2)]
+    path = built / "consumequeue" / "TopicA" / "2" / f"{0:020d}"
+    patch(path, 20, struct.pack(">q", queue[1]["offset"] + 4))
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"consumequeue/TopicA/2 unit 1 -> {queue[1]['offset'] + 4}", "no record starts there")
+
+
+def test_an_undispatched_tail_is_a_note_with_abort_and_a_problem_without(built: Path) -> None:
+    queue = [r for r in records(built) if (r["topic"], r["queueId"]) == ("TopicB", 2)]
+    last = len(queue) - 1
+    path = built / "consumequeue" / "TopicB" / "2" / f"{(last * 20) - (last * 20) % 200:020d}"
+    patch(path, last * 20 % 200, bytes(20))
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"record at {queue[-1]['offset']}", "not in its consume queue")
+
+    (built / "abort").touch()
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, "1 records are not in their consume queues yet")
+    agrees_with_rmqread(built, report)
+
+
+def test_units_and_entries_past_a_lost_tail_are_notes_after_a_crash(built: Path) -> None:
+    last = records(built)[-1]
+    path, pos = segment(built, last["offset"])
+    patch(path, pos, bytes(last["size"]))  # the last record never reached the disk
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"-> {last['offset']}: at or past the log end {last['offset']}")
+
+    (built / "abort").touch()
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, f"-> {last['offset']}: at or past the log end")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_log_cleaned_up_at_the_front_with_queues_rebuilt_from_pre_blank_units(built: Path) -> None:
+    first = sorted((built / "commitlog").iterdir())[0]
+    first.unlink()  # as cleanup deletes an expired segment
+    shutil.rmtree(built / "consumequeue")  # rebuilt by recovery: each queue starts with pre-blank units
+    (built / "abort").touch()
+    with MessageStore.open(built, tiny()) as store:
+        assert store.min_phy_offset == 4096
+    cq = (built / "consumequeue" / "TopicA" / "0" / f"{0:020d}").read_bytes()
+    assert cq[:20] == struct.pack(">qiq", 0, 0x7FFFFFFF, 0)  # a pre-blank unit
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert report.log_min_offset == 4096 and report.records < N
+    assert report.units == report.records  # the pre-blank units are not counted as units
+    assert has(report.notes, "index entries point below the log's first offset")
+    agrees_with_rmqread(built, report)
+
+
+# -- index -------------------------------------------------------------------------------------------
+def test_a_corrupted_index_entry_phy(built: Path) -> None:
+    first = sorted((built / "index").iterdir())[0]
+    at = INDEX_HEADER_SIZE + TINY["maxHashSlotNum"] * HASH_SLOT_SIZE + 3 * INDEX_SIZE + 4
+    phy = struct.unpack(">q", read(first, at, 8))[0]
+    patch(first, at, struct.pack(">q", phy + 1))
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, f"index/{first.name} entry 3 -> {phy + 1}: no record starts there")
+    assert has(report.problems, f"of the record at {phy}", "is not found by a query")
+    agrees_with_rmqread(built, report)
+
+
+def test_an_index_entry_pointing_at_another_record(built: Path) -> None:
+    first = sorted((built / "index").iterdir())[0]
+    base = INDEX_HEADER_SIZE + TINY["maxHashSlotNum"] * HASH_SLOT_SIZE
+    other = struct.unpack(">q", read(first, base + 9 * INDEX_SIZE + 4, 8))[0]
+    phy = struct.unpack(">q", read(first, base + 2 * INDEX_SIZE + 4, 8))[0]
+    assert other != phy
+    patch(first, base + 2 * INDEX_SIZE + 4, struct.pack(">q", other))
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"index/{first.name} entry 2 -> {other}", "matches no key of the record")
+    agrees_with_rmqread(built, report)
+
+
+def test_a_broken_index_chain_hides_keys_from_queries(built: Path) -> None:
+    first = sorted((built / "index").iterdir())[0]
+    base = INDEX_HEADER_SIZE + TINY["maxHashSlotNum"] * HASH_SLOT_SIZE
+    count = struct.unpack(">i", read(first, 36, 4))[0]
+    # the newest entry with a predecessor: cut its link
+    for i in range(count - 1, 0, -1):
+        prev = struct.unpack(">i", read(first, base + i * INDEX_SIZE + 16, 4))[0]
+        if prev:
+            break
+    patch(first, base + i * INDEX_SIZE + 16, struct.pack(">i", 0))
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"index/{first.name} entry {i}: previous entry 0, expected {prev}")
+    assert has(report.problems, "is not found by a query")
+    agrees_with_rmqread(built, report)
+
+
+def test_an_index_header_out_of_range(built: Path) -> None:
+    first = sorted((built / "index").iterdir())[0]
+    patch(first, 36, struct.pack(">i", 10_000))
+    report = verify_store(built, tiny())
+    assert has(report.problems, f"index/{first.name}: indexCount 10000 is out of range")
+
+
+def _drop_second_index_file_in_a_crash(root: Path) -> None:
+    """Make the state a crash leaves: abort present, and the checkpoint older than index file 2."""
+    first, second = sorted((root / "index").iterdir())[:2]
+    end_ts = struct.unpack(">q", read(first, 8, 8))[0]
+    patch(second, 8, struct.pack(">q", end_ts + 1000))  # newer than the checkpoint: recovery drops it
+    patch(root / "checkpoint", 16, struct.pack(">q", end_ts))  # indexMsgTimestamp
+    (root / "abort").touch()
+
+
+def test_keys_straddling_a_dropped_index_file_are_noted_then_rebuilt(built: Path) -> None:
+    # 127 entries per file, 3 keys per record: record 42's UNIQ_KEY is file 1's last entry and its
+    # two keys went into file 2
+    straddling = records(built)[42]
+    _drop_second_index_file_in_a_crash(built)
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, "newer than the checkpoint")
+    assert has(report.notes, f"at or after the index's last entry (offset {straddling['offset']})")
+    agrees_with_rmqread(built, report)
+
+    with MessageStore.open(built, tiny()) as store:  # recovery in place
+        assert store.recovery.abnormal
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert report.notes == [] or all("empty file" in n for n in report.notes)
+    agrees_with_rmqread(built, report)
+
+
+# -- the report ----------------------------------------------------------------------------------------
+def test_max_problems_limits_the_list_but_counts_everything(built: Path) -> None:
+    first = records(built)[0]
+    path, pos = segment(built, first["offset"])
+    body_at = pos + rec.header_for(first["sysFlag"]).size
+    patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 1]))  # the log now ends at its first record
+    report = verify_store(built, tiny(), max_problems=5)
+    assert len(report.problems) == 5
+    assert report.problem_count > 5 * 10
+    assert report.to_dict()["problemCount"] == report.problem_count
+    full = verify_store(built, tiny())
+    assert full.problem_count == report.problem_count and len(full.problems) == full.problem_count
+
+
+def test_a_missing_store_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        verify_store(tmp_path / "nothing", tiny())
+
+
+def test_records_without_tags_or_keys(tmp_path: Path) -> None:
+    """Property strings holding only a UNIQ_KEY (no separator at all in a scanned window)."""
+    with MessageStore.open(tmp_path / "s", tiny()) as store:
+        for _ in range(3):
+            store.put(Message("TopicA", b"x")).raise_for_status()
+        assert store.wait_for_dispatch()
+    report = verify_store(tmp_path / "s", tiny())
+    assert report.ok, report.problems
+    assert report.records == 3 and report.keys == 3
+
+
+# -- bugs found elsewhere --------------------------------------------------------------------------------
+def test_a_put_into_the_schedule_topic_gets_the_delivery_time_as_tags_code(tmp_path: Path) -> None:
+    props = {"DELAY": "2", "REAL_TOPIC": "TopicA", "REAL_QID": "0"}
+    with MessageStore.open(tmp_path / "s", tiny()) as store:
+        result = store.put(Message("SCHEDULE_TOPIC_XXXX", b"x", tags="TagA", properties=props), queue_id=1)
+        result.raise_for_status()
+        assert store.wait_for_dispatch()
+        unit = store.queues.find("SCHEDULE_TOPIC_XXXX", 1).get_unit(0)
+    report = verify_store(tmp_path / "s", tiny())
+    assert unit[2] == result.store_timestamp + 5000  # level 2 = 5 s
+    assert report.ok, report.problems
