@@ -409,7 +409,17 @@ class StoreConfig:
     @property
     def store_host(self) -> str:
         """``brokerIP1:listenPort``, the store host written into every record."""
-        return f"{self.broker_ip1 or local_address()}:{self.listen_port}"
+        ip = self.broker_ip1 or local_address()
+        return f"[{ip}]:{self.listen_port}" if ":" in ip else f"{ip}:{self.listen_port}"
+
+
+def delay_level_millis(levels: str) -> tuple[int, ...]:
+    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
+    units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+    try:
+        return tuple(int(item[:-1]) * units[item[-1]] for item in levels.split())
+    except (KeyError, ValueError, IndexError):
+        raise ConfigError(f"messageDelayLevel {levels!r}: levels are numbers with a unit s, m, h or d") from None
 
 
 def parse_properties(text: str) -> dict[str, str]:

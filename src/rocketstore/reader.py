@@ -92,7 +92,7 @@ class MessageReader:
     ) -> GetResult | None:
         """A pull where every unit is in memory and none is filtered (None if a record is missing)."""
         config = self.config
-        limit = min(len(units), max_nums, max(1, config.max_transfer_count_on_message_in_memory))
+        limit = max(1, min(len(units), max_nums, config.max_transfer_count_on_message_in_memory))
         byte_limit = min(config.max_transfer_bytes_on_message_in_memory, _MAX_PULL_SIZE)
         phys, sizes = [], []
         total = 0

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
-from rocketstore.config import StoreConfig
+from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import ReadOnlyStoreError, StoreClosedError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.log.commitlog import CommitLog
@@ -48,15 +48,6 @@ WRITE_LOGICS_QUEUE_ERROR = 4
 WRITE_INDEX_FILE_ERROR = 8
 DISK_FULL = 16
 _NOT_WRITEABLE_BITS = NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | WRITE_INDEX_FILE_ERROR | DISK_FULL
-
-
-def delay_level_millis(levels: str) -> tuple[int, ...]:
-    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
-    units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
-    out = []
-    for item in levels.split():
-        out.append(int(item[:-1]) * units[item[-1]])
-    return tuple(out)
 
 
 class MessageStore:

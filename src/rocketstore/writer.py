@@ -17,10 +17,12 @@ from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
 from rocketstore.codec.message import Message
-from rocketstore.codec.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
-from rocketstore.config import StoreConfig
+from rocketstore.codec.properties import DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties
+from rocketstore.codec.scan import delay_of_level
+from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import InvalidMessageError, RecordError
-from rocketstore.log.commitlog import AppendResult, CommitLog
+from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog
 from rocketstore.results import PutMessageStatus, PutResult
 
 MAX_RECORD_EXTRA = 64 * 1024  # a record may be up to maxMessageSize + 64 KiB
@@ -41,6 +43,7 @@ class MessageWriter:
     ) -> None:
         self.commit_log = commit_log
         self.config = config
+        self.delay_millis = delay_level_millis(config.message_delay_level)
         self.store_host = parse_host(config.store_host)
         self.uniq_keys = UniqKeyGenerator(self.store_host[:-4] if len(self.store_host) == 8 else b"\x7f\0\0\x01")
         self.flush_handler: FlushHandler | None = None
@@ -86,7 +89,7 @@ class MessageWriter:
                 parse_host(extra[2]) if extra[2] else store_host,
                 extra[4],
                 extra[5],
-                tags_code(props.get(TAGS)),
+                self._tags_code(topic, props),
                 props.get(KEYS),
                 uniq,
                 v2=len(topic) > rec.TOPIC_MAX_BYTES_V1 and config.auto_message_version_on_topic_len,
@@ -102,6 +105,15 @@ class MessageWriter:
         if prepared[1] > config.max_message_size + MAX_RECORD_EXTRA:
             return PutResult.refused(_ILLEGAL, f"the record would be {prepared[1]} bytes, over maxMessageSize + 64 KiB")
         return prepared
+
+    def _tags_code(self, topic: str, props: dict[str, str]) -> int | tuple[str, int]:
+        """The consume-queue tags code; for a delayed message in SCHEDULE_TOPIC_XXXX, its delay,
+        which the commit log adds to the store time (the unit holds the delivery time)."""
+        if topic == SCHEDULE_TOPIC:
+            delay = delay_of_level(props.get(DELAY), self.delay_millis)
+            if delay is not None:
+                return (DELIVER_AFTER, delay)
+        return tags_code(props.get(TAGS))
 
     def _make_put(self) -> Callable[[Message, int], PutResult]:
         """``put(message, queue_id=0)``: a closure, because one put is the store's hottest path.

@@ -19,6 +19,7 @@ import numpy as np
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import crc32
 from rocketstore.codec.ids import _segment_hashes, java_hash, tags_code
+from rocketstore.codec.properties import property_value
 from rocketstore.codec.records import (  # noqa: F401 - the request layout is part of this module's API
     BATCH_LEN,
     D_KEYS,
@@ -53,21 +54,24 @@ _SPAN = {n: np.arange(n, dtype=np.int64) for n in (2, 4, 8)}
 _BE = {2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 
 
-def delay_tags_code(props: bytes, store_ts: int, delay_millis: tuple[int, ...]) -> int | None:
-    """The deliver time a SCHEDULE_TOPIC_XXXX consume-queue unit holds, or None without DELAY."""
-    from rocketstore.codec.properties import property_value
-
-    raw = property_value(b"\x02" + props, b"\x02DELAY\x01")
-    if raw is None:
+def delay_of_level(level_text: str | bytes | None, delay_millis: tuple[int, ...]) -> int | None:
+    """Milliseconds a DELAY level stands for (capped at the highest level); None for no delay."""
+    if level_text is None:
         return None
     try:
-        level = int(raw)
+        level = int(level_text)
     except ValueError:
         return None
     level = min(level, len(delay_millis))
     if level <= 0:
         return None
-    return store_ts + delay_millis[level - 1]
+    return delay_millis[level - 1]
+
+
+def delay_tags_code(props: bytes, store_ts: int, delay_millis: tuple[int, ...]) -> int | None:
+    """The deliver time a SCHEDULE_TOPIC_XXXX consume-queue unit holds, or None without DELAY."""
+    delay = delay_of_level(property_value(b"\x02" + props, b"\x02DELAY\x01"), delay_millis)
+    return None if delay is None else store_ts + delay
 
 
 def _walk(buf: bytes | memoryview, pos: int, end: int, limit: int) -> tuple[list[int], int, int]:

@@ -27,6 +27,7 @@ from rocketstore.results import PutMessageStatus
 _INT = rec._INT
 _time_ns = time.time_ns
 _TX_MASK = sf.TRANSACTION_ROLLBACK_TYPE
+DELIVER_AFTER = "deliver-after"  # a prepared record's tags code (DELIVER_AFTER, ms): the store time plus ms
 
 
 class AppendResult(tuple):
@@ -118,7 +119,8 @@ class CommitLog:
             if len(items) == 1:
                 p = items[0]
                 mapped.append(render(p, queue_offset, phy, now))
-                handoff.append((topic, queue_id, phy, p[1], p[15], now, queue_offset, p[16], p[17], p[6]))
+                tags = p[15] if type(p[15]) is int else now + p[15][1]  # (DELIVER_AFTER, delay)
+                handoff.append((topic, queue_id, phy, p[1], tags, now, queue_offset, p[16], p[17], p[6]))
                 offsets = None
             else:
                 parts = []
