@@ -80,7 +80,9 @@ def write_store(path: str, n: int) -> None:
     shutil.rmtree(path, ignore_errors=True)
     with MessageStore.open(path, config()) as store:
         for i in range(0, n, 32):
-            store.put_batch([Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + 32)], (i // 32) & 7)
+            store.put_batch(
+                [Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + 32)], (i // 32) & 7
+            )
         store.wait_for_dispatch(600)
 
 
@@ -112,7 +114,12 @@ def bench_rebuild(path: str) -> tuple[float, float]:
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(path, work)
     # leave the store as a crash does: abort present; then drop the derived structures
-    code = f"from rocketstore import MessageStore, StoreConfig; import os, signal; s = MessageStore.open({work!r}, StoreConfig(brokerIP1='127.0.0.1')); os.kill(os.getpid(), signal.SIGKILL)"
+    code = (
+        "import os, signal\n"
+        "from rocketstore import MessageStore, StoreConfig\n"
+        f"s = MessageStore.open({work!r}, StoreConfig(brokerIP1='127.0.0.1'))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=False)
     assert os.path.exists(os.path.join(work, "abort"))
     shutil.rmtree(os.path.join(work, "consumequeue"))
@@ -157,7 +164,8 @@ def main() -> int:
     units = {"dd": "MB/s", "put": "msg/s", "batch": "msg/s (batches of 32)", "get": "msg/s", "rebuild": "MB/s"}
     print(f"\nmedians of {args.runs} runs, {args.messages:,} messages of 1 KiB, 8 queues:")
     for key, values in results.items():
-        print(f"  {key:<8} {statistics.median(values):>12,.0f} {units[key]}   (runs: {', '.join(f'{v:,.0f}' for v in values)})")
+        runs = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"  {key:<8} {statistics.median(values):>12,.0f} {units[key]}   (runs: {runs})")
     if not args.dir:
         shutil.rmtree(folder, ignore_errors=True)
     return 0

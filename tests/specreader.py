@@ -149,3 +149,23 @@ def index_lookup(store: str, slot_num: int, index_num: int, key: str) -> list[in
             entry = prev
             seen += 1
     return found
+
+
+def read_index_headers(store: str) -> list[tuple[str, dict]]:
+    """(file name, header fields) of every index file, oldest first (spec 8.1)."""
+    out = []
+    folder = os.path.join(store, "index")
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            values = struct.unpack(">qqqqii", f.read(40))
+        fields = ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount", "indexCount")
+        out.append((name, dict(zip(fields, values, strict=True))))
+    return out
+
+
+def read_checkpoint(store: str) -> dict:
+    """The checkpoint's fields (spec 9): three timestamps, then two 5.x offsets."""
+    with open(os.path.join(store, "checkpoint"), "rb") as f:
+        data = f.read()
+    names = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "masterFlushedOffset", "confirmPhyOffset")
+    return dict(zip(names, struct.unpack_from(">qqqqq", data), strict=True), size=len(data))

@@ -1,0 +1,305 @@
+"""StoreConfig: every MessageStoreConfig key by RocketMQ and snake_case name, coercion, broker.conf."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.config import parse_properties, snake_case
+from rocketstore.errors import ConfigError
+
+ALL_KEYS = [name for name, _ in StoreConfig().items()]
+
+
+def _other_value(name: str, value: object) -> object:
+    """A value of the key's type that differs from ``value``."""
+    if name == "flushDiskType":
+        return "SYNC_FLUSH"
+    if name == "brokerRole":
+        return "SLAVE"
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 7
+    if isinstance(value, float):
+        return value / 2 + 0.125
+    return "some-text"
+
+
+def test_there_are_many_keys():
+    assert len(ALL_KEYS) > 150
+    assert len(set(ALL_KEYS)) == len(ALL_KEYS)
+    assert len({snake_case(k) for k in ALL_KEYS}) == len(ALL_KEYS)
+
+
+@pytest.mark.parametrize("name", ALL_KEYS)
+def test_every_key_by_both_names(name):
+    snake = snake_case(name)
+    default = StoreConfig()
+    assert default.get(name) == default.get(snake) == getattr(default, snake) == getattr(default, name)
+    value = _other_value(name, default.get(name))
+    for config in (StoreConfig(**{name: value}), StoreConfig(**{snake: value}), StoreConfig({name: value})):
+        assert config.get(name) == value
+        assert getattr(config, snake) == value
+        assert getattr(config, name) == value
+        assert config.to_dict()[name] == value
+        assert config.changed() == {name: value}
+    config = StoreConfig()
+    setattr(config, name, value)
+    assert config.get(snake) == value
+    config = StoreConfig()
+    setattr(config, snake, value)
+    assert config.get(name) == value
+    config.set(name, default.get(name))
+    assert config == default
+
+
+@pytest.mark.parametrize(
+    ("camel", "snake"),
+    [
+        ("checkCRCOnRecover", "check_crc_on_recover"),
+        ("brokerIP1", "broker_ip1"),
+        ("mappedFileSizeCommitLog", "mapped_file_size_commit_log"),
+        ("maxTransferBytesOnMessageInMemory", "max_transfer_bytes_on_message_in_memory"),
+        ("haMaxGapNotInSync", "ha_max_gap_not_in_sync"),
+        ("enabledAppendPropCRC", "enabled_append_prop_crc"),
+        ("osPageCacheBusyTimeOutMills", "os_page_cache_busy_time_out_mills"),
+        ("readUnCommitted", "read_un_committed"),
+    ],
+)
+def test_snake_case_names(camel, snake):
+    assert snake_case(camel) == snake
+    assert StoreConfig(**{camel: StoreConfig().get(camel)}).get(snake) == StoreConfig().get(camel)
+
+
+def test_defaults_are_rocketmqs():
+    c = StoreConfig()
+    assert c.mappedFileSizeCommitLog == 1024 * 1024 * 1024
+    assert c.mappedFileSizeConsumeQueue == 300000 * 20 == c.cq_file_size
+    assert (c.maxHashSlotNum, c.maxIndexNum, c.maxMsgsNumBatch) == (5_000_000, 20_000_000, 64)
+    assert c.flushDiskType == "ASYNC_FLUSH" and c.brokerRole == "ASYNC_MASTER"
+    assert (c.flushIntervalCommitLog, c.flushCommitLogLeastPages, c.flushCommitLogThoroughInterval) == (500, 4, 10000)
+    assert (c.flushIntervalConsumeQueue, c.syncFlushTimeout) == (1000, 5000)
+    assert (c.fileReservedTime, c.deleteWhen, c.cleanResourceInterval) == (72, "04", 10000)
+    assert (c.deleteCommitLogFilesInterval, c.deleteFileBatchMax, c.destroyMapedFileIntervalForcibly) == (
+        100,
+        10,
+        120000,
+    )
+    assert (c.diskMaxUsedSpaceRatio, c.diskSpaceCleanForciblyRatio, c.diskSpaceWarningLevelRatio) == (75, 85, 90)
+    assert c.maxMessageSize == 4 * 1024 * 1024
+    assert c.checkCRCOnRecover is True and c.enabledAppendPropCRC is False
+    assert (c.maxRecoveryCommitlogFiles, c.osPageCacheBusyTimeOutMills) == (30, 1000)
+    assert (c.haTransferBatchSize, c.haMaxGapNotInSync) == (32 * 1024, 256 * 1024 * 1024)
+    assert c.messageDelayLevel == "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    assert c.messageIndexEnable is True and c.messageIndexSafe is False
+    assert (c.maxTransferCountOnMessageInMemory, c.maxTransferBytesOnMessageInMemory) == (32, 256 * 1024)
+    assert (c.maxTransferCountOnMessageInDisk, c.maxTransferBytesOnMessageInDisk) == (8, 64 * 1024)
+    assert c.accessMessageInMemoryMaxRatio == 40
+    assert c.maxFilterMessageSize == 16000
+    assert c.storePathRootDir == os.path.join(os.path.expanduser("~"), "store")
+    assert c.storePathCommitLog is None and c.brokerIP1 is None
+    assert c.listenPort == 10911 and c.brokerClusterName == "DefaultCluster"
+    assert c.changed() == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "value"),
+    [
+        ("checkCRCOnRecover", "false", False),
+        ("checkCRCOnRecover", "TRUE", True),
+        ("messageIndexEnable", " False ", False),
+        ("enabled_append_prop_crc", "true", True),
+        ("maxMessageSize", "1024", 1024),
+        ("maxMessageSize", " 2048 ", 2048),
+        ("mappedFileSizeCommitLog", "-1", -1),
+        ("logicalDiskSpaceCleanForciblyThreshold", "0.5", 0.5),
+        ("deleteWhen", " 03 ", "03"),
+        ("flushDiskType", "SYNC_FLUSH", "SYNC_FLUSH"),
+    ],
+)
+def test_string_values_are_coerced(name, text, value):
+    config = StoreConfig(**{name: text})
+    assert config.get(name) == value
+    assert type(config.get(name)) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("checkCRCOnRecover", "yes"),
+        ("checkCRCOnRecover", 1),
+        ("checkCRCOnRecover", None),
+        ("maxMessageSize", "4 MiB"),
+        ("maxMessageSize", "1.5"),
+        ("maxMessageSize", True),
+        ("maxMessageSize", None),
+        ("logicalDiskSpaceCleanForciblyThreshold", "most"),
+        ("flushDiskType", "ASYNC"),
+        ("flushDiskType", "async_flush"),
+        ("brokerRole", "MASTER"),
+    ],
+)
+def test_bad_values_are_refused(name, value):
+    with pytest.raises(ConfigError):
+        StoreConfig(**{name: value})
+    config = StoreConfig()
+    with pytest.raises(ConfigError):
+        config.set(name, value)
+    assert config == StoreConfig()  # unchanged
+
+
+def test_none_is_accepted_for_keys_without_a_default():
+    config = StoreConfig(brokerIP1="10.0.0.1", storePathCommitLog="/x")
+    config.brokerIP1 = None
+    config.store_path_commit_log = None
+    assert config.brokerIP1 is None and config.storePathCommitLog is None
+
+
+def test_enum_values():
+    for value in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        assert StoreConfig(flushDiskType=value).is_sync_flush == (value == "SYNC_FLUSH")
+    for value in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        assert StoreConfig(brokerRole=value).broker_role == value
+    with pytest.raises(ConfigError, match="ASYNC_FLUSH, SYNC_FLUSH"):
+        StoreConfig(flushDiskType="FAST")
+
+
+def test_unknown_key_is_refused_with_a_suggestion():
+    with pytest.raises(ConfigError, match=r"maxMessageSise.*did you mean maxMessageSize"):
+        StoreConfig(maxMessageSise=1)
+    with pytest.raises(ConfigError, match="did you mean"):
+        StoreConfig().set("flush_disk_tipe", "SYNC_FLUSH")
+    config = StoreConfig()
+    with pytest.raises(ConfigError):
+        config.mappedFileSizeComitLog = 5
+    with pytest.raises(ConfigError) as info:
+        StoreConfig(completelyUnrelatedName=1)
+    assert "completelyUnrelatedName" in str(info.value)
+    with pytest.raises(AttributeError):
+        _ = config.noSuchKey
+    with pytest.raises(ConfigError):
+        config.get("noSuchKey")
+
+
+def test_config_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        StoreConfig(maxMessageSize="lots")
+
+
+def test_old_spellings_are_accepted():
+    config = StoreConfig(mapedFileSizeCommitLog=4096, mapedFileSizeConsumeQueue=200, haSlaveFallbehindMax=5)
+    assert config.mappedFileSizeCommitLog == 4096
+    assert config.mapped_file_size_consume_queue == 200
+    assert config.haMaxGapNotInSync == 5
+
+
+@pytest.mark.parametrize(("size", "rounded"), [(200, 200), (2000, 2000), (2001, 2020), (1, 20), (19, 20), (21, 40)])
+def test_cq_file_size_rounds_up_to_whole_units(size, rounded):
+    config = StoreConfig(mappedFileSizeConsumeQueue=size)
+    assert config.cq_file_size == rounded
+    assert config.mappedFileSizeConsumeQueue == size
+
+
+def test_commit_log_paths():
+    config = StoreConfig(storePathRootDir="/data/store")
+    assert config.commit_log_paths == [os.path.join("/data/store", "commitlog")]
+    config.storePathCommitLog = "/d1/commitlog, /d2/commitlog ,/d3/commitlog,"
+    assert config.commit_log_paths == ["/d1/commitlog", "/d2/commitlog", "/d3/commitlog"]
+    config.storePathCommitLog = "/only"
+    assert config.commit_log_paths == ["/only"]
+
+
+def test_store_host_and_derived_values():
+    config = StoreConfig(brokerIP1="10.1.2.3", listenPort="10921")
+    assert config.store_host == "10.1.2.3:10921"
+    assert StoreConfig(diskMaxUsedSpaceRatio=99).disk_max_used_space_ratio_clamped == 95
+    assert StoreConfig(diskMaxUsedSpaceRatio=2).disk_max_used_space_ratio_clamped == 10
+    assert StoreConfig().disk_space_warning_ratio == 0.90
+    assert StoreConfig().disk_space_clean_forcibly_ratio_clamped == 0.85
+
+
+def test_copy_equality_and_repr():
+    base = StoreConfig(maxMessageSize=1024)
+    other = base.copy(flushDiskType="SYNC_FLUSH")
+    assert base.flushDiskType == "ASYNC_FLUSH" and other.flushDiskType == "SYNC_FLUSH"
+    assert other.maxMessageSize == 1024
+    assert base.copy() == base and base.copy() is not base
+    assert base != other
+    assert "maxMessageSize=1024" in repr(base)
+    with pytest.raises(ConfigError):
+        base.copy(noSuchKey=1)
+
+
+BROKER_CONF = """\
+# a broker.conf as RocketMQ ships it
+brokerClusterName = DefaultCluster
+brokerName=broker-a
+brokerId = 0
+! another comment style
+deleteWhen=04
+fileReservedTime: 48
+brokerRole=ASYNC_MASTER
+flushDiskType = SYNC_FLUSH
+namesrvAddr=127.0.0.1:9876
+autoCreateTopicEnable=true
+storePathRootDir=/data/rocketmq/store
+storePathCommitLog=/data/rocketmq/store/commitlog,/data2/commitlog
+mapedFileSizeCommitLog=1073741824
+maxMessageSize     65536
+checkCRCOnRecover=false
+brokerIP1=192.168.0.10
+messageDelayLevel=1s 5s \\
+    10s 30s
+   # indented comment
+"""
+
+
+def test_from_properties_of_a_broker_conf(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text(BROKER_CONF, encoding="utf-8")
+    config = StoreConfig.from_properties(path)
+    assert config.brokerClusterName == "DefaultCluster"
+    assert config.brokerName == "broker-a"
+    assert config.brokerId == 0
+    assert config.deleteWhen == "04"
+    assert config.fileReservedTime == 48
+    assert config.flushDiskType == "SYNC_FLUSH"
+    assert config.storePathRootDir == "/data/rocketmq/store"
+    assert config.commit_log_paths == ["/data/rocketmq/store/commitlog", "/data2/commitlog"]
+    assert config.mappedFileSizeCommitLog == 1073741824
+    assert config.maxMessageSize == 65536
+    assert config.checkCRCOnRecover is False
+    assert config.store_host == "192.168.0.10:10911"
+    assert config.messageDelayLevel == "1s 5s 10s 30s"
+    assert "namesrvAddr" not in config.to_dict()  # broker keys the store does not know are ignored
+    with pytest.raises(ConfigError, match="namesrvAddr"):
+        StoreConfig.from_properties(path, strict=True)
+
+
+def test_from_properties_refuses_bad_values(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("flushDiskType=SOMETIMES\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        StoreConfig.from_properties(path)
+    path.write_text("maxMessageSize=big\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        StoreConfig.from_properties(path)
+
+
+def test_parse_properties_escapes():
+    text = "a\\ b=c\\td\nkey\\:x = v\\u00e9\nempty=\nlonely\n"
+    assert parse_properties(text) == {"a b": "c\td", "key:x": "v\u00e9", "empty": "", "lonely": ""}
+
+
+def test_store_open_takes_settings_and_sets_the_root(tmp_path):
+    config = StoreConfig(mappedFileSizeCommitLog=4096, mappedFileSizeConsumeQueue=200, brokerIP1="127.0.0.1")
+    with MessageStore.open(tmp_path / "s", config, maxHashSlotNum=64, maxIndexNum=128) as store:
+        assert store.config.maxHashSlotNum == 64
+        assert store.config.storePathRootDir == str(tmp_path / "s")
+        assert store.config.commit_log_paths == [str(tmp_path / "s" / "commitlog")]
+    assert config.maxHashSlotNum == 5_000_000  # the caller's config is not changed
+    with pytest.raises(ConfigError):
+        MessageStore.open(tmp_path / "t", config, noSuchKey=1)
