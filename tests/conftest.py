@@ -20,8 +20,18 @@ import pytest
 
 from rocketstore import MessageStore, StoreConfig
 
-VECTORS = Path("/work/shared/rocketmq-vectors")
-RMQREAD = Path("/work/shared/tools/rmqread.py")
+
+def _shared() -> Path:
+    """The reference material: $ROCKETSTORE_SHARED, else ../shared beside the checkout, else /work/shared."""
+    if os.environ.get("ROCKETSTORE_SHARED"):
+        return Path(os.environ["ROCKETSTORE_SHARED"])
+    beside = Path(__file__).resolve().parents[1].parent / "shared"
+    return beside if beside.is_dir() else Path("/work/shared")
+
+
+SHARED = _shared()
+VECTORS = SHARED / "rocketmq-vectors"
+RMQREAD = SHARED / "tools" / "rmqread.py"
 
 # The geometry the real RocketMQ 4.9.8 sample stores were written with.
 VECTOR_GEOMETRY = {

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+import conftest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-VECTORS = Path("/work/shared/rocketmq-vectors")
-RMQREAD = Path("/work/shared/tools/rmqread.py")
+VECTORS = conftest.VECTORS
+RMQREAD = conftest.RMQREAD
 VECTOR_SETS = [
     "--set",
     "mappedFileSizeCommitLog=65536",

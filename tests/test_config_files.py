@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+import conftest
 from rocketstore.errors import CorruptStoreError
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_files import (
@@ -19,7 +20,7 @@ from rocketstore.meta.config_files import (
     write_json_file,
 )
 
-SAMPLE_DELAY_OFFSET = "/work/shared/rocketmq-vectors/sample-clean/store/config/delayOffset.json"
+SAMPLE_DELAY_OFFSET = str(conftest.VECTORS / "sample-clean" / "store" / "config" / "delayOffset.json")
 TS = 1700000000000
 GROUP = "please_rename_unique_group_name_4"
 

@@ -17,14 +17,15 @@ from pathlib import Path
 
 import pytest
 
+import conftest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.codec import record as rec
 from rocketstore.export import iter_queued
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE
 from rocketstore.verify import VerifyReport, verify_store
 
-VECTORS = Path("/work/shared/rocketmq-vectors")
-RMQREAD = Path("/work/shared/tools/rmqread.py")
+VECTORS = conftest.VECTORS
+RMQREAD = conftest.RMQREAD
 VECTOR_GEOMETRY = {
     "mappedFileSizeCommitLog": 65536,
     "mappedFileSizeConsumeQueue": 2000,
