@@ -20,6 +20,7 @@ from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import ReadOnlyStoreError, StoreClosedError
 from rocketstore.files.allocate import SegmentAllocator
+from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.recovery import RecoveryReport, recover
 from rocketstore.meta.checkpoint import StoreCheckpoint
@@ -35,7 +36,12 @@ from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
-from rocketstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from rocketstore.services.flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+)
 from rocketstore.services.reput import ReputService
 from rocketstore.writer import MessageWriter
 
@@ -106,8 +112,20 @@ class MessageStore:
             self.last_exit_ok = not os.path.exists(os.path.join(root, "abort"))
             if not self.read_only:
                 self.allocator = SegmentAllocator()
+            self.pool: TransientStorePool | None = None
+            if (
+                config.transient_store_pool_enable
+                and not self.read_only
+                and not config.is_sync_flush
+                and config.broker_role != "SLAVE"
+            ):
+                self.pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
             self.commit_log = CommitLog(
-                config.commit_log_paths, config.mapped_file_size_commit_log, mode, allocator=self.allocator
+                config.commit_log_paths,
+                config.mapped_file_size_commit_log,
+                mode,
+                allocator=self.allocator,
+                pool=self.pool,
             )
             self.queues = ConsumeQueueStore(root, config.cq_file_size, mode)
             self.commit_log.load()
@@ -183,6 +201,9 @@ class MessageStore:
             flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
         flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
         self._services = [self.reput, flush, flush_cq]
+        if self.pool is not None:  # commit before flush, at run time and at shutdown
+            self.commit_service = CommitRealTimeService(self.commit_log, config, flush)
+            self._services.insert(1, self.commit_service)
         for service in self._services:
             service.start()
         self.flush_service = flush
@@ -402,10 +423,13 @@ class MessageStore:
     def _close_files(self) -> None:
         if self.allocator is not None:
             self.allocator.stop()
+
         for part in ("commit_log", "queues", "index"):
             obj = getattr(self, part, None)
             if obj is not None:
                 obj.close()
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
 
     @property
     def closed(self) -> bool:

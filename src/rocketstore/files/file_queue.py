@@ -31,6 +31,7 @@ class MappedFileQueue:
         *,
         path_is_full: Callable[[str], bool] | None = None,
         allocator: object | None = None,
+        pool: object | None = None,
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         self.file_size = file_size
@@ -41,6 +42,7 @@ class MappedFileQueue:
         self.store_timestamp = 0
         self.path_is_full = path_is_full
         self.allocator = allocator
+        self.pool = pool  # a TransientStorePool: new segments write into one of its buffers
 
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -123,6 +125,8 @@ class MappedFileQueue:
         if mapped is None:
             mapped = MappedFile.create(path, offset, self.file_size, self.mode)
         mapped.first_create_in_queue = first_in_queue
+        if self.pool is not None:
+            mapped.write_buffer = self.pool.borrow()  # None when all are in use: write straight through
         self.files = [*self.files, mapped]
         if self.allocator is not None:
             self.allocator.prepare_next(self, offset + self.file_size)
@@ -182,11 +186,17 @@ class MappedFileQueue:
         return nothing
 
     def commit(self, least_pages: int = 0) -> bool:
-        """Commit the segment holding ``committed_where`` (transient pool); True when nothing advanced."""
+        """Commit the segment holding ``committed_where`` (transient pool); True when nothing advanced.
+
+        A segment full and committed gives its write buffer back to the pool."""
         mapped = self.find_by_offset(self.committed_where, self.committed_where == 0)
         if mapped is None:
             return True
         where = mapped.file_from_offset + mapped.commit(least_pages)
+        if mapped.write_buffer is not None and mapped.committed_position >= mapped.file_size:
+            buf, mapped.write_buffer = mapped.write_buffer, None
+            if self.pool is not None:
+                self.pool.give_back(buf)
         nothing = where == self.committed_where
         self.committed_where = where
         return nothing

@@ -59,7 +59,7 @@ class MappedFile:
         self.flushed_position = 0
         self.store_timestamp = 0  # store time of the last record appended (commit log)
         self.first_create_in_queue = False
-        self.write_buffer: bytearray | None = None  # transient store pool buffer, if any
+        self.write_buffer: mmap.mmap | bytearray | None = None  # transient store pool buffer, if any
         self.prefaulted = 0  # pages before this position were faulted in ahead of the writer
         self._ref_count = 1
         self._available = True

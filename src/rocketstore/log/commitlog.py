@@ -59,10 +59,11 @@ class CommitLog:
         *,
         allocator: SegmentAllocator | None = None,
         path_is_full: Callable[[str], bool] | None = None,
+        pool: object | None = None,
     ) -> None:
         self.file_size = file_size
         self.mode = mode
-        self.queue = MappedFileQueue(paths, file_size, mode, allocator=allocator, path_is_full=path_is_full)
+        self.queue = MappedFileQueue(paths, file_size, mode, allocator=allocator, path_is_full=path_is_full, pool=pool)
         self.allocator = allocator
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -325,6 +326,8 @@ class CommitLog:
         if pos + total + rec.END_FILE_MIN_BLANK_LENGTH > mapped.file_size:
             left = mapped.file_size - pos
             mapped.append(rec.blank_record(left))
+            if mapped.write_buffer is not None:  # a reused buffer holds old bytes: the file gets zeros
+                mapped.write_buffer[pos + 8 : mapped.file_size] = bytes(left - 8)
             mapped.wrote_position = mapped.file_size
             mapped.store_timestamp = now
             self.handoff.append((None, 0, mapped.file_from_offset + pos, left, 0, now, 0, None, None, 0))

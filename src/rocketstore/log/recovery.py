@@ -73,6 +73,14 @@ def recover(
             index.destroy()
         return report
 
+    if not last_exit_ok:
+        # after a crash nothing written after the checkpoint's safe time is trusted in the queues:
+        # their units from the start segment on are rebuilt from the log (a power loss can leave a
+        # torn unit there that still looks valid)
+        start = _abnormal_start(files, checkpoint, message_index_safe)
+        queues.truncate_dirty(files[start].file_from_offset)
+        max_phy_cq = queues.max_physic_offset()
+
     # where the consume queues and the index need records from
     cq_from = max(max_phy_cq, 0)
     index_from = cq_from
@@ -84,7 +92,6 @@ def recover(
         # RocketMQ 4.9 checks the last three segments; the queues may need records from earlier
         start = min(max(0, len(files) - 3), _last_file_starting_at_or_before(files, dispatch_from))
     else:
-        start = _abnormal_start(files, checkpoint, message_index_safe)
         start = min(start, _last_file_starting_at_or_before(files, dispatch_from))
     report.start_file = files[start].file_name
 

@@ -120,12 +120,24 @@ class IndexService:
                     path,
                 )
             index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
-            if not last_exit_ok and index.end_timestamp > self.checkpoint.index_msg_timestamp:
-                log.info("dropping index file %s: newer than the checkpoint, rebuilt by recovery", path)
+            if not last_exit_ok and not self._durable(index):
+                log.info("dropping index file %s: not known to be on disk whole, rebuilt by recovery", path)
                 index.destroy(0)
                 continue
             files.append(index)
         self.files = files
+
+    def _durable(self, index: IndexFile) -> bool:
+        """After a crash, an index file is trusted only if it was flushed whole: full (a file is
+        flushed when it fills up), not newer than the checkpoint, and with a sane header."""
+        return (
+            index.is_write_full()
+            and 0 < index.end_timestamp <= self.checkpoint.index_msg_timestamp
+            and index.begin_timestamp <= index.end_timestamp
+            and index.begin_phy_offset <= index.end_phy_offset
+            and 0 <= index.hash_slot_count <= self.slot_num
+            and index.index_count <= self.index_num
+        )
 
     # -- building --------------------------------------------------------------------------------
     def build_index(self, records: Records) -> None:

@@ -1,0 +1,56 @@
+"""The transient store pool: write buffers the commit log appends into before they reach the file.
+
+With ``transientStorePoolEnable`` each new commit-log segment borrows a buffer of its size; puts
+write into the buffer, the commit service moves what was written into the file mapping, and the
+flush service makes it durable (spec 13.3). Buffers are anonymous mappings (no up-front zeroing),
+locked in memory when the system allows it, and go back to the pool when their segment is full
+and committed.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import mmap
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class TransientStorePool:
+    def __init__(self, size: int, buffer_size: int, lock_memory: bool = True) -> None:
+        self.size = size
+        self.buffer_size = buffer_size
+        self.lock_memory = lock_memory
+        self._free: collections.deque[mmap.mmap] = collections.deque()
+        self._made = 0
+        self._lock = threading.Lock()
+
+    def borrow(self) -> mmap.mmap | None:
+        """A free buffer, or None when all ``transientStorePoolSize`` are in use."""
+        with self._lock:
+            if self._free:
+                return self._free.popleft()
+            if self._made >= self.size:
+                return None
+            self._made += 1
+        buf = mmap.mmap(-1, self.buffer_size)
+        if self.lock_memory:
+            with contextlib.suppress(AttributeError, OSError):
+                buf.madvise(mmap.MADV_WILLNEED)
+        return buf
+
+    def give_back(self, buf: mmap.mmap) -> None:
+        with self._lock:
+            self._free.append(buf)
+
+    def available(self) -> int:
+        """Buffers that can still be borrowed."""
+        with self._lock:
+            return len(self._free) + self.size - self._made
+
+    def close(self) -> None:
+        with self._lock:
+            while self._free:
+                self._free.popleft().close()
