@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from rocketstore.errors import CorruptStoreError
-from rocketstore.files.mapped_file import MappedFile, offset_to_file_name
+from rocketstore.files.mapped_file import MappedFile, offset_to_file_name, remove_leftover
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
@@ -53,6 +53,8 @@ class MappedFileQueue:
                 continue
             for name in os.listdir(folder):
                 full = os.path.join(folder, name)
+                if remove_leftover(full, self.mode):
+                    continue
                 if os.path.isdir(full):
                     raise CorruptStoreError("a folder where only segment files belong", full)
                 if not _NAME.fullmatch(name):

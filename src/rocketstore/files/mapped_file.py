@@ -28,6 +28,17 @@ from rocketstore.errors import CorruptStoreError, FlushError
 from rocketstore.files import syscalls
 
 OS_PAGE_SIZE = 4096
+CREATING_SUFFIX = ".creating"  # a file being made; one left behind is a crash leftover
+
+
+def remove_leftover(path: str, mode: str) -> bool:
+    """Delete a file a crash left half made (rw mode); True if ``path`` is such a leftover."""
+    if not path.endswith(CREATING_SUFFIX):
+        return False
+    if mode == "rw":
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return True
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -70,11 +81,18 @@ class MappedFile:
     # -- creation ------------------------------------------------------------------------------
     @classmethod
     def create(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
-        """A new, zero-filled segment of ``file_size`` bytes (OSError, e.g. ENOSPC, on failure)."""
+        """A new, zero-filled segment of ``file_size`` bytes (OSError, e.g. ENOSPC, on failure).
+
+        The file is made at full size under a temporary name (``*.creating``) and then renamed,
+        so a crash in between leaves no short file under a segment's name.
+        """
         if mode == "cow":
             mm = mmap.mmap(-1, file_size)
             return cls(path, file_from_offset, file_size, mm, -1, mode)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        if os.path.exists(path):
+            raise FileExistsError(errno.EEXIST, "the segment already exists", path)
+        temp = path + CREATING_SUFFIX
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             try:
                 os.posix_fallocate(fd, 0, file_size)
@@ -82,11 +100,13 @@ class MappedFile:
                 if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                     raise
                 os.ftruncate(fd, file_size)
+            os.rename(temp, path)
             mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            for leftover in (temp, path):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
             raise
         return cls(path, file_from_offset, file_size, mm, fd, mode)
 

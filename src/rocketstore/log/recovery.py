@@ -78,7 +78,7 @@ def recover(
         # their units from the start segment on are rebuilt from the log (a power loss can leave a
         # torn unit there that still looks valid)
         start = _abnormal_start(files, checkpoint, message_index_safe)
-        queues.truncate_dirty(files[start].file_from_offset)
+        queues.truncate_untrusted(files[start].file_from_offset)
         max_phy_cq = queues.max_physic_offset()
 
     # where the consume queues and the index need records from

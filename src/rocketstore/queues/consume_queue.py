@@ -73,6 +73,48 @@ class ConsumeQueue:
         process = files[index].file_from_offset + valid * CQ_STORE_UNIT_SIZE
         self.queue.flushed_where = self.queue.committed_where = process
         self.queue.truncate_dirty_files(process)
+        if self.max_physic_offset < 0 and process > files[0].file_from_offset:
+            last = self.get_unit(process // CQ_STORE_UNIT_SIZE - 1)  # the end fell at a file start
+            if last is not None and last[1] > 0:
+                self.max_physic_offset = last[0] + last[1]
+
+    def truncate_untrusted(self, phy_offset: int) -> None:
+        """After a crash: keep only the leading units that are valid and point below ``phy_offset``.
+
+        What lies beyond may have been written after the last flush, and a power loss can leave
+        holes or torn units there that look valid; the walk from ``phy_offset`` rebuilds it. Files
+        are examined from the end until one is wholly trusted.
+        """
+        files = self.queue.files
+        i = len(files) - 1
+        while i >= 0:
+            units = units_of(files[i].read(0, files[i].file_size))
+            trusted = (units["size"] > 0) & (units["phy"] >= 0) & (units["phy"] < phy_offset)
+            if trusted.all():
+                break
+            i -= 1
+        # files[: i + 1] stay whole; the next one is cut at its first untrusted unit
+        self.max_physic_offset = -1
+        keep_units = 0
+        if i + 1 < len(files):
+            units = units_of(files[i + 1].read(0, files[i + 1].file_size))
+            trusted = (units["size"] > 0) & (units["phy"] >= 0) & (units["phy"] < phy_offset)
+            bad = np.flatnonzero(~trusted)
+            keep_units = int(bad[0]) if len(bad) else len(units)
+        cut = (files[i + 1].file_from_offset if i + 1 < len(files) else files[-1].end_offset) if files else 0
+        cut += keep_units * CQ_STORE_UNIT_SIZE
+        for _ in range(len(files) - (i + 2)):
+            self.queue.delete_last_file()
+        if i + 1 < len(files):
+            if keep_units:
+                files[i + 1].truncate(keep_units * CQ_STORE_UNIT_SIZE)
+            else:
+                self.queue.delete_last_file()
+        self.queue.flushed_where = self.queue.committed_where = min(self.queue.flushed_where, cut)
+        if cut > (files[0].file_from_offset if files else 0):
+            last = self.get_unit(cut // CQ_STORE_UNIT_SIZE - 1)
+            if last is not None:
+                self.max_physic_offset = last[0] + last[1]
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """Remove units whose record starts at or after ``phy_offset`` (the log was cut there)."""
@@ -85,11 +127,15 @@ class ConsumeQueue:
             if len(units) and units["phy"][0] >= phy_offset:
                 self.queue.delete_last_file()
                 continue
-            valid = max(1, valid_prefix(units[1:]) + 1) if len(units) else 0
+            # (RocketMQ keeps the first unit unchecked; an empty one would then leave a hole in the queue)
+            valid = valid_prefix(units)
             keep = valid
-            beyond = np.flatnonzero(units["phy"][1:valid] >= phy_offset)
+            beyond = np.flatnonzero(units["phy"][:valid] >= phy_offset)
             if len(beyond):
-                keep = int(beyond[0]) + 1
+                keep = int(beyond[0])
+            if keep == 0:  # nothing of this file stays: the file before may still hold units to cut
+                self.queue.delete_last_file()
+                continue
             mapped.truncate(keep * CQ_STORE_UNIT_SIZE)
             if keep:
                 last = units[keep - 1]

@@ -73,6 +73,10 @@ class ConsumeQueueStore:
             if cq.max_physic_offset > phy_offset:
                 cq.truncate_dirty_logic_files(phy_offset)
 
+    def truncate_untrusted(self, phy_offset: int) -> None:
+        for cq in self.table.values():
+            cq.truncate_untrusted(phy_offset)
+
     def correct_min_offsets(self, min_phy: int) -> None:
         for cq in self.table.values():
             cq.correct_min_offset(min_phy)

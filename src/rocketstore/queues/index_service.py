@@ -14,6 +14,7 @@ from rocketstore.codec.ids import index_key_hash, java_hash, prefixed_hashes, to
 from rocketstore.codec.records import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ, Records
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.allocate import SegmentAllocator
+from rocketstore.files.mapped_file import remove_leftover
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, IndexFile, index_file_size
 
@@ -109,6 +110,8 @@ class IndexService:
         files: list[IndexFile] = []
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
+            if remove_leftover(path, self.mode):
+                continue
             if not name.isdigit() or not os.path.isfile(path):
                 log.warning("skipping %s: not an index file", path)
                 continue
