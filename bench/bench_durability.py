@@ -1,0 +1,123 @@
+"""Durability figures: SYNC_FLUSH group commit by producer threads, the disk's fsync-per-message
+rate beside it, and the transient store pool's effect on ASYNC_FLUSH puts.
+
+    python bench/bench_durability.py --dir /path/on/the/disk --runs 3
+
+Messages are 1 KiB with one tag and one key. Each figure is the median of ``--runs`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from rocketstore import Message, MessageStore, StoreConfig
+
+BODY = os.urandom(1024)
+
+
+def fsync_per_message(folder: str, n: int = 2000) -> float:
+    """Appends of 1 KiB each followed by one fdatasync: the rate without group commit."""
+    path = os.path.join(folder, "fsync.bin")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        started = time.perf_counter()
+        for _ in range(n):
+            os.write(fd, BODY)
+            os.fdatasync(fd)
+        return n / (time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def sync_put(folder: str, threads: int, n: int) -> tuple[float, float, float]:
+    """(msg/s, p50 ms, p99 ms) of SYNC_FLUSH puts from ``threads`` producer threads."""
+    path = os.path.join(folder, f"sync-{threads}")
+    shutil.rmtree(path, ignore_errors=True)
+    latencies: list[float] = []
+    with MessageStore.open(path, StoreConfig(brokerIP1="127.0.0.1", flushDiskType="SYNC_FLUSH")) as store:
+        per = max(1, n // threads)
+
+        def work(t: int) -> None:
+            mine = []
+            for i in range(per):
+                message = Message("SyncTopic", BODY, tags="TagA", keys=f"k-{t}-{i}")
+                began = time.perf_counter()
+                result = store.put(message, t % 8)
+                mine.append(time.perf_counter() - began)
+                if result.status != "PUT_OK":
+                    raise RuntimeError(result)
+            latencies.extend(mine)
+
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        started = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - started
+    shutil.rmtree(path, ignore_errors=True)
+    latencies.sort()
+    return per * threads / elapsed, latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
+
+
+def async_put(folder: str, pool: bool, n: int) -> float:
+    """Single-threaded ASYNC_FLUSH puts (dispatch awaited), with or without the transient pool."""
+    path = os.path.join(folder, f"async-{pool}")
+    shutil.rmtree(path, ignore_errors=True)
+    config = StoreConfig(brokerIP1="127.0.0.1", transientStorePoolEnable=pool)
+    with MessageStore.open(path, config) as store:
+        put = store.put
+        started = time.perf_counter()
+        for i in range(n):
+            put(Message("AsyncTopic", BODY, tags="TagA", keys=f"key-{i}"), i & 7)
+        store.wait_for_dispatch(600)
+        elapsed = time.perf_counter() - started
+    shutil.rmtree(path, ignore_errors=True)
+    return n / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sync-messages", type=int, default=20000)
+    parser.add_argument("--async-messages", type=int, default=300000)
+    args = parser.parse_args()
+    folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-durability-")
+    os.makedirs(folder, exist_ok=True)
+    fsyncs: list[float] = []
+    sync: dict[int, list[tuple[float, float, float]]] = {t: [] for t in (1, 4, 16, 64)}
+    pools: dict[bool, list[float]] = {False: [], True: []}
+    for run in range(args.runs):
+        fsyncs.append(fsync_per_message(folder))
+        for threads in sync:
+            n = args.sync_messages // 5 if threads == 1 else args.sync_messages
+            sync[threads].append(sync_put(folder, threads, n))
+        for pool in pools:
+            pools[pool].append(async_put(folder, pool, args.async_messages))
+        print(f"run {run + 1} done", flush=True)
+    print(f"\nmedians of {args.runs} runs (1 KiB messages):")
+    print(f"  fsync per message (write + fdatasync): {statistics.median(fsyncs):,.0f} msg/s")
+    for threads, results in sync.items():
+        rate = statistics.median(r[0] for r in results)
+        p50 = statistics.median(r[1] for r in results)
+        p99 = statistics.median(r[2] for r in results)
+        print(f"  SYNC_FLUSH, {threads:>2} threads: {rate:>8,.0f} msg/s   p50 {p50:.2f} ms   p99 {p99:.2f} ms")
+    for pool, results in pools.items():
+        label = "with the transient store pool" if pool else "without the pool"
+        print(f"  ASYNC_FLUSH single-threaded put, {label}: {statistics.median(results):,.0f} msg/s")
+    if not args.dir:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
