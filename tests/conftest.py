@@ -169,3 +169,53 @@ def rmqread_export(rmqread: Callable[..., subprocess.CompletedProcess]) -> Calla
 @pytest.fixture(scope="session")
 def hash_tree() -> Callable[[str | os.PathLike[str]], dict[str, str]]:
     return tree_hashes
+
+
+class LoopFs:
+    """A small real ext4 file system in an image file, loop-mounted for one test."""
+
+    def __init__(self, image: Path, mount: Path) -> None:
+        self.image = image
+        self.mount = mount
+
+    def fail_writes(self) -> None:
+        """From now on the device refuses writes: flushes get EIO from the file system."""
+        subprocess.run(["chattr", "+i", str(self.image)], check=True)
+
+    def heal(self) -> None:
+        subprocess.run(["chattr", "-i", str(self.image)], check=True)
+
+    def usage(self) -> float:
+        st = os.statvfs(self.mount)
+        return 1 - st.f_bavail / st.f_blocks
+
+
+@pytest.fixture
+def loop_fs(tmp_path: Path) -> Iterator[Callable[..., LoopFs]]:
+    """``loop_fs(size_mb)`` mounts a fresh ext4 image; skipped where the machine forbids mounting."""
+    made: list[LoopFs] = []
+
+    def make(size_mb: int = 64) -> LoopFs:
+        n = len(made)
+        image, mount = tmp_path / f"fs-{n}.img", tmp_path / f"mnt-{n}"
+        mount.mkdir()
+        with open(image, "wb") as f:
+            f.truncate(size_mb << 20)
+        steps = (["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], ["mount", "-o", "loop", str(image), str(mount)])
+        for step in steps:
+            try:
+                done = subprocess.run(step, capture_output=True, text=True)
+            except FileNotFoundError as exc:
+                pytest.skip(f"cannot make a file system here: {exc}")
+            if done.returncode:
+                pytest.skip(
+                    f"this machine forbids mounting a loop file system ({' '.join(step[:2])}: {done.stderr.strip()})"
+                )
+        fs = LoopFs(image, mount)
+        made.append(fs)
+        return fs
+
+    yield make
+    for fs in made:
+        subprocess.run(["chattr", "-i", str(fs.image)], capture_output=True)
+        subprocess.run(["umount", "-l", str(fs.mount)], capture_output=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
-from rocketstore.errors import ReadOnlyStoreError, StoreClosedError
+from rocketstore.errors import FlushError, ReadOnlyStoreError, StoreClosedError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
@@ -199,6 +199,7 @@ class MessageStore:
             self.writer.flush_handler = self._sync_flush_handler(flush)
         else:
             flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
+            flush.on_flush_failure = self._on_flush_failure
         flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
         self._services = [self.reput, flush, flush_cq]
         if self.pool is not None:  # commit before flush, at run time and at shutdown
@@ -346,6 +347,17 @@ class MessageStore:
     def max_phy_offset(self) -> int:
         return self.commit_log.max_offset()
 
+    def positions(self) -> dict[str, int]:
+        """The commit log's wrote >= committed >= flushed offsets (committed lags only with the
+        transient store pool; flushed lags under ASYNC_FLUSH), and where dispatch has got to."""
+        queue = self.commit_log.queue
+        return {
+            "wrote": queue.max_wrote_offset(),
+            "committed": queue.max_offset(),
+            "flushed": queue.flushed_where,
+            "dispatched": self.reput.reput_from if self.reput else queue.max_offset(),
+        }
+
     def queue_ids(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, and its queue ids."""
         return self.queues.topics()
@@ -402,23 +414,33 @@ class MessageStore:
                 while self.reput.behind() and time.monotonic() < deadline:
                     if self.reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
                         break
-            for service in self._services:
-                service.stop()
-            if self.index is not None:
-                self.index.flush()
-            self.checkpoint.flush()
+            failed = False
+            for step in (*(s.stop for s in self._services), self._flush_index_and_checkpoint):
+                try:
+                    step()
+                except FlushError as exc:  # the disk refused: keep abort, the next open recovers
+                    log.error("shutdown could not flush: %s", exc)
+                    failed = True
+                    self.set_running_flags(set_bits=NOT_WRITEABLE)
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 manager.persist()
-            if not self.running_flags & _NOT_WRITEABLE_BITS and self.dispatch_behind_bytes() == 0:
+            if not failed and not self.running_flags & _NOT_WRITEABLE_BITS and self.dispatch_behind_bytes() == 0:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.root, "abort"))
             else:
                 log.warning(
-                    "shutdown with dispatch %d bytes behind: abort kept for recovery", self.dispatch_behind_bytes()
+                    "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery",
+                    self.running_flags,
+                    self.dispatch_behind_bytes(),
                 )
         finally:
             self._close_files()
             self._lock.release()
+
+    def _flush_index_and_checkpoint(self) -> None:
+        if self.index is not None:
+            self.index.flush()
+        self.checkpoint.flush()
 
     def _close_files(self) -> None:
         if self.allocator is not None:

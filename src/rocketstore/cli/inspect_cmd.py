@@ -62,6 +62,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
             "fileSize": store.config.mapped_file_size_commit_log,
+            "positions": store.positions(),
             "files": files,
         },
         "queues": queues,
@@ -86,6 +87,10 @@ def _render(info: dict[str, Any]) -> None:
                 ("last exit", "ok (no abort file)" if info["lastExitOk"] else "abnormal (abort file present)"),
                 ("commit log min offset", log["minOffset"]),
                 ("commit log max offset", log["maxOffset"]),
+                (
+                    "wrote / committed / flushed",
+                    " / ".join(str(log["positions"][k]) for k in ("wrote", "committed", "flushed")),
+                ),
                 ("messages in consume queues", info["messages"]),
                 ("dispatch lag before recovery", f"{lag['bytes']} bytes"),
                 ("records dispatched by recovery", lag["recordsDispatched"]),

@@ -31,6 +31,12 @@ class FlushRealTimeService(Service):
         self.checkpoint = checkpoint
         self.config = config
         self._last_thorough = time.monotonic()
+        self.on_flush_failure: Callable[[FlushError], None] | None = None
+
+    def on_failure(self, exc: BaseException) -> None:
+        super().on_failure(exc)
+        if isinstance(exc, FlushError) and self.on_flush_failure is not None:
+            self.on_flush_failure(exc)
 
     def run_once(self, least_pages: int | None = None) -> bool:
         """One flush; True when nothing advanced."""

@@ -1,0 +1,51 @@
+"""A flush the file system refuses: reported as a failure, never as PUT_OK (RocketMQ #2706/#9713).
+
+The store sits on a real loop-mounted ext4; making the image immutable makes the device refuse
+writes, so msync gets EIO from the kernel: no part of the store is mocked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rocketstore import Message, MessageStore
+from rocketstore.errors import FlushError
+from rocketstore.results import PutMessageStatus
+
+
+def test_a_failed_sync_flush_fails_the_put_and_stops_writes(loop_fs, store_config):
+    fs = loop_fs(32)
+    config = store_config.copy(flushDiskType="SYNC_FLUSH")
+    store = MessageStore.open(fs.mount / "store", config)
+    try:
+        assert store.put(Message("FlushTopic", b"before", tags="TagA")).status == PutMessageStatus.PUT_OK
+        flushed = store.commit_log.flushed_where
+        fs.fail_writes()
+        failed = store.put(Message("FlushTopic", b"during", tags="TagA"))
+        assert failed.status == PutMessageStatus.FLUSH_DISK_FAILED
+        assert not failed.ok
+        assert store.commit_log.flushed_where == flushed  # the flushed offset did not move past the failure
+        refused = store.put(Message("FlushTopic", b"after", tags="TagA"))
+        assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE  # no writes after a failed fsync
+    finally:
+        fs.heal()
+        store.shutdown()
+    assert (fs.mount / "store" / "abort").exists()  # not a clean exit: the next open recovers
+
+
+def test_a_failed_async_flush_stops_writes(loop_fs, store_config):
+    fs = loop_fs(32)
+    store = MessageStore.open(fs.mount / "store", store_config.copy(flushDiskType="ASYNC_FLUSH"))
+    try:
+        assert store.put(Message("FlushTopic", b"x" * 1000, tags="TagA")).ok
+        fs.fail_writes()
+        assert store.put(Message("FlushTopic", b"y" * 1000, tags="TagA")).ok  # ASYNC: stored, not yet flushed
+        flushed = store.commit_log.flushed_where
+        with pytest.raises(FlushError) as failure:
+            store.flush_service.run_once(0)  # one round of the service, as its thread runs it
+        store.flush_service.on_failure(failure.value)  # what the thread does with an exception
+        assert store.commit_log.flushed_where == flushed
+        assert store.put(Message("FlushTopic", b"z", tags="TagA")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    finally:
+        fs.heal()
+        store.shutdown()
