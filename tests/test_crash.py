@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.results import GetMessageStatus
 from rocketstore.verify import verify_store
 
@@ -133,8 +134,12 @@ def test_sigkill_loses_no_acknowledged_message(tmp_path: Path, flush_type: str) 
             assert report.ok, report.problems[:5]
 
 
-def _unflushed_tails(store: MessageStore) -> list[tuple[str, int]]:
-    """Every file of a live store with the position from which its bytes are not known durable."""
+def _unflushed_tails(store: MessageStore, checkpoint_ts: int) -> list[tuple[str, int]]:
+    """Every file of a live store with the position from which its bytes are not known durable.
+
+    ``checkpoint_ts`` is the index timestamp of the checkpoint as copied: the dispatcher keeps
+    running while the files are taken, so only what that copy vouches for counts as durable.
+    """
     tails = []
     for mapped in store.commit_log.queue.files:
         tails.append((mapped.path, mapped.flushed_position))
@@ -142,7 +147,6 @@ def _unflushed_tails(store: MessageStore) -> list[tuple[str, int]]:
         for mapped in cq.queue.files:
             tails.append((mapped.path, mapped.flushed_position))
     if store.index is not None:
-        checkpoint_ts = store.checkpoint.index_msg_timestamp
         for index in store.index.files:
             # an index file is flushed when it fills up, and the checkpoint names the last one
             durable = index.is_write_full() and index.end_timestamp <= checkpoint_ts
@@ -151,12 +155,12 @@ def _unflushed_tails(store: MessageStore) -> list[tuple[str, int]]:
 
 
 def _copy_tree(source: Path, target: Path) -> None:
-    """Copy a live store's files (the lock and half-made files aside; files may vanish meanwhile)."""
+    """Copy a live store's files not copied yet (the lock and half-made files aside; files may vanish)."""
     for folder, _, names in os.walk(source):
         into = target / os.path.relpath(folder, source)
         into.mkdir(parents=True, exist_ok=True)
         for name in names:
-            if name == "lock" or name.endswith(".creating"):
+            if name == "lock" or name.endswith(".creating") or (into / name).exists():
                 continue
             with contextlib.suppress(FileNotFoundError):
                 shutil.copyfile(os.path.join(folder, name), into / name)
@@ -206,7 +210,10 @@ def test_power_loss_leaves_a_consistent_store(tmp_path: Path, seed: int) -> None
         assert enough.wait(120)
         # the power goes: take the files as they are, with what the store knows to be flushed
         with store.commit_log.put_lock:
-            tails = dict(_unflushed_tails(store))
+            snapshot.mkdir()
+            shutil.copyfile(live / "checkpoint", snapshot / "checkpoint")
+            checkpoint_ts = StoreCheckpoint(str(snapshot / "checkpoint"), writable=False).index_msg_timestamp
+            tails = dict(_unflushed_tails(store, checkpoint_ts))
             flushed = store.commit_log.flushed_where
             _copy_tree(live, snapshot)
             durable = [a for a in acks if ends[a[0]] <= flushed]
