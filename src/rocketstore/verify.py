@@ -26,13 +26,13 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import crc32
-from rocketstore.codec.ids import java_hashes
+from rocketstore.codec.ids import index_key_hash
 from rocketstore.codec.properties import split_keys
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, STOP_END, STOP_LIMIT, scan_records
@@ -41,6 +41,7 @@ from rocketstore.errors import CorruptStoreError, RecordError
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, IndexFile, index_file_size
+from rocketstore.queues.index_service import index_keys
 from rocketstore.store import MessageStore
 
 _SEGMENT_NAME = re.compile(r"\d{20}")
@@ -162,12 +163,15 @@ def verify_store(
     *,
     max_problems: int | None = None,
     progress: Callable[[int], None] | None = None,
+    check_log: Callable[[MessageStore, VerifyReport], LogColumns] | None = None,
 ) -> VerifyReport:
     """Audit the store at ``path`` without changing it; see the module docstring for what is checked.
 
     ``max_problems`` limits how many problems (and notes) are listed; all are counted. A store that
     cannot be loaded (a stray or wrong-size file) is reported as a problem, not raised.
     ``progress(n)`` is called as commit-log bytes are scanned (``n`` more each time).
+    ``check_log`` replaces the commit-log scan (``rocketstore spark verify`` scans the segments
+    as Spark tasks, then calls ``join_segments``).
     """
     root = os.path.abspath(os.fspath(path))
     if not os.path.isdir(root):
@@ -183,7 +187,10 @@ def verify_store(
         report.note("the store could not be loaded: records, queues and index were not checked")
         return report
     try:
-        log = _check_commit_log(store, report, progress)
+        if check_log is None:
+            log = _check_commit_log(store, report, progress)
+        else:
+            log = check_log(store, report)
         _check_queues(store, log, report)
         _check_index(store, log, report)
     finally:
@@ -276,7 +283,7 @@ def _check_segments(
 
 # -- commit log --------------------------------------------------------------------------------------
 @dataclass
-class _Log:
+class LogColumns:
     """The good records of the log, as columns (log order), and the expected index keys."""
 
     min_offset: int = 0
@@ -292,6 +299,17 @@ class _Log:
     key_records: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # record index per key
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     topics: list[str] = field(default_factory=list)
+
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "offsets",
+        "sizes",
+        "topic_ids",
+        "queue_ids",
+        "queue_offsets",
+        "tags",
+        "sys_flags",
+        "store_ts",
+    )
 
     def find(self, phy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record index, whether a record starts exactly there) for each offset."""
@@ -316,10 +334,7 @@ class _Collector:
     def __init__(self, report: VerifyReport) -> None:
         self.report = report
         self.topic_ids: dict[str, int] = {}
-        self.columns: dict[str, list[np.ndarray]] = {
-            k: []
-            for k in ("offsets", "sizes", "topic_ids", "queue_ids", "queue_offsets", "tags", "sys_flags", "store_ts")
-        }
+        self.columns: dict[str, list[np.ndarray]] = {k: [] for k in LogColumns.COLUMNS}
         self.keys: list[np.ndarray] = []
         self.key_hashes: list[np.ndarray] = []
         self.count = 0
@@ -354,43 +369,18 @@ class _Collector:
             ("store_ts", records.store_ts),
         ):
             self.columns[name].append(np.asarray(values, dtype=np.int64))
-        owners, hashes = _index_keys(records)
+        hashes, owners = index_keys(records)
         self.keys.append(owners + self.count)
         self.key_hashes.append(hashes)
         self.count += n
 
-    def result(self, min_offset: int, end: int) -> _Log:
-        def joined(parts: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
-        log = _Log(min_offset=min_offset, end=end, topics=list(self.topic_ids))
+    def result(self, min_offset: int, end: int) -> LogColumns:
+        log = LogColumns(min_offset=min_offset, end=end, topics=list(self.topic_ids))
         for name, parts in self.columns.items():
-            setattr(log, name, joined(parts))
-        log.key_records = joined(self.keys)
-        log.key_hashes = joined(self.key_hashes)
+            setattr(log, name, _joined(parts))
+        log.key_records = _joined(self.keys)
+        log.key_hashes = _joined(self.key_hashes)
         return log
-
-
-def _index_keys(records: Records) -> tuple[np.ndarray, np.ndarray]:
-    """(record row, key hash) of every index key RocketMQ adds for these records: ``topic#UNIQ_KEY``
-    and ``topic#k`` for each KEYS token, ROLLBACK records excepted (spec 8.5)."""
-    texts: list[str] = []
-    owners: list[int] = []
-    sys_flags = records.sys_flags.tolist()
-    uniqs = records.uniqs or [None] * len(records)
-    keys = records.keys or [None] * len(records)
-    for row, (topic, uniq, key_text, flag) in enumerate(zip(records.topics, uniqs, keys, sys_flags, strict=True)):
-        if flag & _ROLLBACK == _ROLLBACK:
-            continue
-        if uniq:
-            texts.append(f"{topic}#{uniq}")
-            owners.append(row)
-        for k in split_keys(key_text):
-            texts.append(f"{topic}#{k}")
-            owners.append(row)
-    hashes = np.abs(java_hashes(texts).astype(np.int64))
-    hashes[hashes > _INT_MAX] = 0  # Math.abs(Integer.MIN_VALUE) stays negative: RocketMQ uses 0
-    return np.array(owners, dtype=np.int64), hashes
 
 
 def _member(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -422,13 +412,59 @@ def _nonzero(mapped: MappedFile, start: int, end: int | None = None) -> int:
     return count
 
 
-def _scan_segment(
+@dataclass
+class SegmentScan:
+    """One commit-log segment read with CRC checks: where its records stop and why, their columns
+    (``part``, topic ids local to the segment) and the findings on them. Scans of different
+    segments are independent (``rocketstore spark verify`` runs them as tasks); ``join_segments``
+    puts them together."""
+
+    path: str
+    base: int
+    size: int
+    pos: int
+    reason: int
+    part: LogColumns
+    findings: VerifyReport
+    blank_size: int = 0  # what the BLANK marker says (reason STOP_BLANK)
+    why: str = ""  # what is wrong with the record at ``pos`` (reason STOP_BAD)
+    dirty_after: int = 0  # non-zero bytes after the stop: past the BLANK header, the bad record, the data
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def scan_segment(
+    mapped: MappedFile,
+    delay_millis: tuple[int, ...],
+    max_listed: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SegmentScan:
+    """Scan a whole segment with CRC checks (``progress(n)`` as ``n`` more bytes are read)."""
+    findings = VerifyReport(store="", max_listed=max_listed)
+    collector = _Collector(findings)
+    pos, reason = _scan_records(mapped, collector, delay_millis, progress)
+    base = mapped.file_from_offset
+    scan = SegmentScan(mapped.path, base, mapped.file_size, pos, reason, collector.result(base, base + pos), findings)
+    if reason == STOP_BLANK:
+        scan.blank_size = _INT.unpack(mapped.read(pos, 4))[0]
+        scan.dirty_after = _nonzero(mapped, pos + 8)
+    elif reason == STOP_BAD:
+        scan.why, claimed = _diagnose(mapped, pos)
+        scan.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
+    else:
+        scan.dirty_after = _nonzero(mapped, pos)
+    return scan
+
+
+def _scan_records(
     mapped: MappedFile,
     collector: _Collector,
     delay_millis: tuple[int, ...],
     progress: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
-    """Scan a whole segment with CRC checks; (stop position, reason) as ``scan_records`` gives."""
+    """Every record of a segment, window by window; (stop position, reason) as ``scan_records`` gives."""
     if not mapped.hold():
         return 0, STOP_BAD
     try:
@@ -479,67 +515,109 @@ def _diagnose(mapped: MappedFile, pos: int) -> tuple[str, int]:
     return f"a record that fails the reader's checks (TOTALSIZE {total})", total
 
 
-def _check_commit_log(store: MessageStore, report: VerifyReport, progress: Callable[[int], None] | None = None) -> _Log:
+def _check_commit_log(
+    store: MessageStore, report: VerifyReport, progress: Callable[[int], None] | None = None
+) -> LogColumns:
     files = store.commit_log.queue.files
-    report.commit_log_files = len(files)
-    collector = _Collector(report)
-    if not files:
+    delay = store.delay_millis
+    return join_segments(
+        [f.path for f in files], lambda i: scan_segment(files[i], delay, report.max_listed, progress), report
+    )
+
+
+def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], report: VerifyReport) -> LogColumns:
+    """The log from its segments' scans, in order: where it ends (as recovery finds it), what lies
+    past that end, and the records before it. ``scan_of(i)`` gives the scan of ``paths[i]``; it is
+    asked only for segments up to the log's end."""
+    report.commit_log_files = len(paths)
+    if not paths:
         report.log_end_reason = "no commit-log files"
         report.log_min_offset = 0
-        return collector.result(0, 0)
-    min_offset = files[0].file_from_offset
-    end, end_file, after = min_offset, 0, 0
-    for i, mapped in enumerate(files):
-        name = f"commitlog/{mapped.file_name}"
-        pos, reason = _scan_segment(mapped, collector, store.delay_millis, progress)
-        end, end_file = mapped.file_from_offset + pos, i
-        if reason == STOP_BLANK:
-            size = _INT.unpack(mapped.read(pos, 4))[0]
-            room = mapped.file_size - pos
-            if size != room:
-                report.problem(f"{name}@{pos}: the BLANK marker says {size} bytes, {room} are left in the file")
-            dirty = _nonzero(mapped, pos + 8)
-            if dirty:
-                report.problem(f"{name}@{pos}: {dirty} non-zero bytes after the BLANK marker")
-            if i + 1 < len(files):
+        return LogColumns(min_offset=0, end=0)
+    scans: list[SegmentScan] = []
+    for i in range(len(paths)):
+        scan = scan_of(i)
+        scans.append(scan)
+        name, pos = f"commitlog/{scan.name}", scan.pos
+        end = scan.base + pos
+        if scan.reason == STOP_BLANK:
+            room = scan.size - pos
+            if scan.blank_size != room:
+                report.problem(
+                    f"{name}@{pos}: the BLANK marker says {scan.blank_size} bytes, {room} are left in the file"
+                )
+            if scan.dirty_after:
+                report.problem(f"{name}@{pos}: {scan.dirty_after} non-zero bytes after the BLANK marker")
+            if i + 1 < len(paths):
                 continue
-            end = mapped.end_offset
+            end = scan.base + scan.size
             report.log_end_reason = "BLANK marker in the last file"
             break
-        if reason == STOP_BAD:
-            why, claimed = _diagnose(mapped, pos)
+        after = scan.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
+        if scan.reason == STOP_BAD:
             report.log_end_reason = f"a bad record at {end}"
-            after = _nonzero(mapped, pos + max(claimed, 8)) + sum(_nonzero(f, 0) for f in files[i + 1 :])
-            where = f"{name}@{pos} (offset {end}): {why}"
+            where = f"{name}@{pos} (offset {end}): {scan.why}"
             if after:
                 report.problem(f"{where}; {after} non-zero bytes follow it, which recovery drops (the log is cut here)")
             else:
                 report.damage(f"{where}: a torn record at the end of the log (recovery cuts the log here)")
         else:
             report.log_end_reason = "end of data"
-            after = _nonzero(mapped, pos) + sum(_nonzero(f, 0) for f in files[i + 1 :])
             if after:
                 report.damage(
-                    f"commitlog: the log ends at {end} (zeros in {mapped.file_name} at {pos}); "
+                    f"commitlog: the log ends at {end} (zeros in {scan.name} at {pos}); "
                     f"recovery drops the {after} non-zero bytes after it"
                 )
         break
-    later = files[end_file + 1 :]
-    if later:
-        empty = [f.file_name for f in later if not _nonzero(f, 0)]
-        if empty:
-            report.note(
-                f"commitlog: {len(empty)} empty file(s) after the log end (pre-allocated; recovery deletes them)"
-            )
-    log = collector.result(min_offset, end)
+    empty = [os.path.basename(p) for p in paths[len(scans) :] if not _nonzero_file(p)]
+    if empty:
+        report.note(f"commitlog: {len(empty)} empty file(s) after the log end (pre-allocated; recovery deletes them)")
+    for scan in scans:
+        report.add_problems(scan.findings.problem_count, scan.findings.problems)
+        report.add_notes(scan.findings.note_count, scan.findings.notes)
+    log = _join_parts([scan.part for scan in scans], scans[0].base, end)
     report.records = len(log.offsets)
-    report.log_min_offset = min_offset
+    report.log_min_offset = scans[0].base
     report.log_end = end
     return log
 
 
+def _join_parts(parts: list[LogColumns], min_offset: int, end: int) -> LogColumns:
+    """One log of consecutive parts, their topic ids mapped to one numbering."""
+    topics: dict[str, int] = {}
+    columns: dict[str, list[np.ndarray]] = {name: [] for name in LogColumns.COLUMNS}
+    keys: list[np.ndarray] = []
+    count = 0
+    for part in parts:
+        remap = np.array([topics.setdefault(t, len(topics)) for t in part.topics], dtype=np.int64)
+        for name in LogColumns.COLUMNS:
+            values = getattr(part, name)
+            columns[name].append(remap[values] if name == "topic_ids" and len(values) else values)
+        keys.append(part.key_records + count)
+        count += len(part.offsets)
+    log = LogColumns(min_offset=min_offset, end=end, topics=list(topics))
+    for name, values in columns.items():
+        setattr(log, name, _joined(values))
+    log.key_records = _joined(keys)
+    log.key_hashes = _joined([part.key_hashes for part in parts])
+    return log
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
+
+
+def _nonzero_file(path: str) -> int:
+    """How many bytes of a file are not zero."""
+    count = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_WINDOW):
+            count += len(chunk) - chunk.count(0)
+    return count
+
+
 # -- consume queues ----------------------------------------------------------------------------------
-def _check_queues(store: MessageStore, log: _Log, report: VerifyReport) -> None:
+def _check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
     covered = np.zeros(len(log.offsets), dtype=bool)  # records whose unit was found and right
     queue_ends: dict[tuple[int, int], int] = {}
     topic_ids = {t: i for i, t in enumerate(log.topics)}
@@ -552,7 +630,7 @@ def _check_queues(store: MessageStore, log: _Log, report: VerifyReport) -> None:
     _check_missing(log, covered, queue_ends, report)
 
 
-def _check_queue(cq: ConsumeQueue, tid: int, log: _Log, covered: np.ndarray, report: VerifyReport) -> int:
+def _check_queue(cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport) -> int:
     """One queue's files up to the first invalid unit; returns where its last record in the log ends."""
     where = f"consumequeue/{cq.topic}/{cq.queue_id}"
     ended = seen_real = False
@@ -594,7 +672,7 @@ def _check_units(
     first: int,
     units: np.ndarray,
     lead: int,
-    log: _Log,
+    log: LogColumns,
     covered: np.ndarray,
     report: VerifyReport,
 ) -> int:
@@ -633,7 +711,7 @@ def _check_units(
     return int(phy[last] + size[last])
 
 
-def _unit_mismatch(log: _Log, where: str, tid: int, queue_id: int, unit: tuple[np.ndarray, ...], i: int) -> str:
+def _unit_mismatch(log: LogColumns, where: str, tid: int, queue_id: int, unit: tuple[np.ndarray, ...], i: int) -> str:
     index, phy, size, tags, row = (int(column[i]) for column in unit)
     diffs = []
     if int(log.sizes[row]) != size:
@@ -652,7 +730,7 @@ def _unit_mismatch(log: _Log, where: str, tid: int, queue_id: int, unit: tuple[n
 
 
 def _check_missing(
-    log: _Log, covered: np.ndarray, queue_ends: dict[tuple[int, int], int], report: VerifyReport
+    log: LogColumns, covered: np.ndarray, queue_ends: dict[tuple[int, int], int], report: VerifyReport
 ) -> None:
     """Every NOT/COMMIT record must be in its queue at its queue offset."""
     flags = log.sys_flags & _ROLLBACK
@@ -686,7 +764,7 @@ def _check_missing(
 
 
 # -- index -------------------------------------------------------------------------------------------
-def _check_index(store: MessageStore, log: _Log, report: VerifyReport) -> None:
+def _check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
     index = store.index
     if index is None:
         report.note("messageIndexEnable is false: the index was not checked")
@@ -711,7 +789,7 @@ def _check_index(store: MessageStore, log: _Log, report: VerifyReport) -> None:
 
 
 def _check_index_file(
-    f: IndexFile, log: _Log, expected_keys: np.ndarray, report: VerifyReport
+    f: IndexFile, log: LogColumns, expected_keys: np.ndarray, report: VerifyReport
 ) -> tuple[np.ndarray, int]:
     """One index file as written; returns the record keys a query finds in it, and how many entries
     point below the log."""
@@ -835,7 +913,7 @@ def _found_by_query(
 
 
 def _check_keys_found(
-    store: MessageStore, log: _Log, kept: list[IndexFile], found: np.ndarray, report: VerifyReport
+    store: MessageStore, log: LogColumns, kept: list[IndexFile], found: np.ndarray, report: VerifyReport
 ) -> None:
     """Every key of every record must be found by a query, unless the record is newer than the index."""
     rows = log.key_records
@@ -860,15 +938,14 @@ def _check_keys_found(
         )
 
 
-def _key_problem(store: MessageStore, log: _Log, row: int, key_hash: int) -> str:
+def _key_problem(store: MessageStore, log: LogColumns, row: int, key_hash: int) -> str:
     offset = int(log.offsets[row])
     msg = store.look_message_by_offset(offset)
     name = f"(hash {key_hash})"
     if msg is not None:
         candidates = ([msg.uniq_key] if msg.uniq_key else []) + split_keys(msg.keys)
         for key in candidates:
-            h = abs(int(java_hashes([f"{msg.topic}#{key}"])[0]))
-            if (0 if h > _INT_MAX else h) == key_hash:
+            if index_key_hash(f"{msg.topic}#{key}") == key_hash:
                 name = repr(f"{msg.topic}#{key}")
                 break
     return f"index: key {name} of the record at {offset} ({log.describe(row)}) is not found by a query"

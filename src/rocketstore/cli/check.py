@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import click
@@ -72,7 +71,7 @@ def recover(opts: Common) -> None:
         "abortFileBefore": had_abort,
         "abortFileAfter": os.path.exists(os.path.join(store.root, "abort")),
         **offsets,
-        "recovery": dataclasses.asdict(report) if report is not None else None,
+        "recovery": report.to_dict() if report is not None else None,
     }
     if opts.as_json:
         print_json(info)
@@ -82,6 +81,6 @@ def recover(opts: Common) -> None:
         ("abort file after", info["abortFileAfter"]),
         ("commit log min offset", info["minOffset"]),
         ("commit log max offset", info["maxOffset"]),
-        *((info["recovery"] or {}).items()),
+        *((k, v) for k, v in (info["recovery"] or {}).items() if k != "queue_ends_kept"),
     ]
     out_console().print(kv_table(f"recovered {store.root}", rows))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -69,7 +68,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "messages": sum(q["messages"] for q in queues),
         "checkpoint": _checkpoint_on_disk(store),
         "checkpointAfterRecovery": store.checkpoint.as_dict(),
-        "recovery": dataclasses.asdict(recovery) if recovery is not None else None,
+        "recovery": recovery.to_dict() if recovery is not None else None,
         "dispatchLag": {"bytes": lag, "recordsDispatched": recovery.records_dispatched if recovery else 0},
         "indexFiles": index_files,
         "configFiles": config_files,

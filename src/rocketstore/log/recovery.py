@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.records import Records
@@ -45,6 +46,15 @@ class RecoveryReport:
     bytes_checked: int = 0
     dropped_files: list[str] = field(default_factory=list)
     reindexed_from: int = -1  # index files held entries past the cut: records from here were indexed again
+    # each queue's end as its files held it, less what recovery cut: the units below it were not
+    # written by this recovery (a copy-on-write open leaves the files as they were)
+    queue_ends_kept: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON can hold it (queue ends under ``"topic/queueId"``)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "queue_ends_kept"}
+        out["queue_ends_kept"] = {f"{t}/{q}": end for (t, q), end in sorted(self.queue_ends_kept.items())}
+        return out
 
 
 def recover(
@@ -94,6 +104,7 @@ def recover(
     else:
         start = min(start, _last_file_starting_at_or_before(files, dispatch_from))
     report.start_file = files[start].file_name
+    before = {key: cq.max_offset_in_queue() for key, cq in queues.table.items()}
 
     def on_records(records: Records) -> None:
         report.records_checked += len(records)
@@ -127,6 +138,9 @@ def recover(
 
     report.process_offset = process_offset
     queues.truncate_dirty(process_offset)
+    report.queue_ends_kept = {
+        key: min(before.get(key, 0), cq.max_offset_in_queue()) for key, cq in queues.table.items()
+    }
     if index is not None:
         again = index.truncate(process_offset)
         if again is not None:  # index entries for cut records went with their files: index the rest again

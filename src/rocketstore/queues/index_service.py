@@ -38,16 +38,18 @@ def _prefix_hash(topic: str) -> int:
     return h
 
 
-def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(key hashes, offsets, store times) of the index entries for dispatched records, in the order
-    RocketMQ adds them: per record its UNIQ_KEY, then each of its KEYS (``topic#key`` each)."""
+def index_keys(records: Records) -> tuple[np.ndarray, np.ndarray]:
+    """(key hashes, record rows) of the index entries RocketMQ adds for these records, in its
+    order: per record its UNIQ_KEY, then each of its KEYS (``topic#key`` each); ROLLBACK records
+    add none (spec 8.5)."""
+    empty = np.zeros(0, dtype=np.int64)
     keep = (records.sys_flags & _ROLLBACK) != _ROLLBACK
-    if not keep.all():
+    kept = None if keep.all() else np.flatnonzero(keep)
+    if kept is not None:
         records = records.select(keep)
     n = len(records)
     if not n:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
+        return empty, empty
     topics = set(records.topics)
     if len(topics) == 1:
         prefix: int | np.ndarray = _prefix_hash(next(iter(topics)))
@@ -63,8 +65,7 @@ def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]
             own_prefix = prefix if type(prefix) is int else prefix[owners]
             parts.append((prefixed_hashes(hashes, lengths, own_prefix), owners, owners * 2 + rank))
     if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
+        return empty, empty
     if len(parts) == 1:
         h, owners, _ = parts[0]
     else:
@@ -74,7 +75,14 @@ def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     h = h.view(np.int32).astype(np.int64)
     np.abs(h, out=h)
     h[h == 2147483648] = 0  # Math.abs(Integer.MIN_VALUE) stays negative: RocketMQ uses 0
-    return h, records.offsets[owners], records.store_ts[owners]
+    owners = np.asarray(owners, dtype=np.int64)
+    return h, (owners if kept is None else kept[owners])
+
+
+def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key hashes, offsets, store times) of the index entries for dispatched records."""
+    hashes, rows = index_keys(records)
+    return hashes, records.offsets[rows], records.store_ts[rows]
 
 
 class IndexService:
@@ -166,10 +174,18 @@ class IndexService:
                 other = np.flatnonzero(phy_arr != phy_arr[0]) if len(phy_arr) else []
                 done_keys = min(done_keys, int(other[0]) if len(other) else len(phy_arr))
                 hashes, phy_arr, time_arr = hashes[done_keys:], phy_arr[done_keys:], time_arr[done_keys:]
-            done = 0
-            while done < len(hashes):
-                index = self._writable_file()
-                done += index.put_keys(hashes[done:], phy_arr[done:], time_arr[done:])
+            self._put_entries(hashes, phy_arr, time_arr)
+
+    def put_entries(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> None:
+        """Add index entries (key hash, commit-log offset, store time) as they are, in order, rolling
+        to new files as they fill: for rebuilds that computed them elsewhere (``index_entries``)."""
+        with self._lock:
+            self._put_entries(hashes, phys, timestamps)
+
+    def _put_entries(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> None:
+        done = 0
+        while done < len(hashes):
+            done += self._writable_file().put_keys(hashes[done:], phys[done:], timestamps[done:])
 
     def build_index_requests(self, requests: list[tuple]) -> None:
         """``build_index`` for a few dispatch request tuples, one key at a time (no numpy set-up)."""
