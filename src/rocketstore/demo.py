@@ -12,7 +12,7 @@ import shutil
 import sys
 import time
 
-from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, StoreConfig, demo_spark
 
 TOPICS = ("TopicTest", "OrderTopic", "PayTopic")
 TAGS = ("TagA", "TagB", "TagC")
@@ -20,9 +20,14 @@ QUEUES = 4
 MESSAGES = 6000
 
 
+def demo_config() -> StoreConfig:
+    """Small segments, so that the demo store rolls files like a real one."""
+    return StoreConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeConsumeQueue=60000, brokerIP1="127.0.0.1")
+
+
 def main(path: str = os.path.join("data", "demo")) -> int:
     shutil.rmtree(path, ignore_errors=True)
-    config = StoreConfig(mappedFileSizeCommitLog=1 << 20, mappedFileSizeConsumeQueue=60000, brokerIP1="127.0.0.1")
+    config = demo_config()
     rng = random.Random(7)
     started = time.perf_counter()
     with MessageStore.open(path, config) as store:
@@ -63,7 +68,7 @@ def main(path: str = os.path.join("data", "demo")) -> int:
         when = msg.store_timestamp
         offset = store.get_offset_in_queue_by_time("PayTopic", msg.queue_id, when)
         print(f"  PayTopic queue {msg.queue_id} at time {when} starts at offset {offset}")
-    return 0
+    return demo_spark.run(path, config)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from rocketstore import __version__
-from rocketstore.cli import check, inspect_cmd, messaging, query_cmd, transfer
+from rocketstore.cli import check, inspect_cmd, messaging, query_cmd, spark_cmd, transfer
 from rocketstore.errors import RocketStoreError
 
 EXIT_PROBLEMS = 1
@@ -56,6 +56,7 @@ for _command in (
     check.recover,
     messaging.produce,
     messaging.consume,
+    spark_cmd.spark,
 ):
     cli.add_command(_command)
 

@@ -1,0 +1,192 @@
+"""Appending staged messages to a store on the driver, exactly once per streaming micro-batch.
+
+``config/sparkSinkCommits.json`` in the store keeps, per streaming sink (the query id Spark keeps
+in the checkpoint's ``metadata``), the last micro-batch it wrote::
+
+    {"<sink>": {"batchId": 7, "state": "committed", "logStart": 1234, "count": 100}}
+
+Before a batch's messages are appended, the entry becomes ``pending`` with the log's end offset
+(``logStart``), written atomically (temporary file, fsync, rename). After the messages are
+appended and flushed, it becomes ``committed``. A batch id at or below a committed one is
+skipped (Spark replays the last batch after a restart when the crash came between the sink's
+commit and the checkpoint's). A ``pending`` entry for the same batch means a crash during the
+append: the records after ``logStart`` that match the batch's messages in order are its first
+messages, and only the rest is appended. The store's lock is held throughout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.config import StoreConfig
+from rocketstore.errors import InvalidMessageError
+from rocketstore.spark.schema import option
+from rocketstore.store import MessageStore
+
+log = logging.getLogger(__name__)
+MARKER = os.path.join("config", "sparkSinkCommits.json")
+DEFAULT_QUEUE_NUMS = 4
+
+
+def sink_id(options: Mapping[str, str]) -> str:
+    """The streaming sink's identity: ``sinkId``, else the query id kept in the checkpoint."""
+    given = option(options, "sinkId")
+    if given:
+        return given
+    checkpoint = option(options, "checkpointLocation")
+    if not checkpoint:
+        raise ValueError("a streaming write to rocketstore needs checkpointLocation (or a sinkId option)")
+    path = checkpoint[len("file:") :] if checkpoint.startswith("file:") else checkpoint
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
+            query = json.load(f).get("id")
+        if query:
+            return f"query:{query}"
+    return f"checkpoint:{checkpoint}"
+
+
+def read_markers(root: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(root, MARKER), encoding="utf-8") as f:
+            obj = json.load(f)
+        return obj if isinstance(obj, dict) else {}
+    except FileNotFoundError:
+        return {}
+
+
+def _write_markers(root: str, markers: dict[str, Any]) -> None:
+    path = os.path.join(root, MARKER)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(markers, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _staged_batches(staged: list[Any]) -> Iterator[pa.RecordBatch]:
+    for item in staged:
+        with pa.memory_map(item.path, "r") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+
+def _messages(staged: list[Any]) -> Iterator[tuple[Message, int | None]]:
+    from rocketstore.spark.sink import messages_of
+
+    for batch in _staged_batches(staged):
+        yield from messages_of(batch)
+
+
+class QueueChooser:
+    """Queue ids for messages without one: round-robin over the topic's write queues."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.next: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+
+    def __call__(self, topic: str) -> int:
+        nums = self.count.get(topic)
+        if nums is None:
+            cfg = self.store.topics.topic_config_table.get(topic)
+            nums = self.count[topic] = max(1, int(cfg["writeQueueNums"])) if cfg else DEFAULT_QUEUE_NUMS
+        i = self.next.get(topic, 0)
+        self.next[topic] = i + 1
+        return i % nums
+
+
+def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
+    """Refuse a batch the disk cannot take, before anything is appended."""
+    need = sum(os.path.getsize(s.path) for s in staged) * 2 + config.mapped_file_size_commit_log
+    free = shutil.disk_usage(root).free
+    if free < need:
+        raise OSError(f"{root}: {free} bytes free, the staged messages need about {need}")
+
+
+def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
+    """How many of the staged messages are the records from ``start`` on, in order."""
+    expected = _messages(staged)
+    offset = start
+    matched = 0
+    end = store.max_phy_offset
+    while offset < end:
+        msg: StoredMessage | None = store.look_message_by_offset(offset)
+        if msg is None:  # the end-of-file marker: the next segment
+            offset = store.commit_log.roll_next_file(offset)
+            continue
+        want = next(expected, None)
+        if want is None:
+            break
+        message, queue_id = want
+        same = msg.topic == message.topic and msg.body == message.body and msg.flag == message.flag
+        if not same or (queue_id is not None and msg.queue_id != queue_id):
+            break
+        matched += 1
+        offset += msg.store_size
+    return matched
+
+
+def append_staged(root: str, config: StoreConfig, staged: list[Any], *, sink: str | None, batch_id: int | None) -> int:
+    """Append the staged messages (task order) under the store's lock; returns how many were
+    appended. With ``sink``/``batch_id``, the write-ahead marker makes this exactly-once."""
+    if sink is None and not any(s.rows for s in staged):
+        return 0
+    store = MessageStore.open(root, config)
+    try:
+        skip = 0
+        markers = read_markers(store.root) if sink is not None else {}
+        entry = markers.get(sink) if sink is not None else None
+        if entry is not None and batch_id is not None:
+            if entry.get("batchId", -1) > batch_id or (
+                entry.get("batchId") == batch_id and entry.get("state") == "committed"
+            ):
+                log.info("rocketstore sink %s: batch %d was committed before; skipped", sink, batch_id)
+                return 0
+            if entry.get("batchId") == batch_id and entry.get("state") == "pending":
+                skip = _already_written(store, int(entry["logStart"]), staged)
+                log.warning("rocketstore sink %s: batch %d was cut short; %d messages were in", sink, batch_id, skip)
+        _check_space(store.root, staged, config)
+        if sink is not None and batch_id is not None:
+            markers[sink] = {
+                "batchId": batch_id,
+                "state": "pending",
+                "logStart": int(entry["logStart"]) if skip else store.max_phy_offset,
+                "count": sum(s.rows for s in staged),
+                "time": int(time.time() * 1000),
+            }
+            _write_markers(store.root, markers)
+        choose = QueueChooser(store)
+        appended = 0
+        for i, (message, queue_id) in enumerate(_messages(staged)):
+            qid = choose(message.topic) if queue_id is None else queue_id
+            if i < skip:
+                continue
+            result = store.put(message, qid)
+            if not result.ok:
+                raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
+            appended += 1
+        store.flush()
+        if sink is not None and batch_id is not None:
+            markers[sink]["state"] = "committed"
+            _write_markers(store.root, markers)
+        return appended
+    finally:
+        store.shutdown()

@@ -1,0 +1,338 @@
+"""Store jobs on Spark: rebuild the consume queues and index, verify, export to Parquet.
+
+Each job ships segment paths (never file contents) to tasks that map the files themselves.
+Run them as ``rocketstore spark rebuild|verify|export STORE`` or submit this module::
+
+    python -m rocketstore.spark.jobs rebuild STORE --master local[2] --set mappedFileSizeCommitLog=65536
+    spark-submit --master spark://host:7077 -m rocketstore.spark.jobs verify STORE   (or the .py path)
+
+Under spark-submit the session (and its master) comes from spark-submit; otherwise a local
+session is started (``--master``, default ``local[2]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rocketstore.config import StoreConfig, delay_level_millis
+from rocketstore.files.file_queue import MappedFileQueue
+from rocketstore.files.mapped_file import MappedFile
+from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.meta.lockfile import StoreLock
+from rocketstore.queues.consume_queue import UNIT_DTYPE
+from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.queues.index_service import IndexService, index_entries
+
+log = logging.getLogger(__name__)
+PART_BYTES = 256 << 20
+
+
+@dataclass
+class Segment:
+    base: int
+    path: str
+    size: int
+
+
+def list_segments(root: str, config: StoreConfig) -> list[Segment]:
+    """The commit-log segments on disk, in offset order (mapped only to be listed)."""
+    queue = MappedFileQueue(
+        config.copy(storePathRootDir=root).commit_log_paths, config.mapped_file_size_commit_log, "cow"
+    )
+    queue.load()
+    try:
+        return [Segment(m.file_from_offset, m.path, m.file_size) for m in queue.files]
+    finally:
+        queue.close()
+
+
+def group_segments(segments: list[Segment], parallelism: int, part_bytes: int = PART_BYTES) -> list[list[Segment]]:
+    """Consecutive segments in groups of at most about ``part_bytes``: a multiple of
+    ``parallelism`` groups, so that every core has the same share."""
+    if not segments:
+        return []
+    total = sum(s.size for s in segments)
+    parallelism = max(1, parallelism)
+    count = -(-max(parallelism, -(-total // part_bytes)) // parallelism) * parallelism
+    count = min(len(segments), count)
+    per = -(-len(segments) // count)
+    return [segments[i : i + per] for i in range(0, len(segments), per)]
+
+
+def session(master: str | None = None, app_name: str = "rocketstore-job") -> Any:
+    """The active spark-submit session, or a local one."""
+    from pyspark.sql import SparkSession
+
+    from rocketstore.spark.session import local_session, register
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and master is None:  # under spark-submit
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        register(spark)
+        return spark
+    return local_session(master or "local[2]", app_name)
+
+
+# -- rebuild --------------------------------------------------------------------------------------
+
+
+def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[int, ...], check_crc: bool) -> list[dict]:
+    """A task: scan whole segments as recovery does; store per segment the consume-queue units
+    and index entries (npz) and report where the scan stopped."""
+    from rocketstore.codec.records import Records
+    from rocketstore.log.walk import walk_segment
+
+    done = []
+    for seg in group:
+        mapped = MappedFile.open(seg.path, seg.base, seg.size, "cow")
+        found: list[Records] = []
+        try:
+            stop, reason = walk_segment(
+                mapped, 0, seg.size, found.append, check_crc=check_crc, delay_millis=delay_millis
+            )
+        finally:
+            mapped.mm.close()
+        topics: dict[str, int] = {}
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("tid", "qid", "qoff", "phy", "size", "tags", "ts")}
+        idx: dict[str, list[np.ndarray]] = {"hash": [], "phy": [], "ts": []}
+        count = 0
+        for records in found:
+            count += len(records)
+            queued = records.select((records.sys_flags & 0x4) == 0)
+            if len(queued):
+                tids = [topics.setdefault(t, len(topics)) for t in queued.topics]
+                cols["tid"].append(np.array(tids, dtype=np.int32))
+                cols["qid"].append(queued.queue_ids)
+                cols["qoff"].append(queued.queue_offsets)
+                cols["phy"].append(queued.offsets)
+                cols["size"].append(queued.sizes)
+                cols["tags"].append(queued.tags)
+                cols["ts"].append(queued.store_ts)
+            h, p, t = index_entries(records)
+            idx["hash"].append(h)
+            idx["phy"].append(p)
+            idx["ts"].append(t)
+        arrays = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+        arrays.update({f"index_{k}": (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in idx.items()})
+        path = os.path.join(out_dir, f"{seg.base:020d}.npz")
+        np.savez(path, **arrays)
+        done.append(
+            {"base": seg.base, "stop": stop, "reason": reason, "records": count, "file": path, "topics": list(topics)}
+        )
+    return done
+
+
+def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
+    """Rebuild ``consumequeue/`` and ``index/`` from the commit log: segments are scanned in
+    parallel, the results written in log order into a new folder and swapped in by renames,
+    all under the store's lock (no writer may run meanwhile). The commit log is not changed."""
+    from rocketstore.codec.scan import STOP_BLANK
+
+    started = time.perf_counter()
+    root = os.path.abspath(path)
+    config = (config or StoreConfig()).copy(storePathRootDir=root)
+    lock = StoreLock(root)
+    lock.acquire()
+    work = os.path.join(root, f".rebuild-{uuid.uuid4().hex[:8]}")
+    try:
+        segments = list_segments(root, config)
+        parts_dir = os.path.join(work, "parts")
+        os.makedirs(parts_dir)
+        groups = group_segments(segments, spark.sparkContext.defaultParallelism)
+        delay = delay_level_millis(config.message_delay_level)
+        crc = config.check_crc_on_recover
+        results: list[dict] = []
+        if groups:
+            rdd = spark.sparkContext.parallelize(groups, len(groups))
+            results = rdd.flatMap(lambda g: _scan_for_rebuild(g, parts_dir, delay, crc)).collect()
+        results.sort(key=lambda r: r["base"])
+        scanned = time.perf_counter()
+        new_root = os.path.join(work, "store")
+        summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK)
+        for name in ("consumequeue", "index"):
+            old = os.path.join(root, name)
+            if os.path.exists(old):
+                os.rename(old, os.path.join(work, f"old-{name}"))
+            new = os.path.join(new_root, name)
+            if os.path.exists(new):
+                os.rename(new, old)
+        _fsync_dir(root)
+        summary.update(
+            store=root,
+            segments=len(segments),
+            bytes=sum(s.size for s in segments),
+            tasks=len(groups),
+            scanSeconds=round(scanned - started, 3),
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return summary
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        lock.release()
+
+
+def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[dict], stop_blank: int) -> dict:
+    """Write the consume queues and index files of the scanned segments, in log order, up to the
+    end of the valid log (the first segment whose scan did not end at its end-of-file marker)."""
+    os.makedirs(new_root)
+    queues = ConsumeQueueStore(new_root, config.cq_file_size, "rw")
+    checkpoint = StoreCheckpoint(os.path.join(new_root, "checkpoint"), writable=True)
+    index = None
+    if config.message_index_enable:
+        index = IndexService(new_root, config.max_hash_slot_num, config.max_index_num, "rw", checkpoint)
+    units = records = 0
+    last_ts = 0
+    end = 0
+    for r in results:
+        end = r["base"] + config.mapped_file_size_commit_log
+        data = np.load(r["file"])
+        n = len(data["phy"])
+        if n:
+            order = np.lexsort((data["phy"], data["qid"], data["tid"]))
+            tid, qid = data["tid"][order], data["qid"][order]
+            phy, size, tags, qoff = data["phy"][order], data["size"][order], data["tags"][order], data["qoff"][order]
+            packed = np.empty(n, dtype=UNIT_DTYPE)
+            packed["phy"], packed["size"], packed["tags"] = phy, size, tags
+            raw = packed.tobytes()
+            cuts = np.flatnonzero((np.diff(tid) != 0) | (np.diff(qid) != 0)) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=True):
+                cq = queues.find_or_create(r["topics"][int(tid[a])], int(qid[a]))
+                cq.put_unit_arrays(phy[a:b], size[a:b], qoff[a:b], raw[a * 20 : b * 20])
+            units += n
+            last_ts = max(last_ts, int(data["ts"].max()))
+        if index is not None and len(data["index_hash"]):
+            index.put_entries(data["index_hash"], data["index_phy"], data["index_ts"])
+        records += r["records"]
+        if r["reason"] != stop_blank:
+            end = r["base"] + r["stop"]
+            break
+    queues.flush(0)
+    queues.close()
+    if index is not None:
+        index.flush()
+        index.close()
+    real = StoreCheckpoint(os.path.join(root, "checkpoint"), writable=True)
+    if last_ts:
+        real.logics_msg_timestamp = last_ts
+        real.index_msg_timestamp = last_ts
+        real.flush()
+    ignored = [r["base"] for r in results if r["base"] > end]
+    if ignored:
+        log.warning("rebuild: %d segment(s) after the log end %d were not dispatched", len(ignored), end)
+    return {
+        "records": records,
+        "units": units,
+        "logEnd": end,
+        "queues": len(queues.table),
+        "segmentsAfterEnd": len(ignored),
+    }
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+
+def export_parquet(
+    spark: Any,
+    path: str,
+    out: str,
+    config_options: dict[str, str] | None = None,
+    *,
+    begin: int | None = None,
+    end: int | None = None,
+    topics: str | None = None,
+    mode: str = "errorifexists",
+) -> dict:
+    """Every message the consume queues serve (store time in [begin, end) ms when given) as
+    Parquet partitioned by topic."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("rocketstore").options(**(config_options or {}))
+    if begin is not None:
+        reader = reader.option("startingTimestamp", str(begin))
+    if end is not None:
+        reader = reader.option("endingTimestamp", str(end))
+    if topics:
+        reader = reader.option("topics", topics)
+    df = reader.load(path)
+    started = time.perf_counter()
+    df.write.mode(mode).partitionBy("topic").parquet(out)
+    seconds = time.perf_counter() - started
+    rows = spark.read.parquet(out).groupBy("topic").agg(F.count("*").alias("messages")).collect()
+    per_topic = {r["topic"]: r["messages"] for r in sorted(rows, key=lambda r: r["topic"])}
+    return {
+        "store": os.path.abspath(path),
+        "parquet": out,
+        "messages": sum(per_topic.values()),
+        "topics": per_topic,
+        "seconds": round(seconds, 3),
+    }
+
+
+# -- command line (spark-submit) ---------------------------------------------------------------------
+
+
+def config_from(config_file: str | None, settings: list[str]) -> tuple[StoreConfig, dict[str, str]]:
+    """A StoreConfig from --config and --set KEY=VALUE, and the same as data-source options."""
+    config = StoreConfig.from_properties(config_file) if config_file else StoreConfig()
+    options: dict[str, str] = {"config": config_file} if config_file else {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+        config.set(key.strip(), value.strip())
+        options[key.strip()] = value.strip()
+    return config, options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rocketstore.spark.jobs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("job", choices=("rebuild", "verify", "export"))
+    parser.add_argument("store")
+    parser.add_argument("--master", default=None, help="Spark master (default local[2]; spark-submit's own)")
+    parser.add_argument("--config", default=None, help="a broker.conf with MessageStoreConfig keys")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a MessageStoreConfig key")
+    parser.add_argument("--parquet", help="export: the output folder")
+    parser.add_argument("--begin", type=int, help="export: first store time (ms, inclusive)")
+    parser.add_argument("--end", type=int, help="export: last store time (ms, exclusive)")
+    parser.add_argument("--max-problems", type=int, default=100, help="verify: problems listed")
+    args = parser.parse_args(argv)
+    config, options = config_from(args.config, args.set)
+    spark = session(args.master, f"rocketstore-{args.job}")
+    if args.job == "rebuild":
+        result = rebuild(spark, args.store, config)
+        status = 0
+    elif args.job == "verify":
+        from rocketstore.spark.verify_job import verify
+
+        report = verify(spark, args.store, config, max_problems=args.max_problems)
+        result = report.to_dict()
+        status = 0 if report.ok else 1
+    else:
+        if not args.parquet:
+            parser.error("export needs --parquet PATH")
+        result = export_parquet(spark, args.store, args.parquet, options, begin=args.begin, end=args.end)
+        status = 0
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

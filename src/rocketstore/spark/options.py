@@ -1,0 +1,218 @@
+"""The source's own options, parsed once on the driver into plain, picklable values.
+
+``topics``: comma-separated names; an entry with characters a topic cannot have (``.*?[]()^$+{}\\``)
+is a regular expression matched against whole topic names. ``queues``: ``0,2`` for every topic or
+JSON ``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
+``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive.
+Timestamps are epoch milliseconds (or ISO-8601 text) of the store time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rocketstore.codec.ids import java_hash
+from rocketstore.config import StoreConfig
+from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
+
+EARLIEST, LATEST = -2, -1
+MODES = ("consumequeue", "commitlog")
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
+DEFAULT_PARTITION_BYTES = 128 << 20
+DEFAULT_BATCH_ROWS = 32768
+
+Offsets = str | dict[str, dict[int, int]]  # "earliest" / "latest" or topic -> queue id -> offset
+
+
+@dataclass
+class Selection:
+    """Which topics and queues to read."""
+
+    names: frozenset[str] | None = None
+    patterns: tuple[re.Pattern[str], ...] = ()
+    queues: frozenset[int] | None = None
+    queues_by_topic: dict[str, frozenset[int]] | None = None
+
+    def topic_ok(self, topic: str) -> bool:
+        if self.names is None and not self.patterns:
+            return True
+        return (self.names is not None and topic in self.names) or any(p.fullmatch(topic) for p in self.patterns)
+
+    def queue_ok(self, topic: str, queue_id: int) -> bool:
+        if self.queues is not None and queue_id not in self.queues:
+            return False
+        if self.queues_by_topic is not None:
+            wanted = self.queues_by_topic.get(topic)
+            return wanted is not None and queue_id in wanted
+        return True
+
+    def narrowed(self, topics: frozenset[str] | None, queues: frozenset[int] | None) -> Selection:
+        """This selection further limited by pushed-down filters."""
+        names = self.names
+        if topics is not None:
+            names = frozenset(t for t in topics if self.topic_ok(t))
+        qs = self.queues
+        if queues is not None:
+            qs = queues if qs is None else qs & queues
+        return Selection(names, () if topics is not None else self.patterns, qs, self.queues_by_topic)
+
+
+@dataclass
+class ReadOptions:
+    path: str
+    config: StoreConfig
+    mode: str = "consumequeue"
+    selection: Selection = field(default_factory=Selection)
+    starting: Offsets = "earliest"
+    ending: Offsets = "latest"
+    starting_ts: int | None = None
+    ending_ts: int | None = None
+    tags: frozenset[str] | None = None
+    partition_bytes: int = DEFAULT_PARTITION_BYTES
+    min_partitions: int = 1
+    fail_on_data_loss: bool = True
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    max_offsets_per_trigger: int | None = None
+    columns: list[str] = field(default_factory=lambda: list(COLUMN_NAMES))
+
+    @property
+    def tag_codes(self) -> frozenset[int] | None:
+        return None if self.tags is None else frozenset(java_hash(t) for t in self.tags)
+
+
+def parse_topics(text: str | None) -> tuple[frozenset[str] | None, tuple[re.Pattern[str], ...]]:
+    if text is None or not text.strip():
+        return None, ()
+    names: set[str] = set()
+    patterns = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if _TOPIC_CHARS.fullmatch(item):
+            names.add(item)
+        else:
+            try:
+                patterns.append(re.compile(item))
+            except re.error as exc:
+                raise ValueError(f"option topics: {item!r} is neither a topic name nor a pattern ({exc})") from None
+    return frozenset(names), tuple(patterns)
+
+
+def parse_queues(text: str | None) -> tuple[frozenset[int] | None, dict[str, frozenset[int]] | None]:
+    if text is None or not text.strip():
+        return None, None
+    text = text.strip()
+    if text.startswith("{"):
+        obj = _json(text, "queues")
+        out = {}
+        for topic, ids in obj.items():
+            if not isinstance(ids, list):
+                raise ValueError(f"option queues: {topic} must map to a list of queue ids")
+            out[str(topic)] = frozenset(int(q) for q in ids)
+        return None, out
+    try:
+        return frozenset(int(q) for q in text.split(",") if q.strip()), None
+    except ValueError:
+        raise ValueError(f"option queues: {text!r} is not a list of queue ids or JSON") from None
+
+
+def parse_offsets(text: str | None, name: str, default: str, *, ending: bool = False) -> Offsets:
+    if text is None or not text.strip():
+        return default
+    text = text.strip()
+    if text.lower() in ("earliest", "latest"):
+        if ending and text.lower() == "earliest":
+            raise ValueError(f"option {name}: earliest is not an ending offset")
+        return text.lower()
+    obj = _json(text, name)
+    out: dict[str, dict[int, int]] = {}
+    for topic, queues in obj.items():
+        if not isinstance(queues, dict):
+            raise ValueError(f'option {name}: {topic} must map to {{"queueId": offset}}')
+        per = {}
+        for qid, off in queues.items():
+            try:
+                per[int(qid)] = int(off)
+            except (TypeError, ValueError):
+                raise ValueError(f"option {name}: {topic}/{qid}: {off!r} is not an offset") from None
+            if per[int(qid)] < EARLIEST or (ending and per[int(qid)] == EARLIEST):
+                raise ValueError(f"option {name}: {topic}/{qid}: {off} is not a valid offset")
+        out[str(topic)] = per
+    return out
+
+
+def parse_timestamp(text: str | None, name: str) -> int | None:
+    """Epoch milliseconds, or ISO-8601 text (UTC when it has no zone)."""
+    if text is None or not str(text).strip():
+        return None
+    text = str(text).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"option {name}: {text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _json(text: str, name: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"option {name}: not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"option {name}: expected a JSON object")
+    return obj
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    """Every option of a read (batch or stream), checked."""
+    mode = (option(options, "mode", "consumequeue") or "consumequeue").strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"option mode must be consumequeue or commitlog, not {mode!r}")
+    names, patterns = parse_topics(option(options, "topics") or option(options, "topic"))
+    queues, by_topic = parse_queues(option(options, "queues"))
+    tags_text = option(options, "tags")
+    tags = None
+    if tags_text and tags_text.strip() not in ("", "*"):
+        tags = frozenset(t.strip() for t in tags_text.split("||") if t.strip())
+    starting = parse_offsets(
+        option(options, "startingOffsets"), "startingOffsets", "latest" if streaming else "earliest"
+    )
+    ending = parse_offsets(option(options, "endingOffsets"), "endingOffsets", "latest", ending=True)
+    if streaming and option(options, "endingOffsets") is not None:
+        raise ValueError("option endingOffsets is for batch reads only")
+    if mode == "commitlog" and (starting != "earliest" or ending != "latest"):
+        raise ValueError(
+            "startingOffsets/endingOffsets need mode=consumequeue: commitlog mode reads the whole log "
+            "(narrow it with startingTimestamp/endingTimestamp, topics and queues)"
+        )
+    if mode == "commitlog" and streaming:
+        raise ValueError("streaming reads use mode=consumequeue")
+    opts = ReadOptions(
+        path=store_path(options),
+        config=store_config(options),
+        mode=mode,
+        selection=Selection(names, patterns, queues, by_topic),
+        starting=starting,
+        ending=ending,
+        starting_ts=parse_timestamp(option(options, "startingTimestamp"), "startingTimestamp"),
+        ending_ts=parse_timestamp(option(options, "endingTimestamp"), "endingTimestamp"),
+        tags=tags,
+        partition_bytes=int_option(options, "maxPartitionBytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES,
+        min_partitions=max(1, int_option(options, "minPartitions", 1) or 1),
+        fail_on_data_loss=flag_option(options, "failOnDataLoss", True),
+        batch_rows=max(1, int_option(options, "maxRecordsPerBatch", DEFAULT_BATCH_ROWS) or DEFAULT_BATCH_ROWS),
+        max_offsets_per_trigger=int_option(options, "maxOffsetsPerTrigger", None),
+    )
+    if opts.max_offsets_per_trigger is not None and opts.max_offsets_per_trigger <= 0:
+        raise ValueError("option maxOffsetsPerTrigger must be positive")
+    return opts

@@ -1,0 +1,327 @@
+"""Planning a read on the driver: the store's recovered state, offsets, and partitions.
+
+The driver opens the store read-only (copy-on-write: a store that needs recovery is recovered in
+memory, nothing on disk changes) and learns what RocketMQ would serve: the log's valid end, each
+queue's min and max offsets, and which queue units exist only in memory because recovery
+dispatched records the consume-queue files on disk lack. Tasks read the consume-queue files and
+commit-log segments themselves; only those in-memory units travel inside the partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import InputPartition
+
+from rocketstore.config import StoreConfig
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketstore.spark.options import EARLIEST, LATEST, ReadOptions, Selection
+from rocketstore.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    """Messages a query was to read were removed (by retention) before it read them."""
+
+
+@dataclass
+class QueueSlice:
+    """Queue offsets [start, end) of one queue: [start, disk_end) from the files on disk, the rest
+    from ``tail`` (packed units the driver's recovery built in memory)."""
+
+    topic: str
+    queue_id: int
+    start: int
+    end: int
+    disk_end: int
+    tail: bytes = b""
+
+
+@dataclass
+class LogRange:
+    """Bytes [start, end) of one commit-log segment; ``sync``: the start is not known to be a
+    record boundary (a large segment split in several ranges), find the first record from it."""
+
+    base: int
+    start: int
+    end: int
+    sync: bool = False
+
+
+@dataclass
+class ReadSpec:
+    """What every task of a read needs besides its own slices (shipped with each partition)."""
+
+    mode: str
+    columns: list[str]
+    cq_root: str
+    cq_file_size: int
+    segment_size: int
+    segments: dict[int, str]
+    log_end: int
+    selection: Selection = field(default_factory=Selection)
+    tags: frozenset[str] | None = None
+    tag_codes: frozenset[int] | None = None
+    time_from_us: int | None = None  # rows with storeTimestamp >= (or > when not inclusive)
+    time_from_inclusive: bool = True
+    time_to_us: int | None = None
+    time_to_inclusive: bool = False
+    fail_on_data_loss: bool = True
+    batch_rows: int = 32768
+
+
+@dataclass
+class ReadPartition(InputPartition):
+    index: int
+    spec: ReadSpec
+    slices: list[QueueSlice] = field(default_factory=list)
+    ranges: list[LogRange] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.value = self.index
+
+
+class Snapshot:
+    """A store opened read-only on the driver, and what the tasks need to know about it."""
+
+    def __init__(self, path: str, config: StoreConfig) -> None:
+        self.store = MessageStore.open(path, config, read_only=True)
+        store = self.store
+        self.config = store.config
+        self.root = store.root
+        self.table = store.queues.table
+        self.log_min = max(store.commit_log.min_offset(), 0)
+        self.log_end = store.commit_log.max_offset()
+        self.segment_size = store.commit_log.file_size
+        self.segments = {m.file_from_offset: m.path for m in store.commit_log.queue.files}
+        self._disk_ends: dict[tuple[str, int], int] | None = None
+
+    def close(self) -> None:
+        self.store.shutdown()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        cq = self.table.get((topic, queue_id))
+        return (cq.min_offset_in_queue(), cq.max_offset_in_queue()) if cq is not None else (0, 0)
+
+    def all_bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        return {key: (cq.min_offset_in_queue(), cq.max_offset_in_queue()) for key, cq in sorted(self.table.items())}
+
+    def disk_end(self, topic: str, queue_id: int) -> int:
+        """Queue units below this offset are on disk exactly as recovered; the rest only in memory."""
+        if self._disk_ends is None:
+            self._disk_ends = self._compute_disk_ends()
+        return self._disk_ends.get((topic, queue_id), 0)
+
+    def _compute_disk_ends(self) -> dict[tuple[str, int], int]:
+        recovered = {key: cq.max_offset_in_queue() for key, cq in self.table.items()}
+        report = self.store.recovery
+        if report is None:
+            return recovered  # no recovery ran: the queues are the files
+        kept = report.queue_ends_kept
+        return {key: min(end, kept.get(key, 0)) for key, end in recovered.items()}
+
+    def units(self, topic: str, queue_id: int, start: int, end: int) -> bytes:
+        """Packed units [start, end) of a recovered queue (from memory)."""
+        cq = self.table[(topic, queue_id)]
+        parts = []
+        index = start
+        while index < end:
+            data = cq.read_units(index, end - index)
+            if not data:
+                raise DataLossError(f"{topic}/{queue_id}: units from offset {index} cannot be read")
+            parts.append(data)
+            index += len(data) // CQ_STORE_UNIT_SIZE
+        return b"".join(parts)
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
+        return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
+
+    def average_size(self) -> float:
+        count = sum(max(0, hi - lo) for lo, hi in self.all_bounds().values())
+        return max(1.0, (self.log_end - self.log_min) / count) if count else 1024.0
+
+    def spec(self, opts: ReadOptions, columns: list[str], mode: str | None = None) -> ReadSpec:
+        return ReadSpec(
+            mode=mode or opts.mode,
+            columns=columns,
+            cq_root=self.store.queues.root,
+            cq_file_size=self.store.queues.file_size,
+            segment_size=self.segment_size,
+            segments=dict(self.segments),
+            log_end=self.log_end,
+            selection=opts.selection,
+            tags=opts.tags,
+            tag_codes=opts.tag_codes,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            batch_rows=opts.batch_rows,
+        )
+
+
+# -- offsets ------------------------------------------------------------------------------------
+
+
+def _offset(given: int, lo: int, hi: int) -> int:
+    return lo if given == EARLIEST else hi if given == LATEST else given
+
+
+def check_start(
+    topic: str, queue_id: int, start: int, lo: int, hi: int, fail_on_data_loss: bool, what: str = "starting offset"
+) -> int:
+    """``start`` within [lo, hi]; below ``lo`` (removed by retention) fails or warns."""
+    if start < lo:
+        text = (
+            f"{topic}/{queue_id}: the {what} {start} is below the queue's minimum offset {lo}: "
+            f"{lo - start} messages were removed from the store (retention) before they were read"
+        )
+        if fail_on_data_loss:
+            raise DataLossError(text + ". Set failOnDataLoss=false to skip them and continue from the minimum offset.")
+        log.warning("%s; continuing from offset %d (failOnDataLoss=false)", text, lo)
+        return lo
+    return min(start, hi)
+
+
+def batch_ranges(
+    snap: Snapshot, opts: ReadOptions, selection: Selection, time_lo_ms: int | None, time_hi_ms: int | None
+) -> list[tuple[str, int, int, int]]:
+    """(topic, queue, start, end) of every selected queue for a batch read."""
+    out = []
+    for (topic, queue_id), (lo, hi) in snap.all_bounds().items():
+        if not selection.topic_ok(topic) or not selection.queue_ok(topic, queue_id):
+            continue
+        if opts.starting_ts is not None:
+            start = snap.offset_for_time(topic, queue_id, opts.starting_ts)
+        elif isinstance(opts.starting, dict):
+            given = opts.starting.get(topic, {}).get(queue_id, EARLIEST)
+            start = check_start(topic, queue_id, _offset(given, lo, hi), lo, hi, opts.fail_on_data_loss)
+        else:
+            start = lo if opts.starting == "earliest" else hi
+        if opts.ending_ts is not None:
+            end = snap.offset_for_time(topic, queue_id, opts.ending_ts)
+        elif isinstance(opts.ending, dict):
+            end = min(_offset(opts.ending.get(topic, {}).get(queue_id, LATEST), lo, hi), hi)
+        else:
+            end = hi
+        if time_lo_ms is not None:
+            start = max(start, snap.offset_for_time(topic, queue_id, time_lo_ms))
+        if time_hi_ms is not None:
+            end = min(end, snap.offset_for_time(topic, queue_id, time_hi_ms))
+        start = max(start, lo)
+        if end > start:
+            out.append((topic, queue_id, start, end))
+    return out
+
+
+# -- partitions -----------------------------------------------------------------------------------
+
+
+def queue_partitions(
+    snap: Snapshot, spec: ReadSpec, ranges: list[tuple[str, int, int, int]], opts: ReadOptions
+) -> list[ReadPartition]:
+    """Queue offset ranges cut where the commit log is cut: partition k holds, of every selected
+    queue, the messages stored in the k-th stretch of the log, about ``maxPartitionBytes`` of them.
+
+    Each task thus reads one stretch of the log front to back (each page by one task only), and
+    the stretches are chosen by message counts so the tasks get equal shares.
+    """
+    average = snap.average_size()
+    count = sum(e - s for _, _, s, e in ranges)
+    parts = min(max(opts.min_partitions, math.ceil(count * average / opts.partition_bytes)), max(count, 1))
+    cuts = {(t, q): [s, e] for t, q, s, e in ranges}
+    if parts > 1:
+        cuts = _cut_by_log(snap, ranges, parts)
+    groups = []
+    for k in range(max(len(c) for c in cuts.values()) - 1 if cuts else 0):
+        slices = []
+        for topic, queue_id, _start, _end in ranges:
+            s, e = cuts[(topic, queue_id)][k], cuts[(topic, queue_id)][k + 1]
+            if e > s:
+                disk_end = snap.disk_end(topic, queue_id)
+                tail_from = max(s, disk_end)
+                tail = snap.units(topic, queue_id, tail_from, e) if tail_from < e else b""
+                slices.append(QueueSlice(topic, queue_id, s, e, disk_end, tail))
+        if slices:
+            groups.append(slices)
+    return [ReadPartition(i, spec, slices=g) for i, g in enumerate(groups)]
+
+
+def _cut_by_log(
+    snap: Snapshot, ranges: list[tuple[str, int, int, int]], parts: int
+) -> dict[tuple[str, int], list[int]]:
+    """Per queue, the queue offsets where ``parts`` partitions of about equal message counts begin,
+    the partitions being consecutive stretches of the commit log."""
+    grid = parts * 4
+
+    def phy(topic: str, queue_id: int, index: int) -> int:
+        unit = snap.table[(topic, queue_id)].get_unit(index)
+        return unit[0] if unit is not None else -1
+
+    lo = min(phy(t, q, s) for t, q, s, _ in ranges)
+    hi = max(phy(t, q, e - 1) for t, q, _, e in ranges) + 1
+    points = [lo + (hi - lo) * k // grid for k in range(1, grid)]
+    fine: dict[tuple[str, int], list[int]] = {}
+    for topic, queue_id, start, end in ranges:
+        offsets = [start]
+        for x in points:  # the first offset whose record lies at or after x (units grow with the log)
+            a, b = offsets[-1], end
+            while a < b:
+                mid = (a + b) // 2
+                if phy(topic, queue_id, mid) < x:
+                    a = mid + 1
+                else:
+                    b = mid
+            offsets.append(a)
+        offsets.append(end)
+        fine[(topic, queue_id)] = offsets
+    cells = [sum(o[k + 1] - o[k] for o in fine.values()) for k in range(grid)]
+    target = sum(cells) / parts
+    chosen = [0]
+    done = 0
+    for k, cell in enumerate(cells[:-1]):
+        done += cell
+        if done >= target * len(chosen) and len(chosen) < parts:
+            chosen.append(k + 1)
+    chosen.append(grid)
+    return {key: [o[k] for k in chosen] for key, o in fine.items()}
+
+
+def log_partitions(snap: Snapshot, spec: ReadSpec, opts: ReadOptions) -> list[ReadPartition]:
+    """Whole segments (several per partition) or, for segments over the budget, large byte ranges."""
+    pieces = []
+    for base in sorted(snap.segments):
+        readable = min(snap.segment_size, snap.log_end - base)
+        if base < snap.log_min or readable <= 0:
+            continue
+        pieces.append((base, readable))
+    total = sum(r for _, r in pieces)
+    budget = max(1, math.ceil(total / max(opts.min_partitions, math.ceil(total / opts.partition_bytes))))
+    groups: list[list[LogRange]] = []
+    current: list[LogRange] = []
+    used = 0
+    for base, readable in pieces:
+        if readable > budget:
+            if current:
+                groups.append(current)
+                current, used = [], 0
+            count = math.ceil(readable / budget)
+            step = math.ceil(readable / count)
+            for a in range(0, readable, step):
+                groups.append([LogRange(base, a, min(readable, a + step), sync=a > 0)])
+            continue
+        if used + readable > budget and current:
+            groups.append(current)
+            current, used = [], 0
+        current.append(LogRange(base, 0, readable))
+        used += readable
+    if current:
+        groups.append(current)
+    return [ReadPartition(i, spec, ranges=g) for i, g in enumerate(groups)]

@@ -1,0 +1,306 @@
+"""Reading one partition on a worker: consume-queue slices or commit-log ranges -> Arrow batches.
+
+Tasks map the files themselves (nothing but paths, offsets and the few in-memory queue units
+travels through Spark), never write anything, and never run a recovery: the driver's plan says
+where the valid data ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
+from rocketstore.spark.columns import (
+    STOP_BAD,
+    STOP_BLANK,
+    STOP_LIMIT,
+    Headers,
+    as_strings,
+    binary_ranges,
+    build_batch,
+    find_record,
+    read_headers,
+    walk,
+)
+from rocketstore.spark.plan import DataLossError, LogRange, QueueSlice, ReadPartition, ReadSpec
+from rocketstore.spark.schema import arrow_schema
+
+log = logging.getLogger(__name__)
+WINDOW = 32 << 20  # commit-log bytes walked per step
+BATCH_BYTES = 4 << 20  # Arrow batches of a few MiB reach the JVM fastest (32 MiB ones take twice as long)
+
+
+def chunks(sizes: np.ndarray, max_rows: int, max_bytes: int = BATCH_BYTES) -> list[tuple[int, int]]:
+    """[a, b) row ranges of at most ``max_rows`` rows and about ``max_bytes`` bytes each."""
+    n = len(sizes)
+    if not n:
+        return []
+    ends = np.cumsum(sizes)
+    cuts = np.searchsorted(ends, np.arange(max_bytes, int(ends[-1]), max_bytes), side="right")
+    bounds = sorted({0, n, *cuts.tolist(), *range(0, n, max_rows)})
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+class Segment:
+    """A commit-log segment mapped read-only, as a numpy array and an Arrow buffer."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            self.mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
+        self.data = np.frombuffer(self.mm, dtype=np.uint8) if self.mm is not None else np.zeros(0, np.uint8)
+        self.buffer = pa.py_buffer(self.mm) if self.mm is not None else pa.py_buffer(b"")
+        self.size = size
+
+    def close(self) -> None:
+        del self.data, self.buffer
+        if self.mm is not None:
+            with contextlib.suppress(BufferError):  # a view still alive: the mapping goes with it
+                self.mm.close()
+
+
+def _lost(spec: ReadSpec, text: str) -> None:
+    if spec.fail_on_data_loss:
+        raise DataLossError(
+            text + ": it was removed (retention) before this query read it. Set failOnDataLoss=false to skip it."
+        )
+    log.warning("%s: removed before it was read; skipped (failOnDataLoss=false)", text)
+
+
+class RowFilter:
+    """The row conditions a task applies: selected topics/queues (commit-log mode), store time."""
+
+    def __init__(self, spec: ReadSpec, by_topic: bool) -> None:
+        self.spec = spec
+        sel = spec.selection
+        self.by_topic = by_topic and (
+            sel.names is not None or bool(sel.patterns) or sel.queues is not None or sel.queues_by_topic is not None
+        )
+        self.timed = spec.time_from_us is not None or spec.time_to_us is not None
+
+    def mask(self, data: np.ndarray, buffer: pa.Buffer, h: Headers) -> np.ndarray | None:
+        spec = self.spec
+        keep = None
+        if self.timed:
+            us = h["store_ts"] * 1000
+            keep = np.ones(h.n, dtype=bool)
+            if spec.time_from_us is not None:
+                keep &= us >= spec.time_from_us if spec.time_from_inclusive else us > spec.time_from_us
+            if spec.time_to_us is not None:
+                keep &= us <= spec.time_to_us if spec.time_to_inclusive else us < spec.time_to_us
+        if self.by_topic:
+            topics = as_strings(binary_ranges(data, buffer, h.topic_at, h.topic_len))
+            sel = spec.selection
+            chosen = np.zeros(h.n, dtype=bool)
+            qids = h["qid"]
+            for topic in topics.unique().to_pylist():
+                if not sel.topic_ok(topic):
+                    continue
+                rows = pc.equal(topics, topic).to_numpy(zero_copy_only=False)
+                if sel.queues is not None or sel.queues_by_topic is not None:
+                    allowed = [q for q in np.unique(qids[rows]).tolist() if sel.queue_ok(topic, q)]
+                    rows &= np.isin(qids, allowed)
+                chosen |= rows
+            keep = chosen if keep is None else keep & chosen
+        return keep
+
+
+def _finish(batch: pa.RecordBatch, spec: ReadSpec, schema: pa.Schema) -> pa.RecordBatch | None:
+    """Exact tag filter, then only the requested columns."""
+    if spec.tags is not None and batch.num_rows:
+        batch = batch.filter(pc.is_in(batch.column("tags"), value_set=pa.array(sorted(spec.tags), pa.string())))
+    if not batch.num_rows:
+        return None
+    if batch.schema.names != schema.names:
+        batch = pa.RecordBatch.from_arrays([batch.column(n) for n in schema.names], schema=schema)
+    return batch
+
+
+def _decode_columns(spec: ReadSpec) -> list[str]:
+    columns = list(spec.columns)
+    if spec.tags is not None and "tags" not in columns:
+        columns.append("tags")
+    return columns
+
+
+def read_partition(part: ReadPartition) -> Iterator[pa.RecordBatch]:
+    """Every row of a partition, as Arrow batches of the spec's columns."""
+    spec = part.spec
+    if spec.mode == "consumequeue":
+        yield from _read_queues(part.slices, spec)
+    else:
+        for r in part.ranges:
+            yield from _read_range(r, spec)
+
+
+# -- consume-queue mode ------------------------------------------------------------------------------
+
+
+def _disk_units(spec: ReadSpec, s: QueueSlice, start: int, end: int) -> np.ndarray | None:
+    """Units [start, end) of a queue, read from its files."""
+    folder = os.path.join(spec.cq_root, s.topic, str(s.queue_id))
+    size = spec.cq_file_size
+    parts = []
+    at = start * CQ_STORE_UNIT_SIZE
+    stop = end * CQ_STORE_UNIT_SIZE
+    while at < stop:
+        file_from = at - at % size
+        path = os.path.join(folder, f"{file_from:020d}")
+        n = min(stop, file_from + size) - at
+        try:
+            with open(path, "rb") as f:
+                data = os.pread(f.fileno(), n, at - file_from)
+        except FileNotFoundError:
+            data = b""
+        if len(data) < n:
+            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {at // CQ_STORE_UNIT_SIZE}..{stop // 20}")
+            return None
+        parts.append(data)
+        at += n
+    return np.frombuffer(b"".join(parts), dtype=UNIT_DTYPE)
+
+
+def _slice_units(spec: ReadSpec, s: QueueSlice) -> np.ndarray:
+    disk_to = min(s.end, s.disk_end)
+    pieces = []
+    if s.start < disk_to:
+        units = _disk_units(spec, s, s.start, disk_to)
+        if units is not None:
+            pieces.append(units)
+    if s.tail:
+        pieces.append(np.frombuffer(s.tail, dtype=UNIT_DTYPE))
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=UNIT_DTYPE)
+
+
+def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+    phys, sizes = [], []
+    for s in slices:
+        units = _slice_units(spec, s)
+        phy = units["phy"].astype(np.int64)
+        size = units["size"].astype(np.int64)
+        keep = (phy >= 0) & (size > 0) & (size < 0x7FFFFFFF)
+        if spec.tag_codes is not None and s.topic != SCHEDULE_TOPIC:
+            keep &= np.isin(units["tags"].astype(np.int64), np.array(sorted(spec.tag_codes), dtype=np.int64))
+        phys.append(phy[keep])
+        sizes.append(size[keep])
+    if not phys:
+        return
+    phy = np.concatenate(phys)
+    size = np.concatenate(sizes)
+    order = np.argsort(phy, kind="stable")
+    phy, size = phy[order], size[order]
+    seg_size = spec.segment_size
+    bases = phy - phy % seg_size
+    bounds = np.flatnonzero(np.diff(bases)) + 1
+    schema = arrow_schema(spec.columns)
+    columns = _decode_columns(spec)
+    decode_schema = arrow_schema(columns)
+    row_filter = RowFilter(spec, by_topic=False)
+    for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(phy)], strict=True):
+        base = int(bases[a])
+        path = spec.segments.get(base)
+        segment = None
+        if path is not None:
+            try:
+                segment = Segment(path)
+            except FileNotFoundError:
+                segment = None
+        if segment is None:
+            _lost(spec, f"commit-log segment {base:020d} ({b - a} messages)")
+            continue
+        try:
+            limit = min(segment.size, spec.log_end - base)
+            for c0, d0 in chunks(size[a:b], spec.batch_rows):
+                c, d = a + c0, a + d0
+                pos = phy[c:d] - base
+                h = read_headers(segment.data, pos, limit, size[c:d])
+                keep = h.ok
+                extra = row_filter.mask(segment.data, segment.buffer, h)
+                if extra is not None:
+                    keep = keep & extra
+                if not keep.all():
+                    rows = np.flatnonzero(keep)
+                    h, pos = h.select(rows), pos[rows]
+                batch = _finish(build_batch(segment.data, segment.buffer, h, pos, columns, decode_schema), spec, schema)
+                if batch is not None:
+                    yield batch
+        finally:
+            segment.close()
+
+
+# -- commit-log mode ------------------------------------------------------------------------------------
+
+
+def _read_range(r: LogRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+    path = spec.segments.get(r.base)
+    try:
+        segment = Segment(path) if path is not None else None
+    except FileNotFoundError:
+        segment = None
+    if segment is None:
+        _lost(spec, f"commit-log segment {r.base:020d}")
+        return
+    schema = arrow_schema(spec.columns)
+    columns = _decode_columns(spec)
+    decode_schema = arrow_schema(columns)
+    row_filter = RowFilter(spec, by_topic=True)
+    try:
+        data, buffer = segment.data, segment.buffer
+        limit = min(segment.size, spec.log_end - r.base)
+        pos = r.start
+        if r.sync:
+            found = find_record(data, pos, r.end, limit, r.base)
+            if found is None:
+                return
+            pos = found
+        while pos < r.end:
+            starts, stop, reason = walk(segment.mm, pos, limit, min(r.end, pos + WINDOW))
+            bad_at = stop if reason == STOP_BAD else None
+            if len(starts):
+                h = read_headers(data, starts, limit)
+                if not h.ok.all():
+                    first_bad = int(np.argmin(h.ok))
+                    bad_at = int(starts[first_bad])
+                    starts = starts[:first_bad]
+                    h = h.select(np.arange(first_bad))
+                for c, d in chunks(h["total"], spec.batch_rows):
+                    rows = np.arange(c, d)
+                    hc, pc_ = h.select(rows), starts[rows]
+                    keep = row_filter.mask(data, buffer, hc)
+                    if keep is not None and not keep.all():
+                        kept = np.flatnonzero(keep)
+                        hc, pc_ = hc.select(kept), pc_[kept]
+                    batch = _finish(build_batch(data, buffer, hc, pc_, columns, decode_schema), spec, schema)
+                    if batch is not None:
+                        yield batch
+            if bad_at is not None:
+                if bad_at >= r.end:
+                    return
+                log.warning(
+                    "commit-log segment %020d: a damaged record at %d; reading on from the next record",
+                    r.base,
+                    bad_at,
+                )
+                found = find_record(data, bad_at + 1, r.end, limit, r.base)
+                if found is None:
+                    return
+                pos = found
+                continue
+            if reason != STOP_LIMIT or stop >= r.end:
+                return
+            pos = stop
+    finally:
+        segment.close()
+
+
+__all__ = ["STOP_BLANK", "Segment", "read_partition"]

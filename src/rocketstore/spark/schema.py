@@ -1,0 +1,150 @@
+"""The message schema of the Spark source, and reading options into a StoreConfig.
+
+Column names are the export's (``rocketstore export``, rocketmq-vectors' expected.jsonl):
+timestamps become Spark TIMESTAMPs, ``body`` is BINARY and ``properties`` a MAP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from rocketstore.config import StoreConfig, snake_case
+from rocketstore.errors import ConfigError
+
+# (name, Spark type name, Arrow type) in schema order
+COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
+    ("topic", "string", pa.string()),
+    ("queueId", "int", pa.int32()),
+    ("queueOffset", "bigint", pa.int64()),
+    ("commitLogOffset", "bigint", pa.int64()),
+    ("storeSize", "int", pa.int32()),
+    ("sysFlag", "int", pa.int32()),
+    ("flag", "int", pa.int32()),
+    ("tags", "string", pa.string()),
+    ("keys", "string", pa.string()),
+    ("properties", "map<string,string>", pa.map_(pa.string(), pa.string())),
+    ("body", "binary", pa.binary()),
+    ("bodyCRC", "int", pa.int32()),
+    ("bornTimestamp", "timestamp", pa.timestamp("us", tz="UTC")),
+    ("storeTimestamp", "timestamp", pa.timestamp("us", tz="UTC")),
+    ("bornHost", "string", pa.string()),
+    ("storeHost", "string", pa.string()),
+    ("reconsumeTimes", "int", pa.int32()),
+    ("preparedTransactionOffset", "bigint", pa.int64()),
+    ("msgId", "string", pa.string()),
+    ("uniqKey", "string", pa.string()),
+)
+COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
+ARROW_TYPES = {name: t for name, _, t in COLUMNS}
+DDL = ", ".join(f"`{name}` {kind}" for name, kind, _ in COLUMNS)
+
+
+def spark_schema():  # -> pyspark.sql.types.StructType (imported lazily: the store never needs pyspark)
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(DDL)
+
+
+def arrow_schema(columns: list[str] | tuple[str, ...] = COLUMN_NAMES) -> pa.Schema:
+    """The Arrow schema Spark checks batches against (all fields nullable, UTC timestamps)."""
+    return pa.schema([pa.field(name, ARROW_TYPES[name]) for name in columns])
+
+
+def requested_columns(schema: object) -> list[str]:
+    """The columns of a user-given schema (``spark.read.schema(...)``), checked against ours.
+
+    A subset of the columns, in any order, is allowed: only those columns are produced.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    wanted = to_arrow_schema(schema, timezone="UTC")  # type: ignore[arg-type]
+    names = []
+    for field in wanted:
+        if field.name not in ARROW_TYPES:
+            raise ValueError(f"rocketstore has no column {field.name!r}; its columns are {', '.join(COLUMN_NAMES)}")
+        if not field.type.equals(ARROW_TYPES[field.name]):
+            raise ValueError(f"column {field.name!r} is {ARROW_TYPES[field.name]}, not {field.type}")
+        names.append(field.name)
+    return names
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    """An option by name, case-insensitively (Spark lower-cases option keys)."""
+    value = options.get(name)
+    if value is None:
+        value = options.get(name.lower())
+    if value is None:
+        for key, val in options.items():
+            if key.lower() == name.lower():
+                return val
+    return default if value is None else value
+
+
+def flag_option(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = option(options, name)
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, not {value!r}")
+    return text == "true"
+
+
+def int_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    value = option(options, name)
+    if value is None or str(value).strip() == "":
+        return default
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer, not {value!r}") from None
+
+
+_LOWER_KEYS = {k.lower(): k for name, _ in StoreConfig().items() for k in (name, snake_case(name))}
+_LOWER_KEYS.update(
+    {"mapedfilesizecommitlog": "mappedFileSizeCommitLog", "mapedfilesizeconsumequeue": "mappedFileSizeConsumeQueue"}
+)
+
+
+def store_config(options: Mapping[str, str]) -> StoreConfig:
+    """A StoreConfig from ``config`` (a broker.conf path) and every option that is a
+    MessageStoreConfig key by its RocketMQ name (``mappedFileSizeCommitLog`` ...); options
+    that are not store keys are the source's own and are left alone."""
+    path = option(options, "config")
+    config = StoreConfig.from_properties(path) if path else StoreConfig()
+    for key, value in options.items():
+        name = _LOWER_KEYS.get(key.lower())
+        if name is None or key.lower() in ("path", "paths", "storepathrootdir", "store_path_root_dir"):
+            continue
+        try:
+            config.set(name, value)
+        except ConfigError as exc:
+            raise ValueError(f"option {key}: {exc}") from None
+    return config
+
+
+def config_options(config: StoreConfig) -> dict[str, str]:
+    """The inverse of ``store_config``: the settings that differ from RocketMQ's defaults, as options."""
+    return {k: str(v) for k, v in config.changed().items() if k != "storePathRootDir"}
+
+
+def store_path(options: Mapping[str, str]) -> str:
+    """The store folder: ``load(PATH)``/``save(PATH)`` or the ``path`` option."""
+    import json
+
+    path = option(options, "path")
+    if not path:
+        paths = option(options, "paths")
+        if paths:
+            listed = json.loads(paths)
+            if len(listed) != 1:
+                raise ValueError("rocketstore reads one store at a time: give one path")
+            path = listed[0]
+    if not path:
+        raise ValueError("no store given: use load(STORE) / save(STORE) or .option('path', STORE)")
+    return str(path)

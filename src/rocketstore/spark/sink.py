@@ -1,0 +1,190 @@
+"""Writes: ``df.write.format("rocketstore").mode("append").save(STORE)`` and streaming writes.
+
+A store has one writer, so tasks never touch it: each task checks its rows (every message is
+built and validated as ``store.put`` would take it) and stages them in an Arrow file of the job's
+staging folder. Only when every task succeeded does the driver take the store's lock and append
+the staged messages in task order; a failed job is aborted and its staging files deleted, so it
+leaves no message behind. Streaming writes add a write-ahead marker per micro-batch (see
+``commits``), which makes each batch land exactly once even across restarts and crashes.
+
+Columns: ``topic`` (or the ``topic`` option) and ``body`` (binary or string) are required;
+``queueId``, ``tags``, ``keys`` (a string or an array of strings), ``properties`` (a map) and
+``flag`` are optional. Rows without a queueId go round-robin over the topic's write queues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from rocketstore.codec.message import Message
+from rocketstore.config import StoreConfig
+from rocketstore.errors import InvalidMessageError
+from rocketstore.spark import commits
+from rocketstore.spark.schema import option, store_config, store_path
+
+log = logging.getLogger(__name__)
+
+STAGED = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("queueId", pa.int32()),
+        pa.field("tags", pa.string()),
+        pa.field("keys", pa.string()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("body", pa.binary()),
+        pa.field("flag", pa.int32()),
+    ]
+)
+
+
+def default_staging(store: str) -> str:
+    """Next to the store, not in it: a write job changes nothing in the store until it commits."""
+    parent, name = os.path.split(os.path.abspath(store))
+    return os.path.join(parent, f".{name}.spark-staging")
+
+
+@dataclass
+class Staged(WriterCommitMessage):
+    """What one task staged: its file and how many messages it holds."""
+
+    partition: int
+    path: str
+    rows: int
+
+
+def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
+    """The incoming columns as the staged schema (missing optional columns are nulls)."""
+    names = batch.schema.names
+    n = batch.num_rows
+
+    def column(name: str) -> pa.Array | None:
+        return batch.column(name) if name in names else None
+
+    topic = column("topic")
+    if topic_option:
+        topic = pa.array([topic_option] * n, pa.string())
+    if topic is None:
+        raise ValueError("writing to rocketstore needs a topic column (or the topic option)")
+    body = column("body")
+    if body is None:
+        raise ValueError("writing to rocketstore needs a body column (binary or string)")
+    keys = column("keys")
+    if keys is not None and pa.types.is_list(keys.type):
+        keys = pa.array([None if k is None else " ".join(k) for k in keys.to_pylist()], pa.string())
+    out = []
+    for field in STAGED:
+        value = {"topic": topic, "body": body, "keys": keys}.get(field.name, column(field.name))
+        if value is None:
+            value = pa.nulls(n, field.type)
+        elif not value.type.equals(field.type):
+            value = pc.cast(value, field.type)
+        out.append(value)
+    return pa.RecordBatch.from_arrays(out, schema=STAGED)
+
+
+def messages_of(batch: pa.RecordBatch) -> Iterator[tuple[Message, int | None]]:
+    """(message, queue id or None) for each staged row; InvalidMessageError for a row the store
+    would refuse."""
+    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    for topic, queue_id, tags, keys, props, body, flag in zip(*columns, strict=True):
+        if topic is None or body is None:
+            raise InvalidMessageError("topic and body may not be null")
+        yield (
+            Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None, flag=flag or 0),
+            queue_id,
+        )
+
+
+class _Writer:
+    """The shared part of batch and streaming writers (pickled to every task)."""
+
+    def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
+        if overwrite:
+            raise ValueError("rocketstore appends messages: use mode('append'); a store is never overwritten")
+        self.path = os.path.abspath(store_path(options))
+        self.config: StoreConfig = store_config(options)
+        self.topic = option(options, "topic")
+        self.job = uuid.uuid4().hex
+        staging = option(options, "stagingDir") or default_staging(self.path)
+        self.staging = os.path.join(os.path.abspath(staging), self.job)
+        names = set(schema.fieldNames())
+        if "body" not in names or ("topic" not in names and not self.topic):
+            raise ValueError("writing to rocketstore needs topic and body columns (topic may be an option)")
+        self.max_body = self.config.max_message_size
+
+    def _stage(self, batches: Iterator[pa.RecordBatch], prefix: str = "") -> Staged:
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        os.makedirs(self.staging, exist_ok=True)
+        path = os.path.join(self.staging, f"{prefix}part-{part:05d}-{attempt}-{uuid.uuid4().hex[:8]}.arrow")
+        rows = 0
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, STAGED) as out:
+            for batch in batches:
+                staged = _normalize(batch, self.topic)
+                for message, queue_id in messages_of(staged):  # refuse what the store would refuse
+                    if len(message.body) > self.max_body:
+                        raise InvalidMessageError(
+                            f"a {len(message.body)}-byte body is over maxMessageSize ({self.max_body})"
+                        )
+                    if queue_id is not None and queue_id < 0:
+                        raise InvalidMessageError(f"queueId {queue_id} is negative")
+                out.write_batch(staged)
+                rows += staged.num_rows
+        if not os.path.isdir(self.staging):  # the job was aborted while this task ran
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return Staged(part, path, rows)
+
+    def _discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self.staging))  # only when no other job stages there
+
+
+class BatchWriter(_Writer, DataSourceArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self._stage(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
+            commits.append_staged(self.path, self.config, staged, sink=None, batch_id=None)
+        finally:
+            self._discard()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._discard()
+
+
+class StreamWriter(_Writer, DataSourceStreamArrowWriter):
+    """Each micro-batch is committed once: see ``commits`` for the write-ahead marker."""
+
+    def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
+        super().__init__(options, schema, overwrite)
+        self.sink = commits.sink_id(options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self._stage(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        try:
+            staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
+            commits.append_staged(self.path, self.config, staged, sink=self.sink, batch_id=batchId)
+        finally:
+            self._discard()
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._discard()

@@ -1,0 +1,147 @@
+"""Streaming reads: ``spark.readStream.format("rocketstore").load(STORE)``.
+
+Offsets are per queue, Kafka style: ``{"TopicA": {"0": 23, "1": 7}}`` holds the next offset to
+read of every queue (the checkpoint keeps them, so a restarted query resumes exactly there).
+``startingOffsets`` (default ``latest``) / ``startingTimestamp`` apply to a new query; queues that
+appear later start at their earliest offset. ``maxOffsetsPerTrigger`` splits a trigger's budget
+across queues in proportion to their backlog, at least one message for each queue that has any.
+Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
+default) or are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from rocketstore.spark.options import EARLIEST, LATEST, parse_options
+from rocketstore.spark.plan import ReadPartition, Snapshot, check_start, queue_partitions
+from rocketstore.spark.read import read_partition
+from rocketstore.spark.schema import requested_columns
+
+Key = tuple[str, int]
+
+
+def to_json(offsets: dict[Key, int]) -> dict[str, dict[str, int]]:
+    """Per-queue offsets as the checkpoint keeps them (sorted, so equal offsets dump equally)."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, queue_id in sorted(offsets):
+        out.setdefault(topic, {})[str(queue_id)] = int(offsets[(topic, queue_id)])
+    return out
+
+
+def from_json(obj: dict[str, Any] | None) -> dict[Key, int]:
+    out: dict[Key, int] = {}
+    for topic, queues in (obj or {}).items():
+        for queue_id, offset in queues.items():
+            out[(topic, int(queue_id))] = int(offset)
+    return out
+
+
+def rate_limit(start: dict[Key, int], end: dict[Key, int], earliest: dict[Key, int], limit: int) -> dict[Key, int]:
+    """Kafka's split of ``limit`` messages: each queue gets its share of the total backlog, rounded
+    down, or one message when its share is below one."""
+    sizes = {k: e - start.get(k, earliest.get(k, 0)) for k, e in end.items()}
+    total = sum(s for s in sizes.values() if s > 0)
+    if total <= limit:
+        return end
+    out = {}
+    for key, until in end.items():
+        begin = start.get(key, earliest.get(key, 0))
+        size = sizes[key]
+        if size <= 0:
+            out[key] = until
+            continue
+        share = limit * (size / total)
+        out[key] = min(until, begin + (math.ceil(share) if share < 1 else math.floor(share)))
+    return out
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches on the driver (one long-lived process); tasks read as batch reads do."""
+
+    def __init__(self, options: Any, schema: Any) -> None:
+        self.opts = parse_options(options, streaming=True)
+        self.opts.columns = requested_columns(schema)
+        self.target: dict[Key, int] | None = None  # availableNow: the end fixed when the query started
+        self.latest: dict[Key, int] | None = None
+
+    def _bounds(self) -> dict[Key, tuple[int, int]]:
+        sel = self.opts.selection
+        with Snapshot(self.opts.path, self.opts.config) as snap:
+            return {k: b for k, b in snap.all_bounds().items() if sel.topic_ok(k[0]) and sel.queue_ok(*k)}
+
+    def initialOffset(self) -> dict:
+        opts = self.opts
+        sel = opts.selection
+        out: dict[Key, int] = {}
+        with Snapshot(opts.path, opts.config) as snap:
+            for (topic, queue_id), (lo, hi) in snap.all_bounds().items():
+                if not sel.topic_ok(topic) or not sel.queue_ok(topic, queue_id):
+                    continue
+                if opts.starting_ts is not None:
+                    out[(topic, queue_id)] = max(lo, snap.offset_for_time(topic, queue_id, opts.starting_ts))
+                elif isinstance(opts.starting, dict):
+                    given = opts.starting.get(topic, {}).get(queue_id, EARLIEST)
+                    offset = lo if given == EARLIEST else hi if given == LATEST else given
+                    out[(topic, queue_id)] = check_start(topic, queue_id, offset, lo, hi, opts.fail_on_data_loss)
+                else:
+                    out[(topic, queue_id)] = lo if opts.starting == "earliest" else hi
+        return to_json(out)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_offsets_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {k: hi for k, (_lo, hi) in self._bounds().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = self._bounds()
+        begin = from_json(start)
+        self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
+        end = dict(begin)
+        for key, (lo, hi) in bounds.items():
+            if self.target is not None:
+                if key not in self.target:
+                    continue  # appeared after an availableNow query started: the next run reads it
+                hi = min(hi, self.target[key])
+            end[key] = max(begin.get(key, lo), hi)
+        if isinstance(limit, ReadMaxRows):
+            earliest = {k: lo for k, (lo, _hi) in bounds.items()}
+            end = rate_limit(begin, end, earliest, limit.max_rows)
+        return to_json(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self.latest is None else to_json(self.latest)
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        opts = self.opts
+        begin, until = from_json(start), from_json(end)
+        ranges = []
+        with Snapshot(opts.path, opts.config) as snap:
+            for key in sorted(until):
+                lo, hi = snap.bounds(*key)
+                e = until[key]
+                if key in begin:
+                    s = check_start(key[0], key[1], begin[key], lo, max(hi, e), opts.fail_on_data_loss, "stored offset")
+                else:
+                    s = lo  # a queue that appeared since the last batch starts at its earliest offset
+                e = min(e, hi)
+                if e > s:
+                    ranges.append((key[0], key[1], s, e))
+            spec = snap.spec(opts, opts.columns)
+            return list(queue_partitions(snap, spec, ranges, opts))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ReadPartition):
+            return iter(())
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: offsets live in the query's checkpoint, and the store is never changed."""

@@ -1,0 +1,135 @@
+"""Store jobs on Spark: rebuild, verify, Parquet export (library, CLI and spark-submit)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import copy_store
+from rocketstore import MessageStore
+from rocketstore.cli.main import cli
+from rocketstore.spark import jobs
+from rocketstore.spark.verify_job import verify
+from rocketstore.verify import verify_store
+from spark_conftest import (
+    SMALL_GEOMETRY,
+    VECTOR_OPTIONS,
+    export_rows,
+    make_store,
+    small_config,
+    sort_key,
+    spark,  # noqa: F401 - the session fixture
+)
+
+pytestmark = pytest.mark.spark
+
+SETS = [f"--set={k}={v}" for k, v in SMALL_GEOMETRY.items()]
+
+
+def _export(store: Path, config=None) -> list[dict]:
+    return sorted(export_rows(store, config or small_config()), key=sort_key)
+
+
+def test_rebuild_restores_queues_and_index(spark, tmp_path, rmqread):  # noqa: F811
+    store = make_store(tmp_path / "store", 400)
+    before = _export(store)
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(store / name)
+    result = jobs.rebuild(spark, str(store), small_config())
+    assert result["records"] == 400 and result["units"] == 400 and result["tasks"] >= 2
+    assert _export(store) == before
+    assert verify_store(store, small_config()).ok
+    assert rmqread("check", store, small_config()).returncode == 0
+    assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
+    with MessageStore.open(store, small_config(), read_only=True) as s:  # key queries find them again
+        assert {m.body for m in s.query_message("TopicB", "key-1").messages} == {b"message 1 x"}
+
+
+def test_rebuild_of_a_crashed_vector_store_matches_recovery(spark, vectors, vector_config, tmp_path):  # noqa: F811
+    """sample-crash: its queue files lack the last records; the rebuild holds them all."""
+    store = copy_store(vectors / "sample-crash" / "store", tmp_path / "crash")
+    want = sorted(export_rows(vectors / "sample-crash" / "store", vector_config), key=sort_key)
+    (store / "abort").unlink()  # rebuilt queues and index are complete: no recovery needed
+    result = jobs.rebuild(spark, str(store), vector_config)
+    assert result["records"] == 1000
+    assert sorted(export_rows(store, vector_config), key=sort_key) == want
+
+
+def test_spark_verify_reports_like_verify(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 300)
+    report = verify(spark, str(store), small_config())
+    assert report.ok and report.records == 300 and report.units == 300
+    assert report.to_dict() == verify_store(store, small_config(), max_problems=100).to_dict()
+    # damage: a body byte flipped (CRC), a consume-queue unit pointing nowhere
+    seg = sorted((store / "commitlog").iterdir())[1]
+    data = bytearray(seg.read_bytes())
+    data[200] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    cq = store / "consumequeue" / "TopicA" / "0" / ("0" * 20)
+    units = bytearray(cq.read_bytes())
+    units[40:48] = (123).to_bytes(8, "big")
+    cq.write_bytes(bytes(units))
+    damaged = verify(spark, str(store), small_config())
+    single = verify_store(store, small_config(), max_problems=100)
+    assert not damaged.ok
+    assert damaged.problem_count == single.problem_count > 0
+    assert sorted(damaged.problems) == sorted(single.problems)
+    assert any("no record starts there" in p for p in damaged.problems)
+    # the command: exit status 1 and the report as JSON
+    done = CliRunner().invoke(cli, ["spark", "verify", str(store), *SETS, "--json"])
+    assert done.exit_code == 1, done.output
+    assert json.loads(done.output)["problemCount"] == single.problem_count
+
+
+def test_parquet_export_partitioned_by_topic(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 240)
+    rows = _export(store)
+    out = tmp_path / "parquet"
+    done = CliRunner().invoke(cli, ["spark", "export", str(store), *SETS, "--parquet", str(out), "--json"])
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output)
+    assert result["messages"] == 240
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["topic=OrderTopic", "topic=TopicA", "topic=TopicB"]
+    back = spark.read.parquet(str(out))
+    assert back.count() == 240
+    assert {r["topic"]: r["count"] for r in back.groupBy("topic").count().collect()} == result["topics"]
+    # with time bounds
+    times = sorted(r["storeTimestamp"] for r in rows)
+    begin, end = times[60], times[180]
+    bounded = jobs.export_parquet(
+        spark,
+        str(store),
+        str(tmp_path / "bounded"),
+        {k: str(v) for k, v in SMALL_GEOMETRY.items()},
+        begin=begin,
+        end=end,
+    )
+    assert bounded["messages"] == sum(1 for r in rows if begin <= r["storeTimestamp"] < end)
+
+
+def test_rebuild_command_and_spark_submit(spark, vectors, tmp_path):  # noqa: F811
+    """``rocketstore spark rebuild`` in this session; ``spark-submit`` of the jobs module in its own."""
+    store = copy_store(vectors / "sample-clean" / "store", tmp_path / "clean")
+    sets = [f"--set={k}={v}" for k, v in VECTOR_OPTIONS.items()]
+    shutil.rmtree(store / "index")
+    done = CliRunner().invoke(cli, ["spark", "rebuild", str(store), *sets, "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["records"] > 1500
+    submit = Path(sys.executable).parent / "spark-submit"
+    if not submit.exists():
+        pytest.skip("spark-submit is not installed next to this interpreter")
+    job = Path(jobs.__file__)
+    proc = subprocess.run(
+        [str(submit), "--master", "local[1]", str(job), "verify", str(store), *sets],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout[proc.stdout.index("{") :])["ok"] is True

@@ -1,0 +1,269 @@
+"""Batch reads through the ``rocketstore`` Spark data source (a real local session)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from spark_conftest import (
+    SMALL_OPTIONS,
+    VECTOR_OPTIONS,
+    as_export,
+    assert_rows_equal,
+    export_rows,
+    log_rows,
+    make_store,
+    reader,
+    small_config,
+    sort_key,
+    spark,  # noqa: F401 - the session fixture
+    spark_rows,
+    strip_cq,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A rocketstore-written store: 3 topics x 4 queues, 16 KiB commit-log segments."""
+    return make_store(tmp_path_factory.mktemp("read") / "store", 400)
+
+
+@pytest.fixture(scope="module")
+def everything(store: Path) -> list[dict]:
+    return sorted((strip_cq(r) for r in export_rows(store, small_config())), key=sort_key)
+
+
+# -- the RocketMQ vectors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sample", "expected"), [("sample-clean", "expected.jsonl"), ("sample-crash", "recovered.jsonl")]
+)
+def test_vectors_consumequeue_mode(spark, vectors, hash_tree, sample, expected):  # noqa: F811
+    """Rows equal what RocketMQ served (sample-crash: after its abnormal recovery, whose queue
+    tails exist only in the driver's memory), and the vector folders do not change."""
+    root = vectors / sample / "store"
+    before = hash_tree(root)
+    df = reader(spark, VECTOR_OPTIONS).load(str(root))
+    assert_rows_equal(spark_rows(df), _jsonl(vectors / sample / expected))
+    assert hash_tree(root) == before
+
+
+@pytest.mark.parametrize("sample", ["sample-clean", "sample-crash"])
+def test_vectors_commitlog_mode(spark, vectors, vector_config, rmqread_export, hash_tree, sample):  # noqa: F811
+    """mode=commitlog: every record of the (recovered) log, as the independent reader reads it;
+    split into byte ranges smaller than a segment, the rows stay the same."""
+    root = vectors / sample / "store"
+    before = hash_tree(root)
+    want = rmqread_export(root, vector_config, "--via", "commitlog")
+    whole = reader(spark, VECTOR_OPTIONS, mode="commitlog").load(str(root))
+    assert_rows_equal(spark_rows(whole), want)
+    split = reader(spark, VECTOR_OPTIONS, mode="commitlog", maxPartitionBytes="20000").load(str(root))
+    assert split.rdd.getNumPartitions() > 14 * 3
+    assert_rows_equal(spark_rows(split), want)
+    assert hash_tree(root) == before
+
+
+# -- registration and schema --------------------------------------------------------------------------
+
+
+def test_found_without_registration_and_registered_explicitly(spark, store, everything):  # noqa: F811
+    """The session never registered the source: PySpark found the installed pyspark_rocketstore
+    module. Explicit registration works as well, also as a SQL table."""
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_rocketstore
+    from rocketstore.spark import RocketStoreDataSource
+
+    assert issubclass(pyspark_rocketstore.DefaultSource, DataSource)
+    assert reader(spark).load(str(store)).count() == len(everything)
+    other = spark.newSession()
+    other.dataSource.register(RocketStoreDataSource)
+    options = ", ".join(f"{k} '{v}'" for k, v in SMALL_OPTIONS.items())
+    other.sql(f"CREATE TEMP VIEW msgs USING rocketstore OPTIONS (path '{store}', {options})")
+    assert other.sql("SELECT count(*) AS n FROM msgs").collect()[0]["n"] == len(everything)
+
+
+def test_schema_and_rocketstore_written_store(spark, store, everything):  # noqa: F811
+    df = reader(spark).load(str(store))
+    assert [f.name for f in df.schema.fields][:4] == ["topic", "queueId", "queueOffset", "commitLogOffset"]
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    assert types["properties"] == "map<string,string>"
+    assert types["body"] == "binary" and types["storeTimestamp"] == "timestamp"
+    assert_rows_equal(spark_rows(df), everything)
+
+
+def test_user_schema_reads_only_those_columns(spark, store, everything):  # noqa: F811
+    df = reader(spark).schema("body binary, `keys` string, queueOffset bigint").load(str(store))
+    got = sorted((r["queueOffset"], r["keys"] or "", r["body"]) for r in df.collect())
+    want = sorted((r["queueOffset"], r["keys"] or "", __import__("base64").b64decode(r["body"])) for r in everything)
+    assert got == want
+    with pytest.raises(Exception, match="no column"):
+        reader(spark).schema("nope string").load(str(store)).collect()
+
+
+def test_partitions_are_large_and_configurable(spark, store, everything):  # noqa: F811
+    assert reader(spark).load(str(store)).rdd.getNumPartitions() == 1
+    df = reader(spark, maxPartitionBytes="4000").load(str(store))
+    assert df.rdd.getNumPartitions() > 4
+    assert_rows_equal(spark_rows(df), everything)
+    assert reader(spark, minPartitions="3").load(str(store)).rdd.getNumPartitions() == 3
+
+
+# -- options --------------------------------------------------------------------------------------------
+
+
+def test_topics_and_queues(spark, store, everything):  # noqa: F811
+    def rows(**options: str) -> list[dict]:
+        return spark_rows(reader(spark, **options).load(str(store)))
+
+    assert rows(topics="TopicA") == [r for r in everything if r["topic"] == "TopicA"]
+    assert rows(topics="TopicA,OrderTopic") == [r for r in everything if r["topic"] in ("TopicA", "OrderTopic")]
+    assert rows(topics="Topic.*") == [r for r in everything if re.fullmatch("Topic.*", r["topic"])]
+    assert rows(queues="1,3") == [r for r in everything if r["queueId"] in (1, 3)]
+    assert rows(queues='{"TopicB": [0]}') == [r for r in everything if (r["topic"], r["queueId"]) == ("TopicB", 0)]
+    for mode in ("consumequeue", "commitlog"):
+        got = rows(topics="Order.*", queues="2", mode=mode)
+        assert got == [r for r in everything if r["topic"] == "OrderTopic" and r["queueId"] == 2]
+
+
+def test_starting_and_ending_offsets(spark, store, everything):  # noqa: F811
+    start = json.dumps({"TopicA": {"0": 3, "1": -1}, "TopicB": {"2": -2}})
+    end = json.dumps({"TopicA": {"0": 7}, "TopicB": {"2": 5}})
+    got = spark_rows(reader(spark, startingOffsets=start, endingOffsets=end).load(str(store)))
+
+    def wanted(r: dict) -> bool:
+        key = (r["topic"], r["queueId"])
+        lo = {("TopicA", 0): 3, ("TopicA", 1): 10**9}.get(key, 0)
+        hi = {("TopicA", 0): 7, ("TopicB", 2): 5}.get(key, 10**9)
+        return lo <= r["queueOffset"] < hi
+
+    assert got == [r for r in everything if wanted(r)]
+    assert reader(spark, startingOffsets="latest").load(str(store)).count() == 0
+    with pytest.raises(Exception, match="earliest is not an ending offset"):
+        reader(spark, endingOffsets="earliest").load(str(store)).collect()
+
+
+def test_timestamps_tags_and_pushdown(spark, store, everything):  # noqa: F811
+    from pyspark.sql import functions as F
+
+    times = sorted({r["storeTimestamp"] for r in everything})
+    assert len(times) > 3
+    lo, hi = times[len(times) // 3], times[2 * len(times) // 3]
+    want = [r for r in everything if lo <= r["storeTimestamp"] < hi]
+    for mode in ("consumequeue", "commitlog"):
+        got = spark_rows(reader(spark, startingTimestamp=str(lo), endingTimestamp=str(hi), mode=mode).load(str(store)))
+        assert got == want
+    assert spark_rows(reader(spark, tags="TagA || TagC").load(str(store))) == [
+        r for r in everything if r["tags"] in ("TagA", "TagC")
+    ]
+    # filters pushed down (pushFilters=true: topic, queueId, storeTimestamp) give the rows Spark keeps
+    df = reader(spark, pushFilters="true").load(str(store))
+    lo_ts = F.lit(lo / 1000).cast("timestamp")
+    picked = df.where((F.col("topic") == "TopicB") & F.col("queueId").isin(1, 2) & (F.col("storeTimestamp") > lo_ts))
+    assert sorted((as_export(r) for r in picked.collect()), key=sort_key) == [
+        r for r in everything if r["topic"] == "TopicB" and r["queueId"] in (1, 2) and r["storeTimestamp"] > lo
+    ]
+    # ... and only the queues they select are planned
+    whole = reader(spark, pushFilters="true", maxPartitionBytes="2000").load(str(store))
+    narrowed = reader(spark, pushFilters="true", maxPartitionBytes="2000").load(str(store))
+    narrowed = narrowed.where((F.col("topic") == "TopicB") & (F.col("queueId") == 1))
+    assert narrowed.rdd.getNumPartitions() * 6 < whole.rdd.getNumPartitions()
+
+
+def test_commitlog_mode_reads_every_record(spark, store):  # noqa: F811
+    want = log_rows(store, small_config())
+    assert_rows_equal(spark_rows(reader(spark, mode="commitlog").load(str(store))), want)
+
+
+def test_offsets_below_the_minimum(spark, store, tmp_path):  # noqa: F811
+    """A starting offset retention already removed: an error, or the minimum with failOnDataLoss=false."""
+    import shutil
+
+    from spark_conftest import export_rows as rows_of
+
+    copy = tmp_path / "trimmed"
+    shutil.copytree(store, copy)
+    segments = sorted((copy / "commitlog").iterdir())
+    for seg in segments[:2]:  # retention removed the two oldest commit-log segments
+        seg.unlink()
+    left = sorted((strip_cq(r) for r in rows_of(copy, small_config())), key=sort_key)
+    first = min(r["queueOffset"] for r in left if (r["topic"], r["queueId"]) == ("TopicA", 0))
+    assert first > 0
+    start = json.dumps({"TopicA": {"0": 0}})
+    with pytest.raises(Exception, match="removed from the store"):
+        reader(spark, startingOffsets=start, topics="TopicA", queues="0").load(str(copy)).collect()
+    got = spark_rows(
+        reader(spark, startingOffsets=start, topics="TopicA", queues="0", failOnDataLoss="false").load(str(copy))
+    )
+    assert got == [r for r in left if (r["topic"], r["queueId"]) == ("TopicA", 0)]
+
+
+# -- the column decoder against the record decoder -------------------------------------------------------
+
+
+def _record(
+    topic: bytes, body: bytes, props: bytes, *, born: bytes = b"", store: bytes = b"", v2: bool = False
+) -> bytes:
+    from rocketstore.codec import record as rec
+
+    born = born or bytes([10, 0, 0, 1]) + (5000).to_bytes(4, "big")
+    store = store or bytes([192, 168, 0, 10]) + (10911).to_bytes(4, "big")
+    prepared = rec.prepare(topic, body, props, 3, 7, 0, 1_700_000_000_123, born, store, 2, 99, v2=v2)
+    return rec.render(prepared, 42, 0, 1_795_000_000_456)
+
+
+def test_column_decoder_equals_record_decoder():
+    """Odd records decode to exactly what ``StoredMessage.to_json_dict`` says: duplicate property
+    names, bytes that are not UTF-8, 5.x trailing separators, IPv6 hosts, V2 records, empty bodies."""
+    import numpy as np
+    import pyarrow as pa
+
+    from rocketstore.codec import record as rec
+    from rocketstore.spark.columns import decode_window
+    from rocketstore.spark.schema import COLUMN_NAMES, arrow_schema
+
+    v6 = bytes(range(16)) + (1234).to_bytes(4, "big")
+    windows = [
+        [
+            _record(b"TopicA", b"hello", b"TAGS\x01TagA\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABC"),
+            _record(b"TopicA", b"", b""),
+            _record(b"TopicB", b"x" * 300, b"TAGS\x01t\x02KEYS\x01k\x02", born=v6),
+            _record(b"T\xffpic", b"\x00\x01", b"note\x01\xff\xfe\x02seq\x011", store=v6),
+            _record(b"TopicV2", b"body", b"\x01v\x02n\x01\x02TAGS\x01t\x01x", v2=True, born=v6, store=v6),
+        ],
+        [_record(b"TopicA", b"dup", b"TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b")],  # decoded record by record
+    ]
+    for records in windows:
+        buf = b"".join(records)
+        starts = np.cumsum([0] + [len(r) for r in records[:-1]]).astype(np.int64)
+        batch, ok = decode_window(
+            np.frombuffer(buf, np.uint8), pa.py_buffer(buf), starts, len(buf), list(COLUMN_NAMES), arrow_schema()
+        )
+        assert ok.all()
+        got = [as_export(r) for r in batch.to_pylist()]
+        for row, raw in zip(got, records, strict=True):
+            want = rec.decode_record(raw).to_json_dict()
+            assert row == want
+    # a unit whose size is not its record's is no record
+    buf = windows[0][0]
+    _, ok = decode_window(
+        np.frombuffer(buf, np.uint8),
+        pa.py_buffer(buf),
+        np.array([0]),
+        len(buf),
+        ["topic"],
+        arrow_schema(["topic"]),
+        sizes=np.array([len(buf) - 1]),
+    )
+    assert not ok.any()

@@ -1,0 +1,156 @@
+"""Streaming reads: availableNow, rate limits, restarts from the checkpoint, data loss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocketstore import MessageStore
+from rocketstore.spark.stream import rate_limit
+from spark_conftest import (
+    SMALL_OPTIONS,
+    as_export,
+    export_rows,
+    make_store,
+    small_config,
+    sort_key,
+    spark,  # noqa: F401 - the session fixture
+    strip_cq,
+    write_messages,
+)
+
+pytestmark = pytest.mark.spark
+
+
+class Collector:
+    """A foreachBatch sink (runs in this process) keeping every batch's rows."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, list[dict]]] = []
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.batches.append((batch_id, [as_export(r) for r in df.collect()]))
+
+    @property
+    def rows(self) -> list[dict]:
+        return sorted((r for _, rows in self.batches for r in rows), key=sort_key)
+
+
+def run_stream(spark: Any, store: Path, checkpoint: Path, trigger: dict | None = None, **options: str) -> Collector:  # noqa: F811
+    sink = Collector()
+    df = spark.readStream.format("rocketstore").options(**SMALL_OPTIONS, **options).load(str(store))
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**(trigger or {"availableNow": True}))
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    sink.progress = query.recentProgress  # type: ignore[attr-defined]
+    return sink
+
+
+def all_rows(store: Path) -> list[dict]:
+    return sorted((strip_cq(r) for r in export_rows(store, small_config())), key=sort_key)
+
+
+def test_rate_limit_splits_by_backlog():
+    start = {("T", 0): 0, ("T", 1): 10}
+    end = {("T", 0): 100, ("T", 1): 12, ("T", 2): 1}
+    got = rate_limit(start, end, {("T", 2): 0}, 10)
+    assert got == {("T", 0): 9, ("T", 1): 11, ("T", 2): 1}  # at least one for each queue with data
+    assert rate_limit(start, end, {}, 1000) == end
+
+
+def test_available_now_reads_everything_once_then_only_new(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 240)
+    checkpoint = tmp_path / "ckpt"
+    first = run_stream(spark, store, checkpoint, startingOffsets="earliest")
+    assert first.rows == all_rows(store)
+    # more messages, one of them in a queue the query has not seen: only those are read
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 60, start=240)
+        write_messages(s, 5, start=1000, topics=("NewTopic",))
+        s.wait_for_dispatch()
+    before = {(r["topic"], r["queueId"], r["queueOffset"]) for r in first.rows}
+    second = run_stream(spark, store, checkpoint, startingOffsets="earliest")
+    assert second.rows == [r for r in all_rows(store) if (r["topic"], r["queueId"], r["queueOffset"]) not in before]
+    assert len(second.rows) == 65
+    # nothing new: no rows at all
+    assert run_stream(spark, store, checkpoint).rows == []
+
+
+def test_max_offsets_per_trigger_and_latest_start(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 300)
+    sink = run_stream(spark, store, tmp_path / "ckpt", startingOffsets="earliest", maxOffsetsPerTrigger="70")
+    sizes = [len(rows) for _, rows in sink.batches if rows]
+    assert len(sizes) >= 4 and max(sizes) <= 70 + 12  # 12 queues: at most one extra each
+    assert sink.rows == all_rows(store)
+    assert [b for b, _ in sink.batches] == sorted({b for b, _ in sink.batches})
+    # startingOffsets=latest (the streaming default) reads nothing that was already there
+    assert run_stream(spark, store, tmp_path / "ckpt2").rows == []
+
+
+def test_starting_timestamp_and_offsets_json(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 200)
+    rows = all_rows(store)
+    times = sorted({r["storeTimestamp"] for r in rows})
+    cut = times[len(times) // 2]
+    got = run_stream(spark, store, tmp_path / "c1", startingTimestamp=str(cut), topics="TopicA").rows
+    assert got == [r for r in rows if r["topic"] == "TopicA" and r["storeTimestamp"] >= cut]
+    start = json.dumps({"TopicB": {"0": 5, "1": -1}})
+    got = run_stream(spark, store, tmp_path / "c2", startingOffsets=start, topics="TopicB", queues="0,1").rows
+    assert got == [r for r in rows if (r["topic"], r["queueId"]) == ("TopicB", 0) and r["queueOffset"] >= 5]
+
+
+def test_processing_time_trigger_sees_new_messages(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 30)
+    sink = Collector()
+    df = spark.readStream.format("rocketstore").options(**SMALL_OPTIONS, startingOffsets="earliest").load(str(store))
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        with MessageStore.open(store, small_config()) as s:
+            write_messages(s, 40, start=30)
+            s.wait_for_dispatch()
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sink.rows == all_rows(store)
+
+
+def _trim_log(store: Path, keep: int) -> None:
+    """Retention: remove every commit-log segment but the last ``keep``."""
+    segments = sorted((store / "commitlog").iterdir())
+    for seg in segments[:-keep]:
+        seg.unlink()
+
+
+def test_data_loss_fails_or_skips(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 60)
+    checkpoint = tmp_path / "ckpt"
+    assert len(run_stream(spark, store, checkpoint, startingOffsets="earliest").rows) == 60
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 600, start=60)
+        s.wait_for_dispatch()
+    _trim_log(store, 2)  # messages the query never read are gone
+    remaining = all_rows(store)
+    assert len(remaining) < 600
+    sink = Collector()
+    df = spark.readStream.format("rocketstore").options(**SMALL_OPTIONS).load(str(store))
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    query = query.trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="removed from the store"):
+        query.awaitTermination(120)
+    assert sink.rows == []
+    skipped = run_stream(spark, store, checkpoint, failOnDataLoss="false")
+    assert skipped.rows == remaining

@@ -1,0 +1,169 @@
+"""Writes: DataFrames appended to a store, failed jobs, exactly-once streaming writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocketstore import MessageStore
+from rocketstore.spark.commits import MARKER, read_markers
+from rocketstore.verify import verify_store
+from spark_conftest import (
+    SMALL_OPTIONS,
+    export_rows,
+    make_store,
+    small_config,
+    spark,  # noqa: F401 - the session fixture
+    write_messages,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _frame(spark: Any, n: int, partitions: int = 3) -> Any:  # noqa: F811
+    rows = [
+        (
+            ["TopicA", "TopicB"][i % 2],
+            f"body {i}".encode(),
+            None if i % 3 == 0 else i % 4,
+            ["TagA", None, "TagB"][i % 3],
+            f"k{i} o{i % 5}" if i % 2 else None,
+            {"seq": str(i)} if i % 4 else None,
+        )
+        for i in range(n)
+    ]
+    schema = "topic string, body binary, queueId int, tags string, `keys` string, properties map<string,string>"
+    return spark.createDataFrame(rows, schema).repartition(partitions)
+
+
+def _messages(store: Path) -> list[tuple]:
+    rows = export_rows(store, small_config())
+    return sorted((r["topic"], r["body"], r["tags"], r["keys"], r["properties"].get("seq")) for r in rows)
+
+
+def _expected(n: int) -> list[tuple]:
+    import base64
+
+    return sorted(
+        (
+            ["TopicA", "TopicB"][i % 2],
+            base64.b64encode(f"body {i}".encode()).decode(),
+            ["TagA", None, "TagB"][i % 3],
+            f"k{i} o{i % 5}" if i % 2 else None,
+            str(i) if i % 4 else None,
+        )
+        for i in range(n)
+    )
+
+
+def _check_clean(store: Path, rmqread: Any) -> None:
+    report = verify_store(store, small_config())
+    assert report.ok, report.problems
+    done = rmqread("check", store, small_config())
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_append_dataframe(spark, tmp_path, rmqread):  # noqa: F811
+    store = tmp_path / "store"
+    _frame(spark, 90).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert _messages(store) == _expected(90)
+    _check_clean(store, rmqread)
+    rows = export_rows(store, small_config())
+    assert {(r["topic"], r["queueId"]) for r in rows if r["body"]} >= {("TopicA", q) for q in range(4)}
+    # a second job appends; no staging files are left behind
+    _frame(spark, 90).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert _messages(store) == sorted(_expected(90) * 2)
+    assert not (tmp_path / ".store.spark-staging").exists()
+    _check_clean(store, rmqread)
+    with pytest.raises(Exception, match="append"):
+        _frame(spark, 3).write.format("rocketstore").options(**SMALL_OPTIONS).mode("overwrite").save(str(store))
+
+
+def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # noqa: F811
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    store = make_store(tmp_path / "store", 50)
+    before = hash_tree(store)
+
+    @F.udf(BinaryType())
+    def explode_on_77(body):  # no hints: pyspark would take them for a pandas UDF's
+        if body == b"body 77":
+            raise ValueError("task failure on purpose")
+        return body
+
+    df = _frame(spark, 120).withColumn("body", explode_on_77("body"))
+    with pytest.raises(Exception, match="task failure on purpose"):
+        df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert hash_tree(store) == before
+    # a message the store would refuse fails its task too, before anything is appended
+    bad = spark.createDataFrame([("TopicA", b"ok"), ("bad topic!", b"x")], "topic string, body binary")
+    with pytest.raises(Exception, match="topic"):
+        bad.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert hash_tree(store) == before
+
+
+def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path) -> Any:  # noqa: F811
+    df = (
+        spark.readStream.format("rocketstore")
+        .options(**SMALL_OPTIONS, startingOffsets="earliest", maxOffsetsPerTrigger="40")
+        .load(str(source))
+    )
+    query = (
+        df.select("topic", "queueId", "tags", "keys", "properties", "body")
+        .writeStream.format("rocketstore")
+        .options(**SMALL_OPTIONS)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(sink))
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def _forget_commit(checkpoint: Path, batch: int) -> None:
+    """As if the query died before its checkpoint recorded ``batch`` as done."""
+    for name in (str(batch), f".{batch}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+
+
+def _bodies(store: Path) -> list[tuple]:
+    return sorted(
+        (r["topic"], r["queueId"], r["body"], r["properties"].get("seq")) for r in export_rows(store, small_config())
+    )
+
+
+def test_streaming_write_is_exactly_once_across_restarts(spark, tmp_path, rmqread):  # noqa: F811
+    source = make_store(tmp_path / "source", 150)
+    sink, checkpoint = tmp_path / "sink", tmp_path / "ckpt"
+    _stream_copy(spark, source, sink, checkpoint)
+    assert _bodies(sink) == _bodies(source)
+    markers = read_markers(str(sink))
+    (entry,) = markers.values()
+    last = entry["batchId"]
+    assert last >= 3 and entry["state"] == "committed"
+
+    # a crash after the sink committed but before the checkpoint did: Spark runs the batch again
+    _forget_commit(checkpoint, last)
+    _stream_copy(spark, source, sink, checkpoint)
+    assert _bodies(sink) == _bodies(source)
+
+    # a crash after the messages were appended but before the marker said so
+    entry["state"] = "pending"
+    (sink / MARKER).write_text(json.dumps(markers))
+    _forget_commit(checkpoint, last)
+    _stream_copy(spark, source, sink, checkpoint)
+    assert _bodies(sink) == _bodies(source)
+    assert read_markers(str(sink))[next(iter(markers))]["state"] == "committed"
+
+    # new messages at the source: only they are written
+    with MessageStore.open(source, small_config()) as s:
+        write_messages(s, 45, start=150)
+        s.wait_for_dispatch()
+    _stream_copy(spark, source, sink, checkpoint)
+    assert _bodies(sink) == _bodies(source)
+    _check_clean(sink, rmqread)
