@@ -34,7 +34,7 @@ from rocketstore.errors import (
 from rocketstore.export import export_row, iter_log, iter_queued
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
-from rocketstore.store import WRITE_LOGICS_QUEUE_ERROR
+from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
 
 CL_SIZE = 4096
 HEADER_V4 = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4  # up to BODYLEN, both hosts IPv4

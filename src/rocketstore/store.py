@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
@@ -36,6 +36,9 @@ from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
+from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import describe as describe_flags
+from rocketstore.services.clean import CleanRun, CleanService, measure_disk, next_deletion
 from rocketstore.services.flush import (
     CommitRealTimeService,
     FlushConsumeQueueService,
@@ -47,13 +50,6 @@ from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
 
-# RunningFlags bits (spec 14.6)
-NOT_READABLE = 1
-NOT_WRITEABLE = 2
-WRITE_LOGICS_QUEUE_ERROR = 4
-WRITE_INDEX_FILE_ERROR = 8
-DISK_FULL = 16
-_NOT_WRITEABLE_BITS = NOT_WRITEABLE | WRITE_LOGICS_QUEUE_ERROR | WRITE_INDEX_FILE_ERROR | DISK_FULL
 
 
 class MessageStore:
@@ -72,6 +68,7 @@ class MessageStore:
         self._lock = StoreLock(root)
         self.allocator: SegmentAllocator | None = None
         self.reput: ReputService | None = None
+        self.clean_service: CleanService | None = None
         self._services: list = []
 
     # -- opening -------------------------------------------------------------------------------
@@ -205,6 +202,12 @@ class MessageStore:
         if self.pool is not None:  # commit before flush, at run time and at shutdown
             self.commit_service = CommitRealTimeService(self.commit_log, config, flush)
             self._services.insert(1, self.commit_service)
+        # retention and disk watermarks; stopped first, so that nothing is deleted during shutdown
+        self.clean_service = CleanService(
+            self.commit_log, self.queues, self.index, config, self.root, self.set_running_flags
+        )
+        self.clean_service.check_disk()
+        self._services.insert(0, self.clean_service)
         for service in self._services:
             service.start()
         self.flush_service = flush
@@ -258,7 +261,7 @@ class MessageStore:
             writer.refusal = lambda: PutResult.refused(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts"
             )
-        elif self.running_flags & _NOT_WRITEABLE_BITS:
+        elif self.running_flags & NOT_WRITEABLE_BITS:
             flags = self.running_flags
             writer.refusal = lambda: PutResult.refused(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writeable (running flags {flags})"
@@ -397,6 +400,66 @@ class MessageStore:
             self.index.flush()
         self.checkpoint.flush()
 
+    # -- retention -----------------------------------------------------------------------------------
+    def clean_expired_files(self, *, manually: bool = True, now: float | None = None) -> CleanRun:
+        """Run cleanup rounds now, in this thread, until one deletes nothing; the totals.
+
+        ``manually`` deletes expired files outside ``deleteWhen`` (RocketMQ's
+        ``executeDeleteFilesManually``); without it a round deletes only what the hour or the
+        disk ratios call for. ``now`` (epoch seconds) stands in for the clock.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._readable()
+        clean = self.clean_service
+        total = CleanRun()
+        while True:
+            run = clean.run_once(now, manual=manually)
+            for name in ("commit_log_files", "consume_queue_files", "index_files", "hanged_files"):
+                setattr(total, name, getattr(total, name) + getattr(run, name))
+            total.triggered_by = total.triggered_by or run.triggered_by
+            if not run.commit_log_files or not run.triggered_by:
+                return total
+
+    def delete_topics(self, topics: Iterable[str]) -> list[str]:
+        """Remove the consume queues of ``topics`` (their messages stay in the log until it is
+        cleaned) and their entries in topics.json; the topics that had queues."""
+        doomed = set(topics)
+        keep = {topic for topic in self.queues.topics() if topic not in doomed}
+        return self.clean_unused_topics(keep)
+
+    def clean_unused_topics(self, keep: Iterable[str]) -> list[str]:
+        """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``."""
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        keep = set(keep)
+        self.wait_for_dispatch()  # the queues being removed must not be re-created behind us
+        gone = self.queues.delete_topics(keep)
+        self.commit_log.forget_topics(set(gone))
+        for topic in gone:
+            self.topics.remove(topic)
+        return gone
+
+    def disk_report(self, now: float | None = None) -> dict[str, object]:
+        """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and
+        when the oldest segment is deleted by time."""
+        config = self.config
+        check = self.clean_service.last_check if self.clean_service else None
+        check = check or measure_disk(config, self.root)
+        return {
+            "ratios": check.ratios,
+            "diskMaxUsedSpaceRatio": config.disk_max_used_space_ratio_clamped / 100,
+            "cleanForciblyRatio": config.disk_space_clean_forcibly_ratio_clamped,
+            "warningRatio": config.disk_space_warning_ratio,
+            "diskFull": check.disk_full,
+            "cleanImmediately": check.clean_immediately,
+            "fullPaths": sorted(check.full_paths),
+            "runningFlags": describe_flags(self.running_flags),
+            "deleteWhen": config.delete_when,
+            "fileReservedTimeHours": config.file_reserved_time,
+            "nextDeletion": next_deletion(self.commit_log.queue.files, config, now),
+        }
+
     # -- shutdown ------------------------------------------------------------------------------------
     def shutdown(self, *, wait_for_dispatch: float = 30.0) -> None:
         """Stop the services, flush everything, and remove ``abort`` if dispatch caught up."""
@@ -424,7 +487,7 @@ class MessageStore:
                     self.set_running_flags(set_bits=NOT_WRITEABLE)
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 manager.persist()
-            if not failed and not self.running_flags & _NOT_WRITEABLE_BITS and self.dispatch_behind_bytes() == 0:
+            if not failed and not self.running_flags & NOT_WRITEABLE_BITS and self.dispatch_behind_bytes() == 0:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self.root, "abort"))
             else:

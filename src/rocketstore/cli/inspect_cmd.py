@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import click
@@ -72,6 +73,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "dispatchLag": {"bytes": lag, "recordsDispatched": recovery.records_dispatched if recovery else 0},
         "indexFiles": index_files,
         "configFiles": config_files,
+        "disk": store.disk_report(),
     }
 
 
@@ -110,7 +112,9 @@ def _render(info: dict[str, Any]) -> None:
     console.print(table)
     console.print(kv_table("checkpoint", info["checkpoint"].items()))
     if info["recovery"] is not None:
-        console.print(kv_table("recovery (in memory)", info["recovery"].items()))
+        rows = [(k, v) for k, v in info["recovery"].items() if k != "queue_ends_kept"]
+        console.print(kv_table("recovery (in memory)", rows))
+    _render_disk(console, info["disk"])
     table = Table(title="index files", title_justify="left")
     columns = ("name", "beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount")
     for name in (*columns, "indexCount", "onDisk"):
@@ -140,3 +144,26 @@ def inspect(opts: Common) -> None:
         print_json(info)
     else:
         _render(info)
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def _render_disk(console: Any, disk: dict[str, Any]) -> None:
+    rows: list[tuple[str, Any]] = [
+        (f"used: {folder}", f"{ratio * 100:.0f} %" if ratio >= 0 else "unknown")
+        for folder, ratio in disk["ratios"].items()
+    ]
+    nxt = disk["nextDeletion"]
+    marks = ("diskMaxUsedSpaceRatio", "cleanForciblyRatio", "warningRatio")
+    rows += [
+        ("watermarks (delete / forcibly / refuse puts)", " / ".join(f"{disk[k] * 100:.0f} %" for k in marks)),
+        ("disk full (puts refused)", disk["diskFull"]),
+        ("running flags", ", ".join(disk["runningFlags"]) or "-"),
+        ("retention", f"{disk['fileReservedTimeHours']} h, deleted at hour(s) {disk['deleteWhen']}"),
+        ("next deletion", f"{nxt['file']} at {_when(nxt['deletesAt'])}" if nxt["file"] else "- (a single segment)"),
+    ]
+    console.print(kv_table("disk", rows))

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from rocketstore import __version__
-from rocketstore.cli import check, inspect_cmd, messaging, query_cmd, spark_cmd, transfer
+from rocketstore.cli import check, clean_cmd, inspect_cmd, messaging, query_cmd, spark_cmd, transfer
 from rocketstore.errors import RocketStoreError
 
 EXIT_PROBLEMS = 1
@@ -38,7 +38,7 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(version=__version__, prog_name="rocketstore")
 def cli() -> None:
-    """Inspect, export, import, query, verify and recover Apache RocketMQ message stores,
+    """Inspect, export, import, query, verify, recover and clean Apache RocketMQ message stores,
     and produce and consume messages.
 
     Every command takes the store root folder (STORE), --config broker.conf, --set KEY=VALUE for
@@ -54,6 +54,7 @@ for _command in (
     query_cmd.query,
     check.verify,
     check.recover,
+    clean_cmd.clean,
     messaging.produce,
     messaging.consume,
     spark_cmd.spark,

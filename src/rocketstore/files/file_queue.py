@@ -43,6 +43,7 @@ class MappedFileQueue:
         self.path_is_full = path_is_full
         self.allocator = allocator
         self.pool = pool  # a TransientStorePool: new segments write into one of its buffers
+        self.on_create: Callable[[MappedFile], None] | None = None  # told of every new segment
 
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -132,6 +133,8 @@ class MappedFileQueue:
         self.files = [*self.files, mapped]
         if self.allocator is not None:
             self.allocator.prepare_next(self, offset + self.file_size)
+        if self.on_create is not None:
+            self.on_create(mapped)
         return mapped
 
     def _folder_for(self, index: int) -> str:

@@ -362,6 +362,12 @@ class CommitLog:
             self.topic_queue_table.update(table)
             self._current = None
 
+    def forget_topics(self, topics: set[str]) -> None:
+        """Drop the next queue offsets of deleted ``topics``: if they come back, they start at 0."""
+        with self.put_lock:
+            for key in [k for k in self.topic_queue_table if k[0] in topics]:
+                del self.topic_queue_table[key]
+
     # -- offsets -------------------------------------------------------------------------------
     def min_offset(self) -> int:
         """First readable offset (-1 when empty); a first segment being deleted does not count."""

@@ -321,6 +321,14 @@ class TopicConfigManager(_ConfigFile):
             top["topicConfigTable"] = {name: _sorted_bean(cfg) for name, cfg in self.topic_config_table.items()}
             return fastjson.dumps(_sorted_bean(top))
 
+    def remove(self, topic: str) -> bool:
+        """Drop ``topic``'s entry (``deleteTopicConfig``); True (and a new dataVersion) if it had one."""
+        with self._lock:
+            if self.topic_config_table.pop(topic, None) is None:
+                return False
+            _next_version(self.data_version)
+            return True
+
     def ensure(self, topic: str, queue_id: int, *, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> bool:
         """Make sure ``topic`` exists with a queue ``queue_id``; True (and a new dataVersion) if changed.
 

@@ -1,0 +1,49 @@
+"""``rocketstore clean``: delete what retention allows now, as RocketMQ's manual delete does."""
+
+from __future__ import annotations
+
+import click
+
+from rocketstore.cli.common import Common, kv_table, out_console, print_json, store_options
+from rocketstore.store import MessageStore
+
+
+@click.command()
+@store_options()
+@click.option("--delete-topic", "delete_topics", multiple=True, help="Also remove this topic's queues (repeatable).")
+def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
+    """Delete the commit-log files older than fileReservedTime hours now, outside deleteWhen
+    (RocketMQ's deleteExpiredCommitLog), in batches of deleteFileBatchMax, never the newest file;
+    consume-queue and index files below the new minimum offset follow. Past the disk's
+    clean-forcibly ratio young files go too, as in the running store."""
+    with MessageStore.open(opts.store, opts.config) as store:
+        before = store.min_phy_offset
+        removed = store.delete_topics(delete_topics) if delete_topics else []
+        run = store.clean_expired_files()
+        info = {
+            "store": store.root,
+            "deleted": {
+                "commitLogFiles": run.commit_log_files,
+                "consumeQueueFiles": run.consume_queue_files,
+                "indexFiles": run.index_files,
+                "hangedFiles": run.hanged_files,
+                "topics": removed,
+            },
+            "minOffsetBefore": before,
+            "minOffset": store.min_phy_offset,
+            "maxOffset": store.max_phy_offset,
+            "disk": store.disk_report(),
+        }
+    if opts.as_json:
+        print_json(info)
+        return
+    deleted = info["deleted"]
+    rows = [
+        ("commit-log files deleted", deleted["commitLogFiles"]),
+        ("consume-queue files deleted", deleted["consumeQueueFiles"]),
+        ("index files deleted", deleted["indexFiles"]),
+        ("topics removed", ", ".join(removed) or "-"),
+        ("commit log min offset", f"{before} -> {info['minOffset']}"),
+        ("commit log max offset", info["maxOffset"]),
+    ]
+    out_console().print(kv_table(f"cleaned {store.root}", rows))

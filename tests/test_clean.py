@@ -1,0 +1,428 @@
+"""Retention and disk protection (checklist I; spec 14), on real stores with one message per file.
+
+As RocketMQ's ``DefaultMessageStoreCleanFilesTest`` does, every commit-log segment holds exactly
+one message, consume-queue files hold a few units and index files seven keys; expiry is
+simulated by setting the files' modification time in the past. Disk ratios are real: the tests
+that need a full disk fill a small loop-mounted ext4 file system for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.cli.main import cli
+from rocketstore.results import GetMessageStatus, PutMessageStatus
+from rocketstore.running_flags import DISK_FULL
+from rocketstore.verify import verify_store
+
+BODY = b"x" * 100
+HOUR = 3600
+
+
+def clean_config(**settings: object) -> StoreConfig:
+    """Segments of one message each; 4-unit queue files; 7-key index files; cleanup paced at 0 ms
+    and triggered only by what a test sets up (deleteWhen is an hour that is not now)."""
+    size = _record_size()
+    base = {
+        "mappedFileSizeCommitLog": size + size // 2,  # room for one record and its BLANK
+        "mappedFileSizeConsumeQueue": 80,
+        "maxHashSlotNum": 4,
+        "maxIndexNum": 8,
+        "brokerIP1": "127.0.0.1",
+        "fileReservedTime": 1,
+        "deleteWhen": str((time.localtime().tm_hour + 12) % 24),
+        "deleteCommitLogFilesInterval": 0,
+        "deleteConsumeQueueFilesInterval": 0,
+        "diskMaxUsedSpaceRatio": 95,
+        "cleanResourceInterval": 3_600_000,
+    }
+    return StoreConfig({**base, **settings})
+
+
+_SIZE: list[int] = []
+
+
+def _record_size() -> int:
+    if not _SIZE:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder, MessageStore.open(folder, brokerIP1="127.0.0.1") as store:
+            _SIZE.append(store.put(Message("CleanTopic", BODY, keys="k-0")).wrote_bytes)
+    return _SIZE[0]
+
+
+def fill(store: MessageStore, count: int, start: int = 0) -> list[int]:
+    """Put ``count`` messages (one per segment); their commit-log offsets."""
+    offsets = []
+    for i in range(start, start + count):
+        r = store.put(Message("CleanTopic", BODY, keys=f"k-{i}"))
+        assert r.status == PutMessageStatus.PUT_OK, r
+        offsets.append(r.commit_log_offset)
+    assert store.wait_for_dispatch()
+    return offsets
+
+
+def segment_files(store: MessageStore) -> list[str]:
+    return [f.path for f in store.commit_log.queue.files]
+
+
+def age(paths: list[str], hours: float) -> None:
+    """Set the files' modification time ``hours`` in the past."""
+    when = time.time() - hours * HOUR
+    for path in paths:
+        os.utime(path, (when, when))
+
+
+def now_is_delete_time() -> str:
+    """A ``deleteWhen`` naming this hour and the next (a test may cross the hour)."""
+    hour = time.localtime().tm_hour
+    return f"{hour};{(hour + 1) % 24}"
+
+
+def pull_all(store: MessageStore, topic: str, offset: int) -> list:
+    """Every message of queue 0 from ``offset`` (a pull stops at the end of a queue file, as RocketMQ's)."""
+    out = []
+    while True:
+        got = store.get_message("g", topic, 0, offset, 32)
+        if got.status != GetMessageStatus.FOUND:
+            return out
+        out += got.messages
+        offset = got.next_begin_offset
+
+
+def cq_files(store: MessageStore) -> list[str]:
+    cq = store.queues.find("CleanTopic", 0)
+    return [f.file_name for f in cq.queue.files]
+
+
+# -- delete by time ----------------------------------------------------------------------------------
+def test_delete_by_time_deletes_at_most_10_files_per_run_and_queues_follow(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path / "s", clean_config(deleteWhen=now_is_delete_time()))
+    try:
+        offsets = fill(store, 55)
+        files = segment_files(store)
+        assert len(files) == 55  # one message per segment
+        age(files[:15], hours=2)
+        index_before = len(store.index.files)
+        assert index_before >= 7
+
+        # six hours on, every file has expired, but it is not a deleteWhen hour: nothing happens
+        assert store.clean_service.run_once(time.time() + 6 * HOUR).commit_log_files == 0
+
+        first = store.clean_service.run_once()
+        assert (first.triggered_by, first.commit_log_files) == ("time", 10)
+        second = store.clean_service.run_once()
+        assert second.commit_log_files == 5
+        assert store.clean_service.run_once().commit_log_files == 0
+        for path in files[:15]:
+            assert not os.path.exists(path)
+        assert segment_files(store) == files[15:]
+        assert store.min_phy_offset == offsets[15]
+
+        # consume-queue files wholly below the new minimum went; the queue's minimum moved
+        assert first.consume_queue_files + second.consume_queue_files == 3  # units 0-11 of 15 gone
+        assert cq_files(store)[0] == f"{12 * 20:020d}"
+        assert store.get_min_offset_in_queue("CleanTopic", 0) == 15
+        # index files whose entries all lie below the minimum went (7 keys each: UNIQ_KEY and KEYS)
+        assert first.index_files + second.index_files == 15 * 2 // 7
+        assert all(f.end_phy_offset >= store.min_phy_offset for f in store.index.files[:-1])
+
+        # reads below the minimum answer as RocketMQ does; the rest is all there
+        got = store.get_message("g", "CleanTopic", 0, 3, 32)
+        assert got.status == GetMessageStatus.OFFSET_TOO_SMALL
+        assert got.next_begin_offset == 15
+        assert [m.queue_offset for m in pull_all(store, "CleanTopic", 15)] == list(range(15, 55))
+        assert store.look_message_by_offset(offsets[3]) is None
+        assert store.query_message("CleanTopic", "k-3").messages == []
+        assert [m.commit_log_offset for m in store.query_message("CleanTopic", "k-40").messages] == [offsets[40]]
+    finally:
+        store.shutdown()
+    # the store reopens as trimmed, and verifies clean
+    assert verify_store(tmp_path / "s", clean_config()).ok
+    with MessageStore.open(tmp_path / "s", clean_config(), read_only=True) as again:
+        assert again.min_phy_offset == offsets[15]
+        assert again.get_min_offset_in_queue("CleanTopic", 0) == 15
+
+
+def test_only_a_leading_run_is_deleted_and_several_hours_are_accepted(tmp_path: Path) -> None:
+    hour = time.localtime().tm_hour
+    config = clean_config(deleteWhen=f"{(hour + 3) % 24};{hour};{(hour + 1) % 24}")
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 12)
+        files = segment_files(store)
+        age(files[:4] + files[5:10], hours=2)  # file 4 is young: it stops the run
+        assert store.clean_service.run_once().commit_log_files == 4
+        assert segment_files(store) == files[4:]
+        assert store.clean_service.run_once().commit_log_files == 0
+        assert store.clean_service.is_time_to_delete(time.time() + 3 * HOUR)
+        assert not store.clean_service.is_time_to_delete(time.time() + 6 * HOUR)
+
+
+def test_young_files_stay_and_the_newest_file_always_stays(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        fill(store, 5)
+        files = segment_files(store)
+        age(files, hours=2)  # every file expired, the last (being written) too
+        assert store.clean_expired_files().commit_log_files == 4
+        assert segment_files(store) == files[4:]
+        fill(store, 2, start=5)
+        assert store.clean_expired_files().commit_log_files == 1  # the old newest is not newest now
+        assert store.clean_expired_files().commit_log_files == 0  # the new ones are young
+
+
+# -- manual delete -----------------------------------------------------------------------------------
+def test_manual_delete_outside_delete_when(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        fill(store, 30)
+        files = segment_files(store)
+        age(files[:25], hours=2)
+        service = store.clean_service
+        assert service.run_once().commit_log_files == 0  # not the hour, the disk is fine
+        rounds = service.rounds
+        service.execute_delete_files_manually()  # wakes the service: its thread deletes a batch
+        assert service.wait_for_round(rounds + 1, timeout=10)
+        assert len(segment_files(store)) == 30 - 10
+        assert service.run_once().commit_log_files == 10  # the next rounds go on, whatever the hour
+        assert service.run_once().commit_log_files == 5
+        assert service.run_once().commit_log_files == 0
+        assert service.manual_delete_times == 20 - 4
+        assert segment_files(store) == files[25:]
+
+
+def test_clean_command(tmp_path: Path) -> None:
+    config = clean_config()
+    with MessageStore.open(tmp_path / "s", config) as store:
+        offsets = fill(store, 25)
+        age(segment_files(store)[:22], hours=2)
+    settings = [f"--set={k}={v}" for k, v in config.changed().items() if k != "storePathRootDir"]
+    done = CliRunner().invoke(cli, ["clean", str(tmp_path / "s"), "--json", *settings])
+    assert done.exit_code == 0, done.output
+    info = json.loads(done.output)
+    assert info["deleted"]["commitLogFiles"] == 22
+    assert info["minOffset"] == offsets[22]
+    assert verify_store(tmp_path / "s", config).ok
+
+
+# -- reference counting ------------------------------------------------------------------------------
+def test_a_held_file_is_not_destroyed_until_released(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", clean_config(destroyMapedFileIntervalForcibly=3_600_000)) as store:
+        offsets = fill(store, 6)
+        files = segment_files(store)
+        age(files, hours=2)
+        reader = store.commit_log.queue.files[1]
+        assert reader.hold()  # a reader is on file 1
+        run = store.clean_expired_files()
+        assert run.commit_log_files == 1  # file 0 went; file 1 is shut down but still mapped
+        assert os.path.exists(files[1]) and not reader.available
+        assert reader.read(0, 8)  # the holder still reads its bytes
+        assert store.min_phy_offset == offsets[2]  # a file being deleted does not count
+        assert store.get_message("g", "CleanTopic", 0, 1, 1).status == GetMessageStatus.OFFSET_TOO_SMALL
+        reader.release()
+        run = store.clean_expired_files()
+        assert run.commit_log_files == 4
+        assert segment_files(store) == files[5:]
+
+
+def test_a_hanged_file_is_destroyed_forcibly_later(tmp_path: Path) -> None:
+    config = clean_config(destroyMapedFileIntervalForcibly=0, redeleteHangedFileInterval=0)
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 4)
+        files = segment_files(store)
+        mapped = store.commit_log.queue.files[0]
+        assert mapped.hold()  # a reader that never lets go
+        mapped.shutdown(0)  # a delete attempt made it unavailable
+        assert os.path.exists(files[0])
+        run = store.clean_service.run_once()  # nothing expired: only the hanged file is redone
+        assert run.hanged_files == 1
+        assert not os.path.exists(files[0])
+        assert segment_files(store) == files[1:]
+
+
+# -- disk ratios -------------------------------------------------------------------------------------
+def ballast(folder: Path, target_ratio: float, fs) -> None:
+    """Fill the file system with a plain file until it is ``target_ratio`` used."""
+    st = os.statvfs(fs.mount)
+    need = int((target_ratio - (1 - st.f_bfree / st.f_blocks)) * st.f_blocks * st.f_frsize)
+    if need > 0:
+        with open(folder / "ballast", "ab") as f:
+            os.posix_fallocate(f.fileno(), f.seek(0, 2), need)
+
+
+def test_delete_by_space_removes_expired_files_only(loop_fs, tmp_path: Path) -> None:
+    fs = loop_fs(32)
+    config = clean_config(diskMaxUsedSpaceRatio=40, diskSpaceCleanForciblyRatio=85)
+    with MessageStore.open(fs.mount / "s", config) as store:
+        fill(store, 20)
+        files = segment_files(store)
+        age(files[:12], hours=2)
+        assert store.clean_service.run_once().commit_log_files == 0  # 40 % not reached yet
+        ballast(fs.mount, 0.5, fs)
+        first = store.clean_service.run_once()
+        assert (first.triggered_by, first.commit_log_files) == ("space", 10)
+        assert store.clean_service.run_once().commit_log_files == 2  # the young ones stay
+        assert store.clean_service.run_once().commit_log_files == 0
+        assert segment_files(store) == files[12:]
+        assert not store.running_flags & DISK_FULL
+
+
+def test_past_the_forcible_ratio_young_files_go_too(loop_fs) -> None:
+    fs = loop_fs(32)
+    config = clean_config(diskSpaceCleanForciblyRatio=50)
+    with MessageStore.open(fs.mount / "s", config) as store:
+        fill(store, 15)
+        files = segment_files(store)
+        ballast(fs.mount, 0.6, fs)
+        run = store.clean_service.run_once()
+        assert (run.triggered_by, run.commit_log_files) == ("space", 10)
+        assert store.clean_service.run_once().commit_log_files == 4
+        assert segment_files(store) == files[14:]  # never the newest
+    forbidden = clean_config(diskSpaceCleanForciblyRatio=50, cleanFileForciblyEnable=False)
+    with MessageStore.open(fs.mount / "t", forbidden) as store:
+        fill(store, 5)
+        assert store.clean_service.run_once().commit_log_files == 0
+
+
+def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -> None:
+    """Fill a real 48 MiB file system with 1 MiB segments: past 90 % puts are refused with
+    SERVICE_NOT_AVAILABLE, every acknowledged message stays readable, and once cleanup frees
+    space puts are accepted again."""
+    fs = loop_fs(48)
+    config = StoreConfig(
+        mappedFileSizeCommitLog=1 << 20,
+        mappedFileSizeConsumeQueue=6000,
+        maxHashSlotNum=64,
+        maxIndexNum=4096,
+        brokerIP1="127.0.0.1",
+        cleanFileForciblyEnable=False,  # nothing young is deleted behind the test's back
+        fileReservedTime=1,
+        deleteWhen=str((time.localtime().tm_hour + 12) % 24),
+        deleteCommitLogFilesInterval=0,
+    )
+    body = os.urandom(60_000)
+    acked: list[tuple[int, int]] = []
+    with MessageStore.open(fs.mount / "s", config) as store:
+        refused = None
+        for i in range(2000):
+            r = store.put(Message("FullTopic", body, keys=f"k-{i}"))
+            if r.status != PutMessageStatus.PUT_OK:
+                refused = r
+                break
+            acked.append((r.commit_log_offset, r.queue_offset))
+        assert refused is not None, "the file system never filled"
+        assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert store.running_flags & DISK_FULL
+        assert fs.usage() > 0.9
+        assert store.put(Message("FullTopic", b"again")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert store.put_batch([Message("FullTopic", b"b")]).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+        # every acknowledged message is there and readable
+        assert store.wait_for_dispatch()
+        got = pull_all(store, "FullTopic", 0)
+        assert [(m.commit_log_offset, m.queue_offset) for m in got] == acked
+        assert all(m.body == body for m in got)
+        assert store.disk_report()["diskFull"]
+
+        # cleanup: the oldest files have expired; deleting them brings usage under 90 %
+        files = segment_files(store)
+        age(files[:10], hours=2)
+        run = store.clean_expired_files(manually=False)  # the disk ratio itself triggers it
+        assert run.triggered_by == "space" and run.commit_log_files == 10
+        assert not store.running_flags & DISK_FULL
+        r = store.put(Message("FullTopic", body, keys="after"))
+        assert r.status == PutMessageStatus.PUT_OK
+        assert store.wait_for_dispatch()
+        first_kept = store.get_min_offset_in_queue("FullTopic", 0)
+        kept = [(m.commit_log_offset, m.queue_offset) for m in pull_all(store, "FullTopic", first_kept)]
+        assert kept == [a for a in acked if a[0] >= store.min_phy_offset] + [(r.commit_log_offset, r.queue_offset)]
+    assert verify_store(fs.mount / "s", config).ok
+
+
+def test_several_commit_log_folders(loop_fs, tmp_path: Path) -> None:
+    """Segments spread over three folders; a folder past the clean-forcibly ratio takes no new
+    segment; DISK_FULL only when every folder is past the warning ratio."""
+    disks = [loop_fs(24) for _ in range(3)]
+    paths = [str(d.mount / "commitlog") for d in disks]
+    config = clean_config(storePathCommitLog=",".join(paths))
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 6)
+        spread = [os.path.dirname(p) for p in segment_files(store)]
+        assert set(spread) == set(paths)  # round robin over the folders
+
+        ballast(disks[0].mount, 0.92, disks[0])  # the first folder is full
+        store.clean_service.check_disk()
+        assert store.clean_service.full_paths == {paths[0]}
+        assert not store.running_flags & DISK_FULL  # the others have room
+        fill(store, 6, start=6)
+        new = [os.path.dirname(p) for p in segment_files(store)[6:]]
+        assert paths[0] not in new and set(new) == set(paths[1:])
+        report = store.disk_report()
+        assert report["ratios"][paths[0]] > 0.9 and report["fullPaths"] == [paths[0]]
+
+        for d in disks[1:]:
+            ballast(d.mount, 0.92, d)
+        store.clean_service.check_disk()
+        assert store.running_flags & DISK_FULL
+        assert store.put(Message("CleanTopic", BODY)).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        for d in disks:
+            os.unlink(d.mount / "ballast")
+        store.clean_service.check_disk()
+        assert not store.running_flags & DISK_FULL
+        assert store.put(Message("CleanTopic", BODY)).status == PutMessageStatus.PUT_OK
+    with MessageStore.open(tmp_path / "s", config, read_only=True) as again:
+        assert again.get_max_offset_in_queue("CleanTopic", 0) == 13
+
+
+# -- the service and the admin side ------------------------------------------------------------------
+def test_the_clean_service_runs_in_the_store(tmp_path: Path) -> None:
+    config = clean_config(deleteWhen=now_is_delete_time(), cleanResourceInterval=20)
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 8)
+        files = segment_files(store)
+        age(files[:5], hours=2)
+        service = store.clean_service
+        assert service.wait_for_round(service.rounds + 1, timeout=10)  # the thread ran a round itself
+        assert segment_files(store) == files[5:]
+        assert store.clean_service.running
+    assert not store.clean_service.running
+
+
+def test_delete_topics_and_clean_unused_topics(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        for topic in ("KeepMe", "DropMe", "AlsoDrop"):
+            store.put(Message(topic, BODY), 1)
+        assert store.wait_for_dispatch()
+        assert store.delete_topics(["DropMe"]) == ["DropMe"]
+        assert not (tmp_path / "s" / "consumequeue" / "DropMe").exists()
+        assert store.clean_unused_topics({"KeepMe"}) == ["AlsoDrop"]
+        assert sorted(store.queue_ids()) == ["KeepMe"]
+        assert store.get_message("g", "DropMe", 1, 0, 1).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        r = store.put(Message("DropMe", BODY), 1)  # a topic can come back, from offset 0
+        assert r.queue_offset == 0
+    topics = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert "AlsoDrop" not in topics and "KeepMe" in topics
+
+
+def test_inspect_shows_disk_ratios_and_the_next_deletion(tmp_path: Path) -> None:
+    config = clean_config()
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 3)
+        age(segment_files(store)[:1], hours=0.5)
+    settings = [f"--set={k}={v}" for k, v in config.changed().items() if k != "storePathRootDir"]
+    done = CliRunner().invoke(cli, ["inspect", str(tmp_path / "s"), "--json", *settings])
+    assert done.exit_code == 0, done.output
+    disk = json.loads(done.output)["disk"]
+    commitlog = str(tmp_path / "s" / "commitlog")
+    assert 0 < disk["ratios"][commitlog] < 1
+    nxt = disk["nextDeletion"]
+    assert nxt["file"] == f"{0:020d}"
+    assert abs(nxt["expiresAt"] - (time.time() + 0.5 * HOUR) * 1000) < 60_000  # 1 h after its mtime
+    assert time.localtime(nxt["deletesAt"] / 1000).tm_hour == int(config.delete_when)
+    assert nxt["deletesAt"] >= nxt["expiresAt"]
+    text = CliRunner().invoke(cli, ["inspect", str(tmp_path / "s"), *settings])
+    assert "disk" in text.output and "next deletion" in text.output
