@@ -5,7 +5,8 @@
 Prints ``ready`` once the store is open, then one line per acknowledged message:
 ``ack <index> <commitLogOffset> <queueId> <queueOffset> <status>``. Each line is written and
 flushed after ``put`` returned, so every line the parent reads stands for a stored message.
-It never stops by itself: the parent kills it with SIGKILL.
+It never stops by itself: the parent kills it with SIGKILL. With ``CRASH_DELAY_EVERY=n`` in the
+environment every n-th single message asks for delay level 1 (``DELAY=1``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def main() -> None:
     out = os.fdopen(sys.stdout.fileno(), "w", buffering=1)
     lock = threading.Lock()
     counter = iter(range(start, 1 << 62))
+    delay_every = int(os.environ.get("CRASH_DELAY_EVERY", "0"))
 
     def produce() -> None:
         while True:
@@ -39,7 +41,8 @@ def main() -> None:
                         for j, offset in enumerate(result.commit_log_offsets):
                             out.write(f"ack {i}-{j} {offset} {i % 4} {result.queue_offset + j} {result.status}\n")
                 continue
-            result = store.put(Message("CrashTopic", body, tags="TagA", keys=f"ck-{i}"), i % 4)
+            props = {"DELAY": "1"} if delay_every and i % delay_every == 0 else None
+            result = store.put(Message("CrashTopic", body, tags="TagA", keys=f"ck-{i}", properties=props), i % 4)
             if result.ok:
                 with lock:
                     out.write(f"ack {i} {result.commit_log_offset} {i % 4} {result.queue_offset} {result.status}\n")

@@ -448,6 +448,20 @@ def test_produce_then_consume_with_commit(tmp_path: Path) -> None:
     assert run("verify", root, *TINY_SETS).exit_code == 0
 
 
+def test_produce_delayed_and_inspect_the_schedule(tmp_path: Path) -> None:
+    root = tmp_path / "delayed"
+    result = run(
+        "produce", root, *TINY_SETS, "--set", "messageDelayLevel=1h 2h", "--topic", "Later", "--delay-level", 2,
+        "--count", 3, "--body", "wait", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert [p["queueOffset"] for p in jsonl(result.stdout)] == [0, 1, 2]  # queue 1 of the schedule topic
+    info = json.loads(run("inspect", root, *TINY_SETS, "--set", "messageDelayLevel=1h 2h", "--json").stdout)
+    assert [(r["level"], r["delay"], r["lag"]) for r in info["schedule"]] == [(2, "2h", 3)]
+    table = run("inspect", root, *TINY_SETS, "--set", "messageDelayLevel=1h 2h").stdout
+    assert "delayed messages" in table and "2h" in table
+
+
 def test_produce_needs_one_body_and_consume_of_an_unknown_topic(tmp_path: Path, small_store: Path) -> None:
     result = run("produce", tmp_path / "x", *TINY_SETS, "--topic", "T")
     assert result.exit_code == 2 and "--body" in result.stderr

@@ -41,9 +41,15 @@ CYCLES = int(os.environ.get("ROCKETSTORE_CRASH_CYCLES", "25"))
 class Producer:
     """The child process and the acknowledgements it reported."""
 
-    def __init__(self, store: Path, flush_type: str, threads: int, start: int) -> None:
+    def __init__(
+        self, store: Path, flush_type: str, threads: int, start: int, *, env: dict[str, str] | None = None
+    ) -> None:
         settings = [f"{k}={v}" for k, v in GEOMETRY.items()]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            **(env or {}),
+            "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        }
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD), str(store), flush_type, str(threads), str(start), *settings],
             stdout=subprocess.PIPE,

@@ -58,3 +58,7 @@ class PutMessageError(RocketStoreError):
 
 class FlushError(RocketStoreError):
     """Data could not be made durable (an OSError from the file system)."""
+
+
+class MessageNotFoundError(RocketStoreError, LookupError):
+    """No message where one was named (a commit-log offset, a msgId)."""

@@ -103,7 +103,7 @@ def import_jsonl(store: MessageStore, lines: Iterable[str], progress: Any = None
             queue_id = int(obj.get("queueId") or 0)
         except (ValueError, TypeError) as exc:
             raise InvalidMessageError(f"line {number}: {exc}") from None
-        result = store.put(message, queue_id)
+        result = store.put_as_is(message, queue_id)
         if not result.ok:
             raise InvalidMessageError(f"line {number}: {result.status.value} {result.detail}")
         count += 1

@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable, Sequence
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
-from rocketstore.errors import FlushError, ReadOnlyStoreError, StoreClosedError
+from rocketstore.errors import FlushError, MessageNotFoundError, ReadOnlyStoreError, StoreClosedError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.recovery import RecoveryReport, recover
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.config_files import (
+    DEFAULT_RETRY_MAX_TIMES,
     ConsumerOffsetManager,
     DelayOffsetManager,
     SubscriptionGroupManager,
@@ -36,6 +37,7 @@ from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
+from rocketstore.retry import RETRY_QUEUE_NUMS, send_back_message
 from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import CleanRun, CleanService, measure_disk, next_deletion
@@ -46,10 +48,10 @@ from rocketstore.services.flush import (
     GroupCommitService,
 )
 from rocketstore.services.reput import ReputService
+from rocketstore.services.schedule import ScheduleMessageService, schedule_report
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
-
 
 
 class MessageStore:
@@ -69,6 +71,7 @@ class MessageStore:
         self.allocator: SegmentAllocator | None = None
         self.reput: ReputService | None = None
         self.clean_service: CleanService | None = None
+        self.schedule_service: ScheduleMessageService | None = None
         self._services: list = []
 
     # -- opening -------------------------------------------------------------------------------
@@ -194,6 +197,7 @@ class MessageStore:
             flush.on_flushed = self.reput.wake
             flush.on_flush_failure = self._on_flush_failure
             self.writer.flush_handler = self._sync_flush_handler(flush)
+            self.writer.flush_wake = flush.wake
         else:
             flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
             flush.on_flush_failure = self._on_flush_failure
@@ -211,6 +215,16 @@ class MessageStore:
         for service in self._services:
             service.start()
         self.flush_service = flush
+        if config.broker_role != "SLAVE":  # delayed delivery puts: a slave takes no puts
+            self.schedule_service = ScheduleMessageService(
+                self.queues,
+                self.reader.look_message_by_offset,
+                self._redeliver,
+                self.delay_offsets,
+                self.delay_millis,
+                config.flush_delay_offset_interval,
+            )
+            self.schedule_service.start()
         abort = os.path.join(self.root, "abort")
         with open(abort, "wb") as f:
             f.flush()
@@ -239,6 +253,10 @@ class MessageStore:
         if self.config.is_sync_flush and not self.config.read_un_committed:
             return self.commit_log.flushed_where
         return self.commit_log.max_offset()
+
+    def _redeliver(self, message: Message, queue_id: int) -> PutResult:
+        """The schedule service's put: as is (not delayed again), not waiting for a SYNC flush."""
+        return self.writer.put_general(message, queue_id, schedule=False, wait=False)
 
     def _on_new_queue(self, key: tuple[str, int]) -> None:
         self.topics.ensure(*key)
@@ -294,6 +312,54 @@ class MessageStore:
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
         return self.writer.put_batch(messages, queue_id, properties)
+
+    def put_as_is(self, message: Message, queue_id: int = 0) -> PutResult:
+        """Store ``message`` exactly as given: a ``DELAY`` property is kept but does not delay it.
+        This is how ``rocketstore import`` keeps messages as they were."""
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        return self.writer.put_general(message, queue_id, schedule=False)
+
+    # -- delayed messages, retry and dead letters ----------------------------------------------------
+    def send_back(
+        self,
+        group: str,
+        message: StoredMessage | int,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int | None = None,
+    ) -> PutResult:
+        """A consumer of ``group`` failed ``message`` (a stored message or its commit-log offset):
+        store it again for a retry, or in the group's dead-letter topic (RocketMQ's
+        ``consumerSendMsgBack``, spec 17.3).
+
+        The retry goes to ``%RETRY%<group>`` through the schedule topic with delay level
+        ``delay_level`` (0: 3 + reconsumeTimes); once ``reconsumeTimes`` reaches
+        ``max_reconsume_times`` (None: the group's ``retryMaxTimes``, 16 unless
+        ``subscriptionGroup.json`` says otherwise; -1: 16) or ``delay_level`` < 0, it goes to
+        ``%DLQ%<group>``. The group and the topics are created if missing.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._readable()
+        original = message
+        if not isinstance(message, StoredMessage):
+            original = self.look_message_by_offset(int(message))
+            if original is None:
+                raise MessageNotFoundError(f"no message at commit-log offset {message}")
+        group_config = self.subscription_groups.ensure(group)
+        if max_reconsume_times is None:
+            max_reconsume_times = int(group_config.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES))
+        elif max_reconsume_times < 0:
+            max_reconsume_times = DEFAULT_RETRY_MAX_TIMES
+        again, queue_id = send_back_message(original, group, max_reconsume_times, delay_level)
+        if self.topics.ensure(again.topic, queue_id, queue_nums=RETRY_QUEUE_NUMS):
+            self.topics.persist()
+        return self.writer.put_general(again, queue_id)
+
+    def schedule_report(self, now: int | None = None) -> list[dict[str, object]]:
+        """Delayed messages per level: delivered offset, queue end, lag and when the next is due."""
+        return schedule_report(self.queues, self.delay_offsets, self.config.message_delay_level.split(), now)
 
     # -- reading -------------------------------------------------------------------------------
     def _readable(self) -> None:
@@ -467,6 +533,8 @@ class MessageStore:
             if self._closed:
                 return
             self._closed = True
+        if self.schedule_service is not None:  # stopped while puts are still taken; saves its offsets
+            self.schedule_service.stop()
         self._update_refusal()
         if self.read_only:
             self._close_files()

@@ -17,7 +17,7 @@ from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
 from rocketstore.codec.message import Message
-from rocketstore.codec.properties import DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties
+from rocketstore.codec.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY, encode_properties
 from rocketstore.codec.scan import delay_of_level
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig, delay_level_millis
@@ -47,6 +47,7 @@ class MessageWriter:
         self.store_host = parse_host(config.store_host)
         self.uniq_keys = UniqKeyGenerator(self.store_host[:-4] if len(self.store_host) == 8 else b"\x7f\0\0\x01")
         self.flush_handler: FlushHandler | None = None
+        self.flush_wake: Callable[[], None] | None = None  # wakes the SYNC flush for puts that do not wait
         commit_log.on_new_queue = on_new_queue
         self._topic_bytes: dict[str, bytes] = {}
         self._topic_heads: dict[str, bytes] = {}  # topic length byte + topic, for append_plain
@@ -197,15 +198,47 @@ class MessageWriter:
 
         return put
 
-    def put_general(self, message: Message, queue_id: int = 0) -> PutResult:
-        """Any put: checks, refusals, and messages the fast path does not take."""
+    def put_general(
+        self, message: Message, queue_id: int = 0, *, schedule: bool = True, wait: bool = True
+    ) -> PutResult:
+        """Any put: checks, refusals, and messages the fast path does not take.
+
+        With ``schedule`` a message asking for a ``DELAY`` level goes to ``SCHEDULE_TOPIC_XXXX``
+        first (spec 17.1); without it the message is stored as given (import, redelivery).
+        ``wait=False`` does not wait for a SYNC flush (RocketMQ's ``WAIT=false``).
+        """
         if self.refusal is not None:
             return self.refusal()
         if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
             raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
         if type(message) is not Message:
             raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
-        return self._put_prepared(message, queue_id)
+        if schedule and message._props is not None and DELAY in message._props:
+            delayed = self._delayed(message, queue_id)
+            if type(delayed) is PutResult:
+                return delayed
+            message, queue_id = delayed
+        return self._put_prepared(message, queue_id, wait)
+
+    def _delayed(self, message: Message, queue_id: int) -> tuple[Message, int] | PutResult:
+        """A message with ``DELAY`` > 0 rewritten for the schedule topic (spec 17.1): the level
+        capped at the highest one, the real topic and queue kept in ``REAL_TOPIC``/``REAL_QID``,
+        queue ``level - 1``. Other messages (no delay, prepared or rolled-back transactions, a
+        message already in the schedule topic) come back unchanged."""
+        props = message._props
+        text = props[DELAY]
+        try:
+            level = int(text)
+        except ValueError:
+            return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
+        if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
+            return message, queue_id
+        level = min(level, len(self.delay_millis))
+        delayed = dict(props)
+        delayed[DELAY] = str(level)
+        delayed[REAL_TOPIC] = message.topic
+        delayed[REAL_QID] = str(queue_id)
+        return message.with_topic(SCHEDULE_TOPIC, delayed), level - 1
 
     def _topic_head(self, topic: str) -> bytes | None:
         """The topic length byte and topic of V1 records (cached), None for a topic needing V2."""
@@ -215,14 +248,14 @@ class MessageWriter:
         head = self._topic_heads[topic] = bytes((len(raw),)) + raw
         return head
 
-    def _put_prepared(self, message: Message, queue_id: int) -> PutResult:
+    def _put_prepared(self, message: Message, queue_id: int, wait: bool = True) -> PutResult:
         topic = message.topic
         if topic not in self._topic_heads:
             self._topic_head(topic)
         prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000)
         if type(prepared) is PutResult:
             return prepared
-        return self._append(topic, queue_id, [prepared], (message,))
+        return self._append(topic, queue_id, [prepared], (message,), wait)
 
     def put_batch(
         self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
@@ -321,13 +354,18 @@ class MessageWriter:
             )
         )
 
-    def _append(self, topic: str, queue_id: int, items: list[tuple], messages: Sequence[Message]) -> PutResult:
+    def _append(
+        self, topic: str, queue_id: int, items: list[tuple], messages: Sequence[Message], wait: bool = True
+    ) -> PutResult:
         result = self.commit_log.append(topic, queue_id, items)
         status = result[0]
         if status is not _PUT_OK:
             return PutResult.refused(status, result[6])
         if self.flush_handler is not None:
-            status = self.flush_handler(result, messages)
+            if wait:
+                status = self.flush_handler(result, messages)
+            elif self.flush_wake is not None:
+                self.flush_wake()
         return PutResult(
             (
                 status,

@@ -74,6 +74,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "indexFiles": index_files,
         "configFiles": config_files,
         "disk": store.disk_report(),
+        "schedule": store.schedule_report(),
     }
 
 
@@ -115,6 +116,14 @@ def _render(info: dict[str, Any]) -> None:
         rows = [(k, v) for k, v in info["recovery"].items() if k != "queue_ends_kept"]
         console.print(kv_table("recovery (in memory)", rows))
     _render_disk(console, info["disk"])
+    if info["schedule"]:
+        table = Table(title="delayed messages (SCHEDULE_TOPIC_XXXX)", title_justify="left")
+        for name in ("level", "delay", "offset", "maxOffset", "lag", "next due"):
+            table.add_column(name, justify="right")
+        for row in info["schedule"]:
+            due = _when(row["nextDeliverTimestamp"])
+            table.add_row(*(cell(row[k]) for k in ("level", "delay", "offset", "maxOffset", "lag")), cell(due))
+        console.print(table)
     table = Table(title="index files", title_justify="left")
     columns = ("name", "beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset", "hashSlotCount")
     for name in (*columns, "indexCount", "onDisk"):

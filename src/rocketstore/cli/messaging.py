@@ -59,6 +59,11 @@ def _result_row(result: PutResult, queue_id: int) -> dict[str, object]:
     help="A user property (repeatable).",
 )
 @click.option("--queue", "queue_id", type=click.IntRange(min=0), default=0, show_default=True, help="The queue id.")
+@click.option(
+    "--delay-level",
+    type=click.IntRange(min=1),
+    help="Deliver after this delay level (DELAY; level 3 is 10 s with the default messageDelayLevel).",
+)
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Store the message N times.")
 @click.option("--body", help="The body, as UTF-8 text.")
 @click.option("--body-file", type=click.File("rb"), help="The body, read from a file ('-' for stdin).")
@@ -69,15 +74,22 @@ def produce(
     keys: tuple[str, ...],
     properties: dict[str, str],
     queue_id: int,
+    delay_level: int | None,
     count: int,
     body: str | None,
     body_file: click.utils.LazyFile | None,
 ) -> None:
-    """Store messages (the store is created if it does not exist)."""
+    """Store messages (the store is created if it does not exist).
+
+    A delayed message waits in SCHEDULE_TOPIC_XXXX; it is delivered to its topic while a store
+    process has the store open (delivery resumes where it stopped, from delayOffset.json).
+    """
     if (body is None) == (body_file is None):
         raise click.UsageError("give exactly one of --body and --body-file")
     data = body.encode("utf-8") if body is not None else body_file.read()  # type: ignore[union-attr]
     key_list = [k for item in keys for k in item.split(" ") if k]
+    if delay_level is not None:
+        properties = {**properties, "DELAY": str(delay_level)}
     rows = []
     with MessageStore.open(opts.store, opts.config) as store, progress_bar("produce", count) as advance:
         for _ in range(count):

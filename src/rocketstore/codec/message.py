@@ -26,8 +26,6 @@ from rocketstore.codec.topic import topic_text as _topic_text
 from rocketstore.codec.topic import validate_topic
 from rocketstore.errors import InvalidMessageError
 
-_USER_SYSFLAG_BITS = sf.COMPRESSED_FLAG | sf.MULTI_TAGS_FLAG | sf.TRANSACTION_ROLLBACK_TYPE | sf.COMPRESSION_TYPE_MASK
-
 
 class Message:
     """A message to store.
@@ -91,7 +89,7 @@ class Message:
         if flag and (type(flag) is not int or not -(2**31) <= flag < 2**31):
             raise InvalidMessageError(f"flag {flag!r} is not a Java int")
         self.flag = flag
-        if sys_flag and sys_flag & ~_USER_SYSFLAG_BITS:
+        if sys_flag and sys_flag & ~sf.PRODUCER_BITS:
             raise InvalidMessageError(
                 f"sysFlag {sys_flag:#x}: only the compression, multi-tags and transaction bits are given by producers"
             )
@@ -143,6 +141,18 @@ class Message:
     sys_flag = property(lambda self: self._extra[3] if self._extra else 0)
     reconsume_times = property(lambda self: self._extra[4] if self._extra else 0)
     prepared_transaction_offset = property(lambda self: self._extra[5] if self._extra else 0)
+
+    def with_topic(self, topic: str, properties: dict[str, str]) -> Message:
+        """A copy for ``topic`` with ``properties`` (already valid: the store's own rewrites)."""
+        copy = Message.__new__(Message)
+        copy.topic = validate_topic(topic)
+        copy.body = self.body
+        copy.flag = self.flag
+        copy._tags = properties.get(TAGS)
+        copy._keys = properties.get(KEYS)
+        copy._props = properties
+        copy._extra = self._extra
+        return copy
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={self.properties!r})"
@@ -321,7 +331,7 @@ class StoredMessage:
             born_timestamp=self.born_timestamp,
             born_host=self.born_host,
             store_host=self.store_host,
-            sys_flag=self.sys_flag & _USER_SYSFLAG_BITS,
+            sys_flag=self.sys_flag & sf.PRODUCER_BITS,
             reconsume_times=self.reconsume_times,
             prepared_transaction_offset=self.prepared_transaction_offset,
         )
@@ -374,7 +384,7 @@ def message_from_json(obj: dict[str, Any]) -> Message:
         body = base64.b64decode(obj.get("body") or "", validate=True)
     except (ValueError, TypeError) as exc:
         raise InvalidMessageError(f"body is not base64: {exc}") from None
-    sys_flag = int(obj.get("sysFlag") or 0) & _USER_SYSFLAG_BITS
+    sys_flag = int(obj.get("sysFlag") or 0) & sf.PRODUCER_BITS
     properties = obj.get("properties") or {}
     if not isinstance(properties, dict):
         raise InvalidMessageError("properties must be a JSON object")

@@ -20,6 +20,8 @@ COMPRESSION_LZ4_TYPE = 0x100
 COMPRESSION_ZSTD_TYPE = 0x200
 COMPRESSION_ZLIB_TYPE = 0x300
 COMPRESSION_TYPE_MASK = 0x700
+# the bits a producer's message carries (the store sets the host and V2 bits itself)
+PRODUCER_BITS = COMPRESSED_FLAG | MULTI_TAGS_FLAG | TRANSACTION_ROLLBACK_TYPE | COMPRESSION_TYPE_MASK
 
 
 def transaction_value(sys_flag: int) -> int:

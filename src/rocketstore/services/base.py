@@ -42,7 +42,7 @@ class Service(abc.ABC):
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
-            self._wake.wait(self.interval_ms / 1000)
+            self._wake.wait(self.wait_seconds())
             self._wake.clear()
             if self._stopped.is_set():
                 break
@@ -56,6 +56,10 @@ class Service(abc.ABC):
             pause = self.pause_after_run()
             if pause:
                 self._stopped.wait(pause)
+
+    def wait_seconds(self) -> float:
+        """How long to sleep before the next round unless woken (``interval_ms`` by default)."""
+        return self.interval_ms / 1000
 
     def pause_after_run(self) -> float:
         """Seconds to rest after a round even if woken (0: none)."""

@@ -1,0 +1,61 @@
+"""Retry and dead-letter messages (spec 17.3): what a consumer's failed message becomes.
+
+A message a consumer of group G could not handle is stored again for G alone: in
+``%RETRY%G`` after a delay that grows with each attempt (level 3 + reconsumeTimes, through the
+schedule topic), or, once it has been retried ``maxReconsumeTimes`` times, in ``%DLQ%G``.
+"""
+
+from __future__ import annotations
+
+from rocketstore.codec import sysflag as sf
+from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC
+from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+
+RETRY_QUEUE_NUMS = 1  # retryQueueNums of a subscription group
+DLQ_NUMS_PER_GROUP = 1
+FIRST_RETRY_LEVEL = 3  # the first retry waits delay level 3 (10 s with the default table)
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def send_back_message(
+    original: StoredMessage, group: str, max_reconsume_times: int, delay_level: int = 0
+) -> tuple[Message, int]:
+    """The message (and queue) RocketMQ's ``consumerSendMsgBack`` stores for ``original``.
+
+    Same body, flag, sysFlag and born information; the store's own host; ``reconsumeTimes`` + 1;
+    ``RETRY_TOPIC`` (the first topic) and ``ORIGIN_MESSAGE_ID`` (the first msgId) kept across
+    retries. Past ``max_reconsume_times``, or for a negative ``delay_level``, the dead-letter topic
+    with ``DELAY=0``; otherwise the retry topic with ``DELAY`` = ``delay_level`` or 3 + reconsumeTimes.
+    """
+    props = dict(original.properties)
+    if RETRY_TOPIC not in props:
+        props[RETRY_TOPIC] = original.topic
+    if original.reconsume_times >= max_reconsume_times or delay_level < 0:
+        topic = dlq_topic(group)
+        props[DELAY] = "0"
+    else:
+        topic = retry_topic(group)
+        props[DELAY] = str(delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times)
+    if not props.get(ORIGIN_MESSAGE_ID, "").strip():
+        props[ORIGIN_MESSAGE_ID] = original.msg_id
+    message = Message(
+        topic,
+        original.body,
+        properties=props,
+        flag=original.flag,
+        born_timestamp=original.born_timestamp,
+        born_host=original.born_host,
+        sys_flag=original.sys_flag & sf.PRODUCER_BITS,
+        reconsume_times=original.reconsume_times + 1,
+    )
+    return message, 0

@@ -1,0 +1,250 @@
+"""Delayed delivery (spec 17.2): ScheduleMessageService.
+
+A message put with ``DELAY`` = L waits in ``SCHEDULE_TOPIC_XXXX`` queue L-1, whose consume-queue
+units carry the delivery time as their tags code. For every level this service walks its queue
+from the offset kept in ``delayOffset.json``; a unit whose time has come is read back and stored
+again in its real topic and queue (``REAL_TOPIC``/``REAL_QID``), and the level's offset moves on.
+One thread serves every level: it sleeps until the earliest level is due.
+
+As in RocketMQ, the redelivered record keeps the schedule record's properties string as it was
+(``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` included), is not delayed again, and does not wait
+for a SYNC flush (``WAIT=false``). Offsets are persisted every ``flushDelayOffsetInterval`` and
+at stop; after a crash a message may be delivered twice, never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rocketstore.codec import sysflag as sf
+from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
+from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.errors import RocketStoreError
+from rocketstore.meta.config_files import DelayOffsetManager
+from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.results import PutResult
+from rocketstore.services.base import Service
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY_MS = 1000  # the first round of each level, after start
+DELAY_FOR_A_WHILE_MS = 100  # an idle level, or a put that failed, is looked at again after this
+UNKNOWN_LEVEL_DELAY_MS = 1000  # computeDeliverTimestamp for a level the table lacks
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # half (prepared) messages are never delivered
+
+Reader = Callable[[int, int], "StoredMessage | None"]
+Putter = Callable[[Message, int], PutResult]
+
+
+def deliver_timestamp(level: int, store_timestamp: int, delay_millis: tuple[int, ...]) -> int:
+    """RocketMQ's ``computeDeliverTimestamp``: store time + the level's delay (+1 s if unknown)."""
+    if 1 <= level <= len(delay_millis):
+        return store_timestamp + delay_millis[level - 1]
+    return store_timestamp + UNKNOWN_LEVEL_DELAY_MS
+
+
+def correct_delay_offsets(
+    offsets: DelayOffsetManager, queues: ConsumeQueueStore, levels: int
+) -> dict[int, tuple[int, int]]:
+    """Bring each level's offset into its queue's ``[min, max]`` (``correctDelayOffset``); the
+    changes as ``{level: (old, new)}``. Levels without an offset or a queue are left alone."""
+    changed = {}
+    for level in range(1, levels + 1):
+        if level not in offsets.offset_table:
+            continue
+        cq = queues.find(SCHEDULE_TOPIC, level - 1)
+        if cq is None:
+            continue
+        old = offsets.get(level)
+        new = min(max(old, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+        if new != old:
+            log.warning("delay level %d: offset %d corrected to %d (queue bounds)", level, old, new)
+            offsets.set(level, new)
+            changed[level] = (old, new)
+    return changed
+
+
+def redelivered(stored: StoredMessage) -> tuple[Message, int] | None:
+    """The message RocketMQ's ``messageTimeup`` stores for a due schedule record, and its queue;
+    None for a record that must not be delivered (a half message, no usable real topic/queue)."""
+    props = stored.properties
+    topic, qid = props.get(REAL_TOPIC), props.get(REAL_QID)
+    if topic is None or topic == HALF_TOPIC:
+        return None
+    try:
+        queue_id = int(qid) if qid is not None else -1
+        if queue_id < 0:
+            raise ValueError(qid)
+        message = Message(
+            topic,
+            stored.body,
+            properties=props,
+            flag=stored.flag,
+            born_timestamp=stored.born_timestamp,
+            born_host=stored.born_host,
+            store_host=stored.store_host,
+            sys_flag=stored.sys_flag & sf.PRODUCER_BITS,
+            reconsume_times=stored.reconsume_times,
+        )
+    except (ValueError, RocketStoreError) as exc:
+        log.error("schedule record at %d has no usable real topic/queue (%s): skipped", stored.commit_log_offset, exc)
+        return None
+    return message, queue_id
+
+
+@dataclass
+class LevelStats:
+    """What one level has done since the service started."""
+
+    delivered: int = 0
+    skipped: int = 0
+    failed_puts: int = 0
+    due_at: int = 0  # epoch ms of the level's next round
+
+
+class ScheduleMessageService(Service):
+    """Delivers delayed messages of every level when they are due."""
+
+    name = "schedule"
+
+    def __init__(
+        self,
+        queues: ConsumeQueueStore,
+        read: Reader,
+        put: Putter,
+        offsets: DelayOffsetManager,
+        delay_millis: tuple[int, ...],
+        flush_delay_offset_interval_ms: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(DELAY_FOR_A_WHILE_MS)
+        self.queues = queues
+        self.read = read
+        self.put = put
+        self.offsets = offsets
+        self.delay_millis = delay_millis
+        self.flush_interval_ms = flush_delay_offset_interval_ms
+        self.clock = clock
+        now = self._now()
+        self.levels = {level: LevelStats(due_at=now + FIRST_DELAY_MS) for level in range(1, len(delay_millis) + 1)}
+        self._last_persist = now
+        self._dirty = False
+        self._progress = threading.Condition()
+        correct_delay_offsets(offsets, queues, len(delay_millis))
+
+    def _now(self) -> int:
+        return int(self.clock() * 1000)
+
+    @property
+    def delivered(self) -> int:
+        """Messages delivered to their real topics since start."""
+        return sum(s.delivered for s in self.levels.values())
+
+    def wait_seconds(self) -> float:
+        due = min(s.due_at for s in self.levels.values()) if self.levels else self._now() + DELAY_FOR_A_WHILE_MS
+        return min(max(0.0, (due - self._now()) / 1000), DELAY_FOR_A_WHILE_MS / 1000)
+
+    def run_once(self, now: int | None = None) -> int:
+        """Deliver what is due at ``now`` (epoch ms; the clock if None) on every due level; the
+        number delivered. Tests pass a ``now`` in the future instead of waiting."""
+        forced = now is not None
+        now = self._now() if now is None else now
+        count = 0
+        for level, stats in self.levels.items():
+            if forced or stats.due_at <= now:
+                before = stats.delivered
+                stats.due_at = self._deliver_level(level, stats, now)
+                count += stats.delivered - before
+        if count:
+            with self._progress:
+                self._progress.notify_all()
+        if self._dirty and now - self._last_persist >= self.flush_interval_ms:
+            self.persist()
+        return count
+
+    def _deliver_level(self, level: int, stats: LevelStats, now: int) -> int:
+        """Deliver level ``level`` up to ``now``; when to look at it again (epoch ms)."""
+        cq = self.queues.find(SCHEDULE_TOPIC, level - 1)
+        if cq is None:
+            return now + DELAY_FOR_A_WHILE_MS
+        offset = max(self.offsets.get(level), cq.min_offset_in_queue())
+        end = cq.max_offset_in_queue()
+        delay = self.delay_millis[level - 1]
+        for first, units in cq.iter_units(offset, end, chunk=1024):
+            for i, (phy, size, deliver) in enumerate(units.tolist()):
+                stored = None
+                if deliver <= 0:  # not a delivery time (an ext address): take it from the message
+                    stored = self.read(phy, size)
+                    deliver = deliver_timestamp(level, stored.store_timestamp, self.delay_millis) if stored else now
+                if deliver > now + delay:  # correctDeliverTimestamp: a time too far ahead means now
+                    deliver = now
+                if deliver > now:
+                    self._set_offset(level, first + i)
+                    return deliver
+                stored = stored or self.read(phy, size)
+                target = redelivered(stored) if stored is not None else None
+                if target is None:
+                    stats.skipped += 1
+                else:
+                    result = self.put(*target)
+                    if not result.ok:
+                        stats.failed_puts += 1
+                        log.warning("delay level %d: redelivery refused (%s): retried shortly", level, result.status)
+                        self._set_offset(level, first + i)
+                        return now + DELAY_FOR_A_WHILE_MS
+                    stats.delivered += 1
+                self._set_offset(level, first + i + 1)
+        return now + DELAY_FOR_A_WHILE_MS
+
+    def _set_offset(self, level: int, offset: int) -> None:
+        if self.offsets.get(level) != offset:
+            self.offsets.set(level, offset)
+            self._dirty = True
+
+    def persist(self) -> None:
+        """Write delayOffset.json now."""
+        self._dirty = False
+        self._last_persist = self._now()
+        self.offsets.persist()
+
+    def wait_delivered(self, count: int, timeout: float) -> bool:
+        """Block until ``count`` messages have been delivered since start; False on timeout."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self.delivered >= count, timeout)
+
+    def on_stop(self) -> None:
+        self.persist()
+
+
+def schedule_report(
+    queues: ConsumeQueueStore, offsets: DelayOffsetManager, level_names: list[str], now: int | None = None
+) -> list[dict[str, object]]:
+    """Per delay level with a queue or an offset: the delivered offset, the queue's end, the
+    messages still waiting (lag) and when the next one is due."""
+    now = int(time.time() * 1000) if now is None else now
+    rows = []
+    for level, name in enumerate(level_names, 1):
+        cq = queues.find(SCHEDULE_TOPIC, level - 1)
+        if cq is None and level not in offsets.offset_table:
+            continue
+        low = cq.min_offset_in_queue() if cq else 0
+        high = cq.max_offset_in_queue() if cq else 0
+        offset = min(max(offsets.get(level), low), high)
+        unit = cq.get_unit(offset) if cq and offset < high else None
+        rows.append(
+            {
+                "level": level,
+                "delay": name,
+                "offset": offset,
+                "maxOffset": high,
+                "lag": high - offset,
+                "nextDeliverTimestamp": unit[2] if unit else None,
+                "nextDueInMs": max(0, unit[2] - now) if unit else None,
+            }
+        )
+    return rows

@@ -1,0 +1,107 @@
+"""Retry and dead letters (spec 17.3): a consumer's failed message goes to %RETRY%G through the
+schedule topic with a growing delay, and to %DLQ%G once it has been retried enough."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rocketstore import Message, MessageStore
+from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.errors import MessageNotFoundError
+from rocketstore.meta.fastjson import loads as fastjson_loads
+from rocketstore.results import PutMessageStatus
+
+
+def _deliver_all(store: MessageStore) -> None:
+    """Deliver every delayed message now (the service's thread stopped, a clock far ahead)."""
+    store.wait_for_dispatch()
+    store.schedule_service.run_once(now=2**62)
+    store.wait_for_dispatch()
+
+
+def _only(store: MessageStore, topic: str):
+    got = store.get_message("g", topic, 0, store.get_max_offset_in_queue(topic, 0) - 1, 1)
+    assert got.messages, (topic, got.status)
+    return got.messages[0]
+
+
+@pytest.fixture
+def store(make_store) -> MessageStore:
+    store = make_store()
+    store.schedule_service.stop()
+    return store
+
+
+def test_a_failed_message_is_retried_with_growing_delays_then_dead_lettered(store: MessageStore) -> None:
+    first = store.put(Message("Orders", b"pay", tags="TagP", keys="order-7", flag=3), 2)
+    original = store.look_message_by_offset(first.commit_log_offset)
+    current = original
+    for attempt in range(16):
+        result = store.send_back("G", current)
+        assert result.status == PutMessageStatus.PUT_OK
+        record = store.look_message_by_offset(result.commit_log_offset)
+        # the retry waits in the schedule topic, level 3 + reconsumeTimes (capped at 18)
+        level = min(3 + attempt, 18)
+        assert (record.topic, record.queue_id) == (SCHEDULE_TOPIC, level - 1)
+        assert record.properties["REAL_TOPIC"] == "%RETRY%G" and record.properties["REAL_QID"] == "0"
+        _deliver_all(store)
+        current = _only(store, "%RETRY%G")
+        assert current.reconsume_times == attempt + 1
+        assert current.body == b"pay" and current.flag == 3 and current.tags == "TagP" and current.keys == "order-7"
+        assert current.properties["RETRY_TOPIC"] == "Orders"
+        assert current.properties["ORIGIN_MESSAGE_ID"] == original.msg_id  # kept across retries
+        assert current.uniq_key == original.uniq_key
+        assert current.born_timestamp == original.born_timestamp
+    assert store.get_max_offset_in_queue("%RETRY%G", 0) == 16
+    # reconsumeTimes 16 reaches the default maxReconsumeTimes: the dead-letter topic, at once
+    dead = store.send_back("G", current)
+    record = store.look_message_by_offset(dead.commit_log_offset)
+    assert (record.topic, record.queue_id, record.reconsume_times) == ("%DLQ%G", 0, 17)
+    assert record.properties["DELAY"] == "0"
+    assert record.properties["ORIGIN_MESSAGE_ID"] == original.msg_id
+    store.wait_for_dispatch()
+    assert store.get_max_offset_in_queue("%DLQ%G", 0) == 1
+    topics = store.topics.topic_config_table
+    assert topics["%RETRY%G"]["readQueueNums"] == 1 and topics["%DLQ%G"]["writeQueueNums"] == 1
+    assert store.subscription_groups.find("G") is not None
+
+
+def test_the_groups_retry_max_times_and_explicit_levels(tmp_path: Path, store_config) -> None:
+    """retryMaxTimes comes from subscriptionGroup.json; a request's own maximum (-1 meaning 16) and
+    delay level override it; a negative level dead-letters at once."""
+    path = tmp_path / "store"
+    with MessageStore.open(path, store_config) as store:
+        store.subscription_groups.ensure("Slow")
+        store.subscription_groups.subscription_group_table["Slow"]["retryMaxTimes"] = 1
+        store.subscription_groups.persist()
+    with MessageStore.open(path, store_config) as store:
+        store.schedule_service.stop()
+        first = store.look_message_by_offset(store.put(Message("Orders", b"x"), 0).commit_log_offset)
+        retry = store.send_back("Slow", first.commit_log_offset, delay_level=1)  # by offset, level 1
+        assert store.look_message_by_offset(retry.commit_log_offset).queue_id == 0
+        _deliver_all(store)
+        again = _only(store, "%RETRY%Slow")
+        dead = store.send_back("Slow", again)  # reconsumeTimes 1 >= retryMaxTimes 1
+        assert store.look_message_by_offset(dead.commit_log_offset).topic == "%DLQ%Slow"
+        more = store.send_back("Slow", again, max_reconsume_times=-1)  # the client's -1 means 16
+        assert store.look_message_by_offset(more.commit_log_offset).topic == SCHEDULE_TOPIC
+        now_dead = store.send_back("Slow", first, delay_level=-1)
+        assert store.look_message_by_offset(now_dead.commit_log_offset).topic == "%DLQ%Slow"
+        with pytest.raises(MessageNotFoundError):
+            store.send_back("Slow", store.max_phy_offset + 4096)
+    groups = fastjson_loads((path / "config" / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
+    assert groups["Slow"]["retryMaxTimes"] == 1
+    topics = fastjson_loads((path / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert {"%RETRY%Slow", "%DLQ%Slow"} <= set(topics)
+
+
+def test_a_message_already_retried_sixteen_times_goes_straight_to_the_dlq(store: MessageStore) -> None:
+    put = store.put(Message("Orders", b"x", reconsume_times=16), 0)
+    dead = store.send_back("G", store.look_message_by_offset(put.commit_log_offset))
+    assert store.look_message_by_offset(dead.commit_log_offset).topic == "%DLQ%G"
+    put = store.put(Message("Orders", b"y", reconsume_times=15), 0)
+    retry = store.send_back("G", store.look_message_by_offset(put.commit_log_offset))
+    record = store.look_message_by_offset(retry.commit_log_offset)
+    assert record.topic == SCHEDULE_TOPIC and record.properties["DELAY"] == "18"  # 3 + 15, capped

@@ -1,0 +1,278 @@
+"""Delayed messages (behaviour checklist K, spec 17.1-17.2): the schedule topic, delivery on time,
+delayOffset.json, and a restart or a crash that loses no delayed message.
+
+Delivery is driven with ``run_once(now=...)`` and a clock in the future instead of waiting; one
+test lets the service's own thread deliver a 1-second delay, awaited through its progress event.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.codec import sysflag as sf
+from rocketstore.codec.ids import tags_code
+from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.meta.fastjson import loads as fastjson_loads
+from rocketstore.results import GetMessageStatus, PutMessageStatus
+from rocketstore.services.schedule import deliver_timestamp
+from rocketstore.verify import verify_store
+from test_crash import GEOMETRY, Producer
+
+
+def _delayed(topic: str = "Orders", level: str = "3", **kw: object) -> Message:
+    return Message(topic, b"later", tags="TagD", keys="dk", properties={"DELAY": level}, **kw)
+
+
+def _stopped(store: MessageStore):
+    """The store's schedule service with its thread stopped: the test drives it with run_once."""
+    service = store.schedule_service
+    service.stop()
+    return service
+
+
+def _real(store: MessageStore, topic: str = "Orders", queue_id: int = 1):
+    store.wait_for_dispatch()
+    return store.get_message("g", topic, queue_id, 0, 32)
+
+
+def _all(store: MessageStore, topic: str, queue_id: int) -> list:
+    """Every message of a queue (a pull stops at a consume-queue file's end)."""
+    out, offset = [], 0
+    while True:
+        got = store.get_message("g", topic, queue_id, offset, 32)
+        if not got.messages:
+            return out
+        out += got.messages
+        offset = got.next_begin_offset
+
+
+def test_a_delayed_message_waits_in_the_schedule_queue_then_comes_back(make_store, store_config) -> None:
+    """Levels "5s 8s", level 3 asked for: capped to level 2 (queue 1), invisible for 8 s, then
+    delivered with its body, tags, keys and real topic/queue; counted once."""
+    store = make_store(config=store_config.copy(messageDelayLevel="5s 8s"))
+    service = _stopped(store)
+    result = store.put(_delayed(), queue_id=1)
+    assert result.status == PutMessageStatus.PUT_OK
+    store.wait_for_dispatch()
+    assert store.queue_ids() == {SCHEDULE_TOPIC: [1]}
+    record = store.look_message_by_offset(result.commit_log_offset)
+    assert record.topic == SCHEDULE_TOPIC and record.queue_id == 1
+    props = record.properties
+    assert (props["DELAY"], props["REAL_TOPIC"], props["REAL_QID"]) == ("2", "Orders", "1")
+    unit = store.queues.find(SCHEDULE_TOPIC, 1).get_unit(0)
+    assert unit[2] == record.store_timestamp + 8000  # the unit's tags code is the delivery time
+
+    stamp = record.store_timestamp
+    assert service.run_once(now=stamp + 7999) == 0
+    assert _real(store).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
+    assert service.run_once(now=stamp + 8000) == 1
+    got = _real(store)
+    assert got.status == GetMessageStatus.FOUND and len(got.messages) == 1
+    copy = got.messages[0]
+    assert (copy.topic, copy.queue_id, copy.body, copy.tags, copy.keys) == ("Orders", 1, b"later", "TagD", "dk")
+    assert copy.uniq_key == record.uniq_key and copy.born_timestamp == record.born_timestamp
+    # RocketMQ's quirk: the copy's stored properties are the schedule record's, DELAY included
+    assert copy.properties_raw == record.properties_raw
+    assert store.queues.find("Orders", 1).get_unit(0)[2] == tags_code("TagD")
+    # later rounds deliver nothing more: the redelivery is counted once
+    assert service.run_once(now=stamp + 60_000) == 0
+    assert service.levels[2].delivered == 1 and service.delivered == 1
+    assert store.delay_offsets.get(2) == 1
+
+
+def test_an_unknown_level_falls_back_to_one_second() -> None:
+    millis = (5000, 8000)
+    assert deliver_timestamp(2, 1000, millis) == 9000
+    assert deliver_timestamp(3, 1000, millis) == 2000
+    assert deliver_timestamp(0, 1000, millis) == 2000
+
+
+def test_delay_rules_on_put(make_store) -> None:
+    """DELAY 0 or absent stores at once; a bad level is refused without taking an offset; a
+    prepared transaction is never delayed, a committed one is; a batch cannot be delayed."""
+    store = make_store()
+    _stopped(store)
+    assert store.put(_delayed(level="0"), 1).queue_offset == 0
+    bad = store.put(_delayed(level="soon"), 1)
+    assert bad.status == PutMessageStatus.MESSAGE_ILLEGAL and "DELAY" in bad.detail
+    assert store.put(Message("Orders", b"x"), 1).queue_offset == 1
+    prepared = store.put(_delayed(sys_flag=sf.TRANSACTION_PREPARED_TYPE), 1)
+    assert store.look_message_by_offset(prepared.commit_log_offset).topic == "Orders"
+    committed = store.put(_delayed(sys_flag=sf.TRANSACTION_COMMIT_TYPE), 1)
+    assert store.look_message_by_offset(committed.commit_log_offset).topic == SCHEDULE_TOPIC
+    batch = store.put_batch([_delayed(), _delayed()], 1)
+    assert batch.status == PutMessageStatus.MESSAGE_ILLEGAL
+    store.wait_for_dispatch()
+    assert store.get_max_offset_in_queue("Orders", 1) == 2
+    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 1
+
+
+def test_levels_deliver_in_their_own_time(make_store, store_config) -> None:
+    """Messages of several levels and queues interleaved: each level's queue is walked in order,
+    and a message is delivered exactly when its level's delay has passed."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1s 5s 10s"))
+    service = _stopped(store)
+    rng = random.Random(5)
+    sent = []
+    for i in range(60):
+        level = rng.randint(1, 3)
+        r = store.put(Message("Orders", b"m%d" % i, keys=f"k{i}", properties={"DELAY": str(level)}), i % 3)
+        assert r.ok
+        sent.append((i, level, r.store_timestamp))
+    store.wait_for_dispatch()
+    start = max(t for _, _, t in sent)  # the clock never runs behind a store time
+    for step in range(0, 12_001, 250):
+        service.run_once(now=start + step)
+        due = {i for i, level, t in sent if t + (1000, 5000, 10000)[level - 1] <= start + step}
+        store.wait_for_dispatch()
+        delivered = set()
+        for q in range(3):
+            delivered |= {int(m.body[1:]) for m in _all(store, "Orders", q)}
+        assert delivered == due, step
+    assert len(delivered) == 60
+    assert verify_store(store.root, store.config).ok
+
+
+def test_delay_offsets_persist_reload_and_are_corrected(tmp_path: Path, store_config: StoreConfig) -> None:
+    """delayOffset.json holds each level's next offset at shutdown; a reopened store goes on from
+    there (nothing delivered twice); offsets outside the queue are corrected to its bounds."""
+    path = tmp_path / "store"
+    config = store_config.copy(messageDelayLevel="1s 2s")
+    with MessageStore.open(path, config) as store:
+        service = _stopped(store)
+        stamps = [store.put(_delayed(level="1"), 1).store_timestamp for _ in range(3)]
+        store.put(_delayed(level="2"), 1)
+        store.wait_for_dispatch()
+        service.run_once(now=stamps[1] + 1000)  # the first two level-1 messages are due
+        delivered = service.delivered
+        assert delivered >= 2
+    table = fastjson_loads((path / "config" / "delayOffset.json").read_text())["offsetTable"]
+    assert {int(k): v for k, v in table.items()} == {1: delivered}
+
+    with MessageStore.open(path, config) as store:
+        service = _stopped(store)
+        assert store.delay_offsets.get(1) == delivered
+        service.run_once(now=stamps[2] + 60_000)
+        assert service.delivered == 4 - delivered  # the rest, and only the rest
+        assert _real(store).messages and store.get_max_offset_in_queue("Orders", 1) == 4
+
+    (path / "config" / "delayOffset.json").write_text(json.dumps({"offsetTable": {"1": 99, "2": -4}}))
+    with MessageStore.open(path, config) as store:
+        assert store.delay_offsets.get(1) == 3  # past the end: the queue's max offset
+        assert store.delay_offsets.get(2) == 0  # below the start: its min offset
+
+
+def test_the_service_thread_delivers_on_time(make_store, store_config) -> None:
+    """No clock tricks: the running service delivers a 1 s delay after about a second."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1s"))
+    put = store.put(_delayed(level="1"), 1)
+    assert store.schedule_service.wait_delivered(1, timeout=30)
+    got = _real(store)
+    assert got.status == GetMessageStatus.FOUND
+    assert got.messages[0].store_timestamp >= put.store_timestamp + 1000
+
+
+def test_half_messages_and_refused_puts(make_store) -> None:
+    """A delayed half message is dropped, not delivered; a redelivery the store refuses is tried
+    again (the offset stays) and succeeds once puts are accepted again."""
+    store = make_store()
+    service = _stopped(store)
+    half = store.put(_delayed(topic="RMQ_SYS_TRANS_HALF_TOPIC", level="1"), 0)
+    stamp = half.store_timestamp
+    store.wait_for_dispatch()
+    assert service.run_once(now=stamp + 2000) == 0
+    assert service.levels[1].skipped == 1 and store.delay_offsets.get(1) == 1
+
+    store.put(_delayed(level="1"), 1)
+    store.wait_for_dispatch()
+    store.set_running_flags(set_bits=0x2)  # NOT_WRITEABLE
+    assert service.run_once(now=stamp + 60_000) == 0
+    assert service.levels[1].failed_puts == 1 and store.delay_offsets.get(1) == 1
+    store.set_running_flags(clear_bits=0x2)
+    assert service.run_once(now=stamp + 60_000) == 1
+    assert store.delay_offsets.get(1) == 2
+
+
+def test_import_keeps_schedule_records_and_delivered_copies(make_store, tmp_path: Path) -> None:
+    """An exported store imported again: schedule records stay in the schedule topic and
+    delivered copies (which still say DELAY) are not delayed a second time."""
+    import io
+
+    from rocketstore.export import export_jsonl, import_jsonl
+
+    def exported(store: MessageStore) -> list[str]:
+        out = io.StringIO()
+        export_jsonl(store, out)
+        return out.getvalue().splitlines()
+
+    source = make_store("a")
+    service = _stopped(source)
+    stamp = source.put(_delayed(level="1"), 1).store_timestamp
+    source.put(_delayed(level="2"), 2)
+    source.wait_for_dispatch()
+    service.run_once(now=stamp + 1000)
+    source.wait_for_dispatch()
+    lines = exported(source)
+    target = make_store("b")
+    _stopped(target)
+    assert import_jsonl(target, lines) == 3
+    target.wait_for_dispatch()
+    assert target.queue_ids() == source.queue_ids()
+    assert [json.loads(x)["topic"] for x in exported(target)] == [json.loads(x)["topic"] for x in lines]
+
+
+def test_inspect_shows_schedule_lag(make_store, store_config) -> None:
+    from rocketstore.cli.inspect_cmd import inspect_store
+
+    store = make_store(config=store_config.copy(messageDelayLevel="1s 5s"))
+    service = _stopped(store)
+    stamp = store.put(_delayed(level="1"), 0).store_timestamp
+    for _ in range(3):
+        store.put(_delayed(level="2"), 0)
+    store.wait_for_dispatch()
+    service.run_once(now=stamp + 1000)
+    rows = {row["level"]: row for row in inspect_store(store)["schedule"]}
+    assert (rows[1]["delay"], rows[1]["offset"], rows[1]["lag"]) == ("1s", 1, 0)
+    assert (rows[2]["delay"], rows[2]["maxOffset"], rows[2]["lag"]) == ("5s", 3, 3)
+    assert rows[2]["nextDeliverTimestamp"] >= stamp + 5000
+
+
+def test_a_crash_loses_no_delayed_message(tmp_path: Path) -> None:
+    """A SYNC_FLUSH producer of delayed and plain messages is SIGKILLed while the service
+    delivers; after the last reopen every acknowledged delayed message reaches its real queue
+    (at least once: a crash may deliver one again) with its body."""
+    rng = random.Random("delay-crash")
+    path = tmp_path / "store"
+    acked = []
+    for cycle in range(4):
+        producer = Producer(path, "SYNC_FLUSH", threads=4, start=cycle * 100_000, env={"CRASH_DELAY_EVERY": "3"})
+        producer.kill_after(rng.randint(300, 6000))
+        acked += producer.acks
+    delayed = [a for a in acked if "-" not in a[0] and int(a[0]) % 3 == 0]
+    assert delayed
+    config = StoreConfig(GEOMETRY)
+    with MessageStore.open(path, config) as store:
+        service = _stopped(store)
+        service.run_once(now=2**62)
+        store.wait_for_dispatch()
+        for key, offset, *_ in delayed:
+            record = store.look_message_by_offset(offset)
+            assert record is not None and record.topic == SCHEDULE_TOPIC, key
+            copies = store.query_message("CrashTopic", f"ck-{key}").messages
+            assert copies and all(c.body == record.body for c in copies), key
+        assert all(row["lag"] == 0 for row in store.schedule_report())
+    assert verify_store(str(path), config).ok
+
+
+@pytest.mark.parametrize("levels", ["1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "2d 500s"])
+def test_level_table(levels: str) -> None:
+    from rocketstore.config import delay_level_millis
+
+    millis = delay_level_millis(levels)
+    assert len(millis) == len(levels.split())
+    assert millis[-1] in (7_200_000, 500_000)
