@@ -1,7 +1,8 @@
 """``make demo``: the main job on the embedded default store under ``./data/demo``.
 
 Writes a few thousand messages over several topics and queues, consumes one topic by tag, looks
-messages up by key, msgId and time, and prints a short summary.
+messages up by key, msgId and time, delays a few messages, sends a "failed" one back for a retry,
+and prints a short summary; then the Spark part (``demo_spark``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import shutil
 import sys
 import time
 
-from rocketstore import Message, MessageStore, StoreConfig, demo_spark
+from rocketstore import Message, MessageStore, StoreConfig, StoredMessage, demo_spark
 
 TOPICS = ("TopicTest", "OrderTopic", "PayTopic")
 TAGS = ("TagA", "TagB", "TagC")
@@ -68,7 +69,28 @@ def main(path: str = os.path.join("data", "demo")) -> int:
         when = msg.store_timestamp
         offset = store.get_offset_in_queue_by_time("PayTopic", msg.queue_id, when)
         print(f"  PayTopic queue {msg.queue_id} at time {when} starts at offset {offset}")
+        _delays_and_retries(store, msg)
     return demo_spark.run(path, config)
+
+
+def _delays_and_retries(store: MessageStore, failed: StoredMessage) -> None:
+    """Five messages delayed by level 1 (1 s) and one consumer failure retried after level 1."""
+    started = time.perf_counter()
+    for i in range(5):
+        store.put(Message("LaterTopic", f"later {i}".encode(), properties={"DELAY": "1"})).raise_for_status()
+    store.send_back("demo-group", failed, delay_level=1).raise_for_status()
+    store.schedule_service.wait_delivered(6, timeout=30)
+    store.wait_for_dispatch()
+    waited = time.perf_counter() - started
+    retry = store.get_message("demo-group", "%RETRY%demo-group", 0, 0).messages
+    print(
+        f"  5 messages delayed by 1 s reached LaterTopic after {waited:.1f} s: "
+        f"{store.get_max_offset_in_queue('LaterTopic', 0)} in queue 0"
+    )
+    print(
+        f"  a failed PayTopic message came back in %RETRY%demo-group: reconsumeTimes "
+        f"{retry[0].reconsume_times}, ORIGIN_MESSAGE_ID {retry[0].properties['ORIGIN_MESSAGE_ID']}"
+    )
 
 
 if __name__ == "__main__":
