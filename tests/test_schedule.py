@@ -175,6 +175,12 @@ def test_the_service_thread_delivers_on_time(make_store, store_config) -> None:
     got = _real(store)
     assert got.status == GetMessageStatus.FOUND
     assert got.messages[0].store_timestamp >= put.store_timestamp + 1000
+    service = store.schedule_service
+    assert service.running
+    store.shutdown()  # stops the thread and saves the level's offset
+    assert not service.running and not store.clean_service.running
+    table = fastjson_loads((Path(store.root) / "config" / "delayOffset.json").read_text())["offsetTable"]
+    assert {int(k): v for k, v in table.items()} == {1: 1}
 
 
 def test_half_messages_and_refused_puts(make_store) -> None:
