@@ -540,6 +540,8 @@ class MessageStore:
             self._close_files()
             return
         try:
+            if self.pool is not None:  # puts are refused now: commit every written byte, so dispatch can finish
+                self.commit_service.stop()
             if wait_for_dispatch > 0:
                 deadline = time.monotonic() + wait_for_dispatch
                 while self.reput.behind() and time.monotonic() < deadline:

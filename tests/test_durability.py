@@ -1,0 +1,115 @@
+"""Durability services (spec 13): SYNC_FLUSH group commit and its timeout, the transient store
+pool's wrote >= committed >= flushed positions, and the consume-queue flush with the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.cli.inspect_cmd import inspect_store
+from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.results import GetMessageStatus, PutMessageStatus
+
+
+def test_group_commit_serves_many_waiters_with_one_fsync(make_store, store_config: StoreConfig) -> None:
+    store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", mappedFileSizeCommitLog=1 << 20))
+    service = store.flush_service
+    results: list = []
+    barrier = threading.Barrier(16)
+
+    def producer(t: int) -> None:
+        barrier.wait()
+        for i in range(40):
+            results.append(store.put(Message("Sync", b"x" * 512, keys=f"k{t}-{i}"), t % 4))
+
+    threads = [threading.Thread(target=producer, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 640 and {r.status for r in results} == {PutMessageStatus.PUT_OK}
+    flushed = store.commit_log.queue.flushed_where
+    assert all(r.commit_log_offset + r.wrote_bytes <= flushed for r in results)
+    assert service.fsyncs < len(results)  # waiters were covered by fsyncs others made
+
+
+def test_a_put_not_flushed_in_time_reports_flush_disk_timeout(make_store, store_config: StoreConfig) -> None:
+    """syncFlushTimeout 0: the flush cannot beat it; the put says FLUSH_DISK_TIMEOUT once, yet the
+    message is stored (RocketMQ's client treats it as sent, with a warning)."""
+    store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", syncFlushTimeout=0))
+    result = store.put(Message("Sync", b"late", keys="late"))
+    assert result.status == PutMessageStatus.FLUSH_DISK_TIMEOUT and result.ok
+    assert store.look_message_by_offset(result.commit_log_offset).body == b"late"
+    store.config.sync_flush_timeout = 5000
+    assert store.put(Message("Sync", b"on time")).status == PutMessageStatus.PUT_OK
+
+
+def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_config: StoreConfig) -> None:
+    """Writes land in a pool buffer; the file sees them only when the commit service moves them;
+    the flush makes them durable. Dispatch follows the committed position, inspect shows all
+    three, and a clean shutdown commits, dispatches and removes abort."""
+    config = store_config.copy(
+        transientStorePoolEnable=True,
+        transientStorePoolSize=2,
+        mappedFileSizeCommitLog=1 << 16,
+        commitIntervalCommitLog=3_600_000,  # the test commits by hand
+        commitCommitLogThoroughInterval=3_600_000,
+        flushIntervalCommitLog=3_600_000,
+        flushCommitLogThoroughInterval=3_600_000,
+    )
+    path = tmp_path / "store"
+    store = MessageStore.open(path, config)
+    try:
+        puts = [store.put(Message("Pool", b"p" * 100, keys=f"k{i}"), 0) for i in range(20)]
+        assert all(p.status == PutMessageStatus.PUT_OK for p in puts)
+        end = puts[-1].commit_log_offset + puts[-1].wrote_bytes
+        pos = store.positions()
+        assert pos["wrote"] == end and pos["committed"] == 0 and pos["flushed"] == 0
+        segment = path / "commitlog" / f"{0:020d}"
+        with open(segment, "rb") as f:
+            assert f.read(end) == bytes(end)  # nothing in the file yet
+        assert store.get_message("g", "Pool", 0, 0).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
+
+        store.commit_service.run_once(0)
+        pos = store.positions()
+        assert pos["wrote"] == pos["committed"] == end and pos["flushed"] == 0
+        with open(segment, "rb") as f:
+            assert f.read(end)[4:8] == bytes.fromhex("DAA320A7")  # the first record's magic code
+        store.wait_for_dispatch()
+        assert store.get_max_offset_in_queue("Pool", 0) == 20
+
+        store.flush_service.run_once()
+        store.commit_log.queue.flush(0)
+        assert store.positions()["flushed"] == end
+        info = inspect_store(store)["commitLog"]["positions"]
+        assert info["wrote"] >= info["committed"] >= info["flushed"] == end
+
+        more = store.put(Message("Pool", b"tail", keys="tail"), 0)
+        assert store.positions()["wrote"] > store.positions()["committed"]
+    finally:
+        store.shutdown()
+    assert not (path / "abort").exists()  # the uncommitted tail was committed and dispatched
+    with MessageStore.open(path, config) as again:
+        assert again.last_exit_ok
+        assert again.look_message_by_offset(more.commit_log_offset).body == b"tail"
+        assert again.get_max_offset_in_queue("Pool", 0) == 21
+
+
+def test_consume_queue_flush_writes_the_checkpoint(make_store, store_config: StoreConfig) -> None:
+    """A thorough consume-queue flush persists logicsMsgTimestamp (taken before the queues are
+    flushed, as RocketMQ does); the commit-log flush sets physicMsgTimestamp."""
+    store = make_store(
+        config=store_config.copy(flushIntervalConsumeQueue=3_600_000, flushConsumeQueueThoroughInterval=3_600_000)
+    )
+    result = store.put(Message("Cp", b"x"))
+    store.wait_for_dispatch()
+    store.flush_service.run_once()
+    store.commit_log.queue.flush(0)
+    cq_service = next(s for s in store._services if s.name == "flush-consumequeue")
+    cq_service.run_once(0)
+    on_disk = StoreCheckpoint(os.path.join(store.root, "checkpoint"), writable=False)
+    assert on_disk.logics_msg_timestamp == result.store_timestamp
+    cq = store.queues.find("Cp", 0)
+    assert cq.queue.flushed_where == 20  # the unit is on disk
