@@ -34,8 +34,9 @@ def run(store_path: str, config: StoreConfig, parquet_path: str | None = None) -
             .collect()
         )
         print(f"spark: read {os.path.abspath(store_path)} ({df.rdd.getNumPartitions()} partitions)")
+        width = max((len(row["topic"]) for row in per_topic), default=0)
         for row in per_topic:
-            print(f"  {row['topic']:<12} messages {row['messages']:>6}  body bytes {row['bytes']:>9,}")
+            print(f"  {row['topic']:<{width}} messages {row['messages']:>6}  body bytes {row['bytes']:>9,}")
         out = parquet_path or os.path.abspath(store_path).rstrip(os.sep) + "-parquet"
         result = export_parquet(spark, store_path, out, options, mode="overwrite")
         print(f"  exported {result['messages']} messages to {out} (Parquet, partitioned by topic)")
