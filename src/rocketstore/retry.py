@@ -7,7 +7,6 @@ schedule topic), or, once it has been retried ``maxReconsumeTimes`` times, in ``
 
 from __future__ import annotations
 
-from rocketstore.codec import sysflag as sf
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
@@ -48,14 +47,5 @@ def send_back_message(
         props[DELAY] = str(delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times)
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         props[ORIGIN_MESSAGE_ID] = original.msg_id
-    message = Message(
-        topic,
-        original.body,
-        properties=props,
-        flag=original.flag,
-        born_timestamp=original.born_timestamp,
-        born_host=original.born_host,
-        sys_flag=original.sys_flag & sf.PRODUCER_BITS,
-        reconsume_times=original.reconsume_times + 1,
-    )
+    message = original.copy_to(topic, props, reconsume_times=original.reconsume_times + 1)
     return message, 0

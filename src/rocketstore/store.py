@@ -234,12 +234,7 @@ class MessageStore:
         config = self.config
         wait_flushed = service.wait_flushed
 
-        def wait_for_flush(result: tuple, messages: Sequence[Message]) -> PutMessageStatus:
-            # a producer may ask not to wait (WAIT=false): the flush is only woken
-            for m in messages:
-                if m._props is not None and m._props.get("WAIT") == "false":
-                    service.wake()
-                    return PutMessageStatus.PUT_OK
+        def wait_for_flush(result: tuple) -> PutMessageStatus:
             return wait_flushed(result[1] + result[2], config.sync_flush_timeout / 1000)
 
         return wait_for_flush
@@ -347,9 +342,9 @@ class MessageStore:
             original = self.look_message_by_offset(int(message))
             if original is None:
                 raise MessageNotFoundError(f"no message at commit-log offset {message}")
-        group_config = self.subscription_groups.ensure(group)
+        self.subscription_groups.ensure(group)
         if max_reconsume_times is None:
-            max_reconsume_times = int(group_config.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES))
+            max_reconsume_times = self.subscription_groups.retry_max_times(group)
         elif max_reconsume_times < 0:
             max_reconsume_times = DEFAULT_RETRY_MAX_TIMES
         again, queue_id = send_back_message(original, group, max_reconsume_times, delay_level)

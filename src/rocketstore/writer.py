@@ -17,7 +17,7 @@ from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
 from rocketstore.codec.message import Message
-from rocketstore.codec.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY, encode_properties
+from rocketstore.codec.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY, WAIT, encode_properties
 from rocketstore.codec.scan import delay_of_level
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig, delay_level_millis
@@ -32,7 +32,7 @@ _time_ns = time.time_ns
 
 _NO_EXTRA = (None, None, None, 0, 0, 0)
 
-FlushHandler = Callable[[AppendResult, Sequence[Message]], PutMessageStatus]
+FlushHandler = Callable[[AppendResult], PutMessageStatus]  # waits for the SYNC flush of a put
 
 
 class MessageWriter:
@@ -193,7 +193,7 @@ class MessageWriter:
             status = put_ok
             handler = writer.flush_handler
             if handler is not None:
-                status = handler((status, phy, total, queue_offset, store_ts, None, ""), (message,))
+                status = handler((status, phy, total, queue_offset, store_ts, None, ""))
             return PutResult((status, phy, queue_offset, store_ts, total, 1, None, host, uniq, ""))
 
         return put
@@ -205,7 +205,7 @@ class MessageWriter:
 
         With ``schedule`` a message asking for a ``DELAY`` level goes to ``SCHEDULE_TOPIC_XXXX``
         first (spec 17.1); without it the message is stored as given (import, redelivery).
-        ``wait=False`` does not wait for a SYNC flush (RocketMQ's ``WAIT=false``).
+        ``wait=False`` does not wait for a SYNC flush, as a ``WAIT=false`` property does not.
         """
         if self.refusal is not None:
             return self.refusal()
@@ -338,7 +338,7 @@ class MessageWriter:
             return PutResult.refused(result[0], result[6])
         status = _PUT_OK
         if self.flush_handler is not None:
-            status = self.flush_handler(result, messages)
+            status = self.flush_handler(result)
         return PutResult(
             (
                 status,
@@ -362,8 +362,9 @@ class MessageWriter:
         if status is not _PUT_OK:
             return PutResult.refused(status, result[6])
         if self.flush_handler is not None:
-            if wait:
-                status = self.flush_handler(result, messages)
+            # a producer may ask not to wait (WAIT=false): the flush is only woken
+            if wait and not any(m._props is not None and m._props.get(WAIT) == "false" for m in messages):
+                status = self.flush_handler(result)
             elif self.flush_wake is not None:
                 self.flush_wake()
         return PutResult(

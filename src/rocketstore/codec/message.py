@@ -323,17 +323,36 @@ class StoredMessage:
 
     def to_message(self) -> Message:
         """A ``Message`` that stores this one again as it was (hosts, times and flags kept)."""
-        return Message(
+        return self.copy_to(
             self.topic,
+            self.properties,
+            store_host=self.store_host,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )
+
+    def copy_to(
+        self,
+        topic: str,
+        properties: dict[str, str],
+        *,
+        store_host: str | None = None,
+        reconsume_times: int | None = None,
+        prepared_transaction_offset: int = 0,
+    ) -> Message:
+        """A ``Message`` for ``topic`` with ``properties`` and this one's body, flag, producer
+        sysFlag bits and born information (``store_host`` None: the storing store's own host;
+        ``reconsume_times`` None: this one's)."""
+        return Message(
+            topic,
             self.body,
-            properties=self.properties,
+            properties=properties,
             flag=self.flag,
             born_timestamp=self.born_timestamp,
             born_host=self.born_host,
-            store_host=self.store_host,
+            store_host=store_host,
             sys_flag=self.sys_flag & sf.PRODUCER_BITS,
-            reconsume_times=self.reconsume_times,
-            prepared_transaction_offset=self.prepared_transaction_offset,
+            reconsume_times=self.reconsume_times if reconsume_times is None else reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
         )
 
     def to_json_dict(self) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rocketstore.codec import sysflag as sf
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
 from rocketstore.codec.topic import SCHEDULE_TOPIC
@@ -80,17 +79,7 @@ def redelivered(stored: StoredMessage) -> tuple[Message, int] | None:
         queue_id = int(qid) if qid is not None else -1
         if queue_id < 0:
             raise ValueError(qid)
-        message = Message(
-            topic,
-            stored.body,
-            properties=props,
-            flag=stored.flag,
-            born_timestamp=stored.born_timestamp,
-            born_host=stored.born_host,
-            store_host=stored.store_host,
-            sys_flag=stored.sys_flag & sf.PRODUCER_BITS,
-            reconsume_times=stored.reconsume_times,
-        )
+        message = stored.copy_to(topic, props, store_host=stored.store_host)
     except (ValueError, RocketStoreError) as exc:
         log.error("schedule record at %d has no usable real topic/queue (%s): skipped", stored.commit_log_offset, exc)
         return None
