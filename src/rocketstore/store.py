@@ -189,7 +189,9 @@ class MessageStore:
 
     def _start_services(self) -> None:
         config = self.config
-        self.commit_log.wake_event = self.reput.wake_event
+        # appends wake the reput service, except under SYNC_FLUSH where only a flush can let it on
+        if not config.is_sync_flush or config.read_un_committed:
+            self.commit_log.wake_event = self.reput.wake_event
         if config.is_sync_flush:
             flush: FlushRealTimeService | GroupCommitService = GroupCommitService(
                 self.commit_log, self.checkpoint, config

@@ -90,27 +90,42 @@ class IndexFile:
 
     # -- writing -------------------------------------------------------------------------------
     def put_key(self, key_hash: int, phy: int, timestamp: int) -> bool:
-        """Add one entry (spec 8.3, the definition ``put_keys`` does in bulk); False when full."""
+        """Add one entry (spec 8.3); False when full."""
+        return self.put_few([(key_hash, phy, timestamp)]) == 1
+
+    def put_few(self, entries: list[tuple[int, int, int]]) -> int:
+        """Add (key hash, commit-log offset, store time) entries one by one, as spec 8.3 defines,
+        writing the header once at the end; returns how many fit. ``put_keys`` does the same in
+        bulk with numpy, which pays from a few dozen entries on."""
         count = self.index_count
-        if count >= self.index_num:
-            return False
-        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.slot_num) * HASH_SLOT_SIZE
-        slot_value = _INT.unpack(self.mapped.read(slot_pos, 4))[0]
-        if slot_value <= INVALID_INDEX or slot_value > count:
-            slot_value = INVALID_INDEX
-        diff = _time_diff(timestamp, self.begin_timestamp)
-        self.mapped.write_at(self._entries_at + count * INDEX_SIZE, ENTRY.pack(key_hash, phy, diff, slot_value))
-        self.mapped.write_at(slot_pos, _INT.pack(count))
-        if count <= 1:
-            self.begin_phy_offset = phy
-            self.begin_timestamp = timestamp
-        if slot_value == INVALID_INDEX:
-            self.hash_slot_count += 1
-        self.index_count = count + 1
-        self.end_phy_offset = phy
-        self.end_timestamp = timestamp
+        room = self.index_num - count
+        if room <= 0:
+            return 0
+        if len(entries) > room:
+            entries = entries[:room]
+        mm = self.mapped.mm
+        slot_num, entries_at = self.slot_num, self._entries_at
+        unpack_slot, pack_slot, pack_entry = _INT.unpack_from, _INT.pack_into, ENTRY.pack_into
+        begin = self.begin_timestamp
+        new_slots = 0
+        for key_hash, phy, timestamp in entries:
+            slot_pos = INDEX_HEADER_SIZE + (key_hash % slot_num) * HASH_SLOT_SIZE
+            prev = unpack_slot(mm, slot_pos)[0]
+            if prev <= INVALID_INDEX or prev > count:
+                prev = INVALID_INDEX
+                new_slots += 1
+            diff = 0 if begin <= 0 or timestamp < begin else min((timestamp - begin) // 1000, INT_MAX)
+            pack_entry(mm, entries_at + count * INDEX_SIZE, key_hash, phy, diff, prev)
+            pack_slot(mm, slot_pos, count)
+            if count <= 1:
+                self.begin_phy_offset = phy
+                self.begin_timestamp = begin = timestamp
+            count += 1
+        self.hash_slot_count += new_slots
+        self.index_count = count
+        self.end_phy_offset, self.end_timestamp = entries[-1][1], entries[-1][2]
         self._write_header()
-        return True
+        return len(entries)
 
     def put_keys(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> int:
         """Add entries (index key hash, commit-log offset, store time) in order; returns how many fit."""

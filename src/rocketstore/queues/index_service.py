@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
-from rocketstore.codec.ids import index_key_hash, java_hash, prefixed_hashes, token_hashes
+from rocketstore.codec.ids import prefixed_hashes, token_hashes, topic_key_hash, topic_prefix_hash
 from rocketstore.codec.records import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ, Records
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.allocate import SegmentAllocator
@@ -28,16 +28,6 @@ def time_millis_to_human_string(ms: int) -> str:
     return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
 
 
-_prefix_hashes: dict[str, int] = {}
-
-
-def _prefix_hash(topic: str) -> int:
-    h = _prefix_hashes.get(topic)
-    if h is None:
-        h = _prefix_hashes[topic] = java_hash(topic + "#")
-    return h
-
-
 def index_keys(records: Records) -> tuple[np.ndarray, np.ndarray]:
     """(key hashes, record rows) of the index entries RocketMQ adds for these records, in its
     order: per record its UNIQ_KEY, then each of its KEYS (``topic#key`` each); ROLLBACK records
@@ -52,9 +42,9 @@ def index_keys(records: Records) -> tuple[np.ndarray, np.ndarray]:
         return empty, empty
     topics = set(records.topics)
     if len(topics) == 1:
-        prefix: int | np.ndarray = _prefix_hash(next(iter(topics)))
+        prefix: int | np.ndarray = topic_prefix_hash(next(iter(topics)))
     else:
-        prefix = np.fromiter(map(_prefix_hash, records.topics), dtype=np.int64, count=n)
+        prefix = np.fromiter(map(topic_prefix_hash, records.topics), dtype=np.int64, count=n)
     if records.index_tokens is not None:
         tokens = [(h, o, ln) for h, ln, o in records.index_tokens]
     else:
@@ -188,25 +178,29 @@ class IndexService:
             done += self._writable_file().put_keys(hashes[done:], phys[done:], timestamps[done:])
 
     def build_index_requests(self, requests: list[tuple]) -> None:
-        """``build_index`` for a few dispatch request tuples, one key at a time (no numpy set-up)."""
+        """``build_index`` for a few dispatch request tuples, key by key (no numpy set-up)."""
         with self._lock:
+            last = self.files[-1] if self.files else None
+            end_phy = last.end_phy_offset if last is not None else -1
+            entries = []
+            add = entries.append
             for r in requests:
                 topic = r[D_TOPIC]
                 if topic is None or r[D_SYSFLAG] & _ROLLBACK == _ROLLBACK:
                     continue
-                phy, store_ts = r[D_OFFSET], r[D_STORE_TS]
-                last = self.files[-1] if self.files else None
-                if last is not None and phy < last.end_phy_offset:
+                phy = r[D_OFFSET]
+                if phy < end_phy:
                     continue  # already indexed
                 keys = [r[D_UNIQ]] if r[D_UNIQ] else []
                 if r[D_KEYS]:
                     keys += [k for k in r[D_KEYS].split(" ") if k]
-                if last is not None and phy == last.end_phy_offset and last.index_count > 1:
-                    keys = keys[last.trailing_entries_for(phy) :]  # the keys already in the file
+                if phy == end_phy and last.index_count > 1:  # type: ignore[union-attr]
+                    keys = keys[last.trailing_entries_for(phy) :]  # type: ignore[union-attr]
+                store_ts = r[D_STORE_TS]
                 for key in keys:
-                    key_hash = index_key_hash(f"{topic}#{key}")
-                    while not self._writable_file().put_key(key_hash, phy, store_ts):
-                        pass
+                    add((topic_key_hash(topic, key), phy, store_ts))
+            while entries:
+                entries = entries[self._writable_file().put_few(entries) :]
 
     def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
@@ -253,7 +247,7 @@ class IndexService:
         files first, at most ``min(max_num, maxMsgsNumBatch)`` (collisions included)."""
         max_num = max(0, min(max_num, self.max_msgs_num_batch))
         out: list[int] = []
-        key_hash = index_key_hash(f"{topic}#{key}")
+        key_hash = topic_key_hash(topic, key)
         for index in reversed(self.files):
             if index.is_time_matched(begin, end):
                 index.select_phy_offsets(key_hash, max_num, begin, end, out)

@@ -3,6 +3,7 @@ queues (spec 13.2, 13.4, 13.6)."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -15,6 +16,8 @@ from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.results import PutMessageStatus
 from rocketstore.services.base import Service
+
+_allocate_lock = threading.Lock  # a bare lock: a parked waiter blocks on its own
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +135,13 @@ class GroupCommitService(Service):
     """SYNC_FLUSH (spec 13.4): a putting thread waits until the flushed offset covers its records,
     and one fsync serves every waiter it covers.
 
-    The waiters commit as a group among themselves: the first one not yet covered flushes (the
-    fsync releases the GIL, so the others keep appending meanwhile), the rest wait on a condition
-    and are woken when a flush lands. That spares a thread hop per put, which in CPython costs
-    more than the Java store's GroupCommitService thread does. The service thread only flushes
-    what no one waits for (``WAIT=false`` puts).
+    The waiters commit as a group among themselves: the first one not yet covered leads (it
+    flushes; the fsync releases the GIL, so the others keep appending meanwhile), the rest park on
+    a lock of their own. After a flush the leader wakes exactly the waiters it covered and hands
+    the lead to the oldest one still uncovered. Waking only those matters in CPython: every
+    woken thread must win the GIL back, and a herd of them woken to find nothing changed would
+    hold up the next fsync. The service thread only flushes what no one waits for
+    (``WAIT=false`` puts).
 
     A waiter not covered within ``syncFlushTimeout`` gets FLUSH_DISK_TIMEOUT. A failed fsync (an
     OSError from the file system) fails every waiter it would have covered with FLUSH_DISK_FAILED
@@ -151,47 +156,78 @@ class GroupCommitService(Service):
         self.commit_log = commit_log
         self.checkpoint = checkpoint
         self.config = config
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()
         self._flushing = False
+        self._waiters: collections.deque[list] = collections.deque()  # [end offset, parked lock], oldest first
         self._failed_upto = -1  # records ending at or below this offset were in a failed flush
         self.on_flushed: Callable[[], None] | None = None  # wakes the reput service
         self.on_flush_failure: Callable[[FlushError], None] | None = None
         self.fsyncs = 0
-        self.waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Threads parked until a flush covers them."""
+        return len(self._waiters)
 
     def wait_flushed(self, next_offset: int, timeout_s: float) -> PutMessageStatus:
         """Block until the flushed offset reaches ``next_offset`` (the end of the caller's records)."""
         queue = self.commit_log.queue
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            self.waiting += 1
-            try:
-                while True:
+        mutex = self._mutex
+        while True:
+            with mutex:
+                if queue.flushed_where >= next_offset:
+                    return PutMessageStatus.PUT_OK
+                if next_offset <= self._failed_upto:
+                    return PutMessageStatus.FLUSH_DISK_FAILED
+                lead = not self._flushing
+                if lead:
+                    self._flushing = True
+                else:
+                    waiter = [next_offset, _allocate_lock()]
+                    waiter[1].acquire()
+                    self._waiters.append(waiter)
+            if lead:
+                try:
+                    self._flush_up_to(queue.max_offset())
+                finally:
+                    self._flush_done()
+                if time.monotonic() > deadline and queue.flushed_where >= next_offset:
+                    return PutMessageStatus.FLUSH_DISK_TIMEOUT  # covered, but later than promised
+                continue
+            left = deadline - time.monotonic()
+            if not (left > 0 and waiter[1].acquire(timeout=left)):
+                with mutex:
+                    try:
+                        self._waiters.remove(waiter)
+                    except ValueError:  # woken meanwhile: look again
+                        continue
                     if queue.flushed_where >= next_offset:
                         return PutMessageStatus.PUT_OK
-                    if next_offset <= self._failed_upto:
-                        return PutMessageStatus.FLUSH_DISK_FAILED
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return PutMessageStatus.FLUSH_DISK_TIMEOUT
-                    if self._flushing:
-                        self._cond.wait(left)
-                        continue
-                    self._flushing = True
-                    self._cond.release()
-                    try:
-                        self._flush_up_to(queue.max_offset())
-                    finally:
-                        self._cond.acquire()
-                        self._flushing = False
-                        self._cond.notify_all()
-                    if time.monotonic() > deadline and queue.flushed_where >= next_offset:
-                        return PutMessageStatus.FLUSH_DISK_TIMEOUT  # covered, but later than promised
-            finally:
-                self.waiting -= 1
+                    return PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+    def _flush_done(self) -> None:
+        """After a flush: wake the waiters it covered (or failed) and the oldest one it did not,
+        which leads the next flush."""
+        flushed = self.commit_log.queue.flushed_where
+        with self._mutex:
+            self._flushing = False
+            waiters = self._waiters
+            if not waiters:
+                return
+            covered = max(flushed, self._failed_upto)
+            kept = collections.deque()
+            for waiter in waiters:
+                if waiter[0] <= covered:
+                    waiter[1].release()
+                else:
+                    kept.append(waiter)
+            if kept:
+                kept.popleft()[1].release()
+            self._waiters = kept
 
     def _flush_up_to(self, target: int) -> None:
-        """Flush until ``target`` (one flush covers one segment); called without the condition."""
+        """Flush until ``target`` (one flush covers one segment); called without the mutex."""
         queue = self.commit_log.queue
         before = queue.flushed_where
         try:
@@ -202,7 +238,7 @@ class GroupCommitService(Service):
                 self.fsyncs += 1
         except FlushError as exc:
             log.error("group commit: %s", exc)
-            with self._cond:
+            with self._mutex:
                 self._failed_upto = max(self._failed_upto, target)
             if self.on_flush_failure is not None:
                 self.on_flush_failure(exc)
@@ -214,16 +250,14 @@ class GroupCommitService(Service):
     def run_once(self) -> None:
         """Flush what nobody is waiting for (puts with WAIT=false), unless a waiter is at it."""
         queue = self.commit_log.queue
-        with self._cond:
+        with self._mutex:
             if self._flushing or queue.flushed_where >= queue.max_offset():
                 return
             self._flushing = True
         try:
             self._flush_up_to(queue.max_offset())
         finally:
-            with self._cond:
-                self._flushing = False
-                self._cond.notify_all()
+            self._flush_done()
 
     def on_stop(self) -> None:
         self.run_once()
