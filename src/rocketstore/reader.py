@@ -3,6 +3,8 @@ offsets by time (spec section 16)."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 
 from rocketstore.codec import record as rec
@@ -94,14 +96,13 @@ class MessageReader:
         config = self.config
         limit = max(1, min(len(units), max_nums, config.max_transfer_count_on_message_in_memory))
         byte_limit = min(config.max_transfer_bytes_on_message_in_memory, _MAX_PULL_SIZE)
-        phys, sizes = [], []
-        total = 0
-        for phy, size, _ in units[:limit]:  # isTheBatchFull: the first message always goes
-            total += size
-            if total > byte_limit and phys:
-                break
-            phys.append(phy)
-            sizes.append(size)
+        units = units[:limit]
+        sizes = [u[1] for u in units]
+        if sum(sizes) > byte_limit:  # isTheBatchFull: the first message always goes
+            ends = list(itertools.accumulate(sizes))
+            keep = max(1, bisect.bisect_right(ends, byte_limit))
+            units, sizes = units[:keep], sizes[:keep]
+        phys = [u[0] for u in units]
         messages = self.commit_log.read_records(phys, sizes)
         if not all(messages):
             return None

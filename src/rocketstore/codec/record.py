@@ -203,21 +203,30 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) ->
 
 _UNPACK = tuple(h.unpack_from for h in HEADERS)
 _BODY_AT = tuple(h.size for h in HEADERS)
+_UNPACK_V4, _BODY_AT_V4 = _UNPACK[0], _BODY_AT[0]
 
 
 def decode_record(raw: bytes) -> StoredMessage | None:
     """``raw`` holding exactly one record -> its StoredMessage, or None if it is not a valid one."""
     try:
         hosts = (raw[39] >> 4) & 3  # the IPv6 host bits live in SYSFLAG's last byte
-        h = _UNPACK[hosts](raw)
-        topic_at = _BODY_AT[hosts] + h[14]
-        if h[1] == MESSAGE_MAGIC_CODE:
+        if hosts:
+            h = _UNPACK[hosts](raw)
+            body_at = _BODY_AT[hosts]
+        else:
+            h = _UNPACK_V4(raw)
+            body_at = _BODY_AT_V4
+        topic_at = body_at + h[14]
+        magic = h[1]
+        if magic == MESSAGE_MAGIC_CODE:
             topic_len = raw[topic_at]
-            topic_at += 1
             if topic_len > 127:  # a negative signed byte
                 return None
-        elif h[1] == MESSAGE_MAGIC_CODE_V2:
+            topic_at += 1
+        elif magic == MESSAGE_MAGIC_CODE_V2:
             topic_len = (raw[topic_at] << 8) | raw[topic_at + 1]
+            if topic_len > 32767:
+                return None
             topic_at += 2
         else:
             return None
@@ -227,9 +236,10 @@ def decode_record(raw: bytes) -> StoredMessage | None:
         return None
     if props_len > 32767:  # a negative short: no properties
         props_len = 0
-    if props_at + props_len != len(raw) or h[0] != len(raw) or topic_len > 32767 or h[14] < 0:
+    n = len(raw)
+    if props_at + props_len != n or h[0] != n or h[14] < 0:
         return None
-    return StoredMessage(h, raw, (_BODY_AT[hosts], topic_at, topic_len, props_at, props_len))
+    return StoredMessage(h, raw, (body_at, topic_at, topic_len, props_at, props_len))
 
 
 def _what_is_wrong(raw: bytes, pos: int) -> str:

@@ -411,7 +411,7 @@ class CommitLog:
         """Decode the records at ``offsets`` (of ``sizes`` bytes each); None where one is not
         readable or not valid. The bulk form of ``read_message``, for pulls and scans."""
         files = self.queue.files
-        if not files:
+        if not files or not offsets:
             return [None] * len(offsets)
         file_size = self.file_size
         first = files[0].file_from_offset // file_size
@@ -419,18 +419,27 @@ class CommitLog:
         decode = rec.decode_record
         out: list[StoredMessage | None] = []
         add = out.append
+        # the segment of the first record, kept while the next ones lie in it (the usual case)
+        mapped = None
+        base = readable = 0
+        mm = None
         for offset, size in zip(offsets, sizes, strict=True):
-            index = offset // file_size - first
-            if 0 <= index < count:
+            pos = offset - base
+            if mapped is None or pos < 0 or pos + size > readable:
+                index = offset // file_size - first
+                if not 0 <= index < count:
+                    add(None)
+                    continue
                 mapped = files[index]
-                pos = offset - mapped.file_from_offset
-                if pos + size <= mapped.read_position:
-                    try:
-                        add(decode(mapped.mm[pos : pos + size]))
-                        continue
-                    except ValueError:  # unmapped by cleanup in the meantime
-                        pass
-            add(None)
+                base, readable, mm = mapped.file_from_offset, mapped.read_position, mapped.mm
+                pos = offset - base
+                if pos + size > readable:
+                    add(None)
+                    continue
+            try:
+                add(decode(mm[pos : pos + size]))
+            except ValueError:  # unmapped by cleanup in the meantime
+                add(None)
         return out
 
     def record_size_at(self, offset: int) -> int:
