@@ -35,6 +35,15 @@ _NO_EXTRA = (None, None, None, 0, 0, 0)
 FlushHandler = Callable[[AppendResult], PutMessageStatus]  # waits for the SYNC flush of a put
 
 
+def plain_properties(tags: str | None, keys: str | None, uniq: str) -> str:
+    """The property string of a message made of tags and keys alone, in the client's order."""
+    if tags is None:
+        return f"UNIQ_KEY\x01{uniq}" if keys is None else f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
+    if keys is None:
+        return f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}"
+    return f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
+
+
 class MessageWriter:
     """Turns messages into records in the commit log."""
 
@@ -155,15 +164,10 @@ class MessageWriter:
             now = _time_ns() // 1_000_000
             uniq = next_uniq(now)
             tags, keys = message._tags, message._keys
+            text = plain_properties(tags, keys, uniq)
             if tags is None:
-                text = f"UNIQ_KEY\x01{uniq}" if keys is None else f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
                 code = 0
             else:
-                text = (
-                    f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}"
-                    if keys is None
-                    else f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
-                )
                 code = cached_tags_code(tags)
                 if code is None:
                     code = tags_code(tags)
@@ -267,20 +271,20 @@ class MessageWriter:
             raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
         if not messages:
             raise InvalidMessageError("a batch holds at least one message")
-        topic = messages[0].topic
-        plain = self._plain
         for m in messages:
             if type(m) is not Message:
                 raise InvalidMessageError(f"put_batch takes Messages, not {type(m).__name__}")
-            if m.topic != topic:
-                raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {m.topic!r}")
-            if m._extra is not None:
-                plain = False
-                if m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
+        topic = messages[0].topic
+        if len({m.topic for m in messages}) > 1:
+            other = next(m.topic for m in messages if m.topic != topic)
+            raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {other!r}")
+        # plain: tags and keys alone (the common batch), checked in one pass over each field
+        plain = self._plain and {m._extra is None and m._props is None for m in messages} == {True}
+        if not plain:
+            for m in messages:
+                if m._extra is not None and m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
                     return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
-            if m._props is not None:
-                plain = False
-                if m._props.get("DELAY", "0") not in ("0", ""):
+                if m._props is not None and m._props.get("DELAY", "0") not in ("0", ""):
                     return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
         extra = encode_properties(properties) if properties else ""
         now = _time_ns() // 1_000_000
@@ -301,57 +305,40 @@ class MessageWriter:
     def _put_plain_batch(
         self, topic: str, head: bytes, queue_id: int, messages: Sequence[Message], extra: str, now: int
     ) -> PutResult | None:
-        """A batch of tags-and-keys messages for the store's own host (None: take the general path)."""
-        max_size = self.config.max_message_size
-        next_uniq = self.uniq_keys.next
-        cached_tags_code = _tags_cache.get
+        """A batch of tags-and-keys messages for the store's own host (None: take the general path).
+
+        Built column by column, a list per field, so that each step runs as one comprehension."""
+        bodies = [m.body for m in messages]
+        if max(map(len, bodies)) > self.config.max_message_size:
+            return None
+        uniqs = self.uniq_keys.next_many(now, len(messages))
+        tags = [m._tags for m in messages]
+        keys = [m._keys for m in messages]
+        texts = map(plain_properties, tags, keys, uniqs)
+        if extra:
+            texts = (f"{text}\x02{extra}" for text in texts)
+        props = [text.encode() for text in texts]
+        if max(map(len, props)) > rec.PROPERTIES_MAX_LENGTH:
+            return None
         short = rec._SHORT.pack
-        join = b"".join
-        suffix = f"\x02{extra}" if extra else ""
-        items = []
-        add = items.append
-        for m in messages:
-            body = m.body
-            if len(body) > max_size:
-                return None
-            uniq = next_uniq(now)
-            tags, keys = m._tags, m._keys
-            if tags is None:
-                text = f"UNIQ_KEY\x01{uniq}" if keys is None else f"KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
-                code = 0
-            else:
-                text = (
-                    f"TAGS\x01{tags}\x02UNIQ_KEY\x01{uniq}"
-                    if keys is None
-                    else f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
-                )
-                code = cached_tags_code(tags)
-                if code is None:
-                    code = tags_code(tags)
-            props = (text + suffix).encode() if suffix else text.encode()
-            if len(props) > rec.PROPERTIES_MAX_LENGTH:
-                return None
-            tail = join((head, short(len(props)), props))
-            add((body, tail, 88 + len(body) + len(tail), crc32(body) & 0x7FFFFFFF, m.flag, code, keys, uniq))
-        result = self.commit_log.append_plain_batch(topic, queue_id, items, now, self.store_host)
+        tails = [head + short(len(p)) + p for p in props]
+        sizes = [88 + len(body) + len(tail) for body, tail in zip(bodies, tails, strict=True)]
+        crcs = [crc32(body) & 0x7FFFFFFF for body in bodies]
+        codes = [0 if t is None else tags_code(t) for t in tags]
+        result = self.commit_log.append_plain_batch(
+            topic,
+            queue_id,
+            (bodies, tails, sizes, crcs, [m.flag for m in messages], codes, keys, uniqs),
+            now,
+            self.store_host,
+        )
         if result[0] is not _PUT_OK:
             return PutResult.refused(result[0], result[6])
         status = _PUT_OK
         if self.flush_handler is not None:
             status = self.flush_handler(result)
         return PutResult(
-            (
-                status,
-                result[1],
-                result[3],
-                result[4],
-                result[2],
-                len(items),
-                result[5],
-                self.store_host,
-                [i[7] for i in items],
-                "",
-            )
+            (status, result[1], result[3], result[4], result[2], len(bodies), result[5], self.store_host, uniqs, "")
         )
 
     def _append(

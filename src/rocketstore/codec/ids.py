@@ -233,3 +233,12 @@ class UniqKeyGenerator:
             self._head = f"{self._prefix}{(now_ms - self._month_start) & _MASK32:08X}"
         c = next(self._counter)
         return self._head + _HEX2[(c >> 8) & 0xFF] + _HEX2[c & 0xFF]
+
+    def next_many(self, now_ms: int, n: int) -> list[str]:
+        """``n`` new ids for messages created at ``now_ms`` (a batch)."""
+        ids = [self.next(now_ms)]
+        head = self._head
+        ids += [
+            head + _HEX2[(c >> 8) & 0xFF] + _HEX2[c & 0xFF] for c in map(next, itertools.repeat(self._counter, n - 1))
+        ]
+        return ids

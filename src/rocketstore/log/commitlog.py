@@ -9,6 +9,7 @@ back what was just written.
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -248,13 +249,15 @@ class CommitLog:
         return append
 
     def append_plain_batch(
-        self, topic: str, queue_id: int, items: list[tuple], born_ts: int, host: bytes
+        self, topic: str, queue_id: int, columns: tuple[list, ...], born_ts: int, host: bytes
     ) -> AppendResult:
         """``append`` for a batch of plain records (what ``plain_appender`` writes, several at once).
 
-        ``items`` are (body, tail, total, crc, flag, tags code, KEYS, UNIQ_KEY).
+        ``columns`` are lists with one item per record: bodies, tails (topic and properties),
+        sizes, body CRCs, flags, tags codes, KEYS, UNIQ_KEYs.
         """
-        total = sum([item[2] for item in items])
+        bodies, tails, sizes, crcs, flags, codes, keys, uniqs = columns
+        total = sum(sizes)
         if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return _refused(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -262,7 +265,6 @@ class CommitLog:
             )
         pack = rec.HEADERS[0].pack
         magic = rec.MESSAGE_MAGIC_CODE
-        handoff_add = self.handoff.append
         key = (topic, queue_id)
         with self.put_lock:
             now = born_ts if born_ts >= self._last_store_ts else self._last_store_ts
@@ -278,34 +280,20 @@ class CommitLog:
                 first_queue_offset = 0
                 if self.on_new_queue is not None:
                     self.on_new_queue(key)
-            q = first_queue_offset
-            first = phy = mapped.file_from_offset + mapped.wrote_position
-            parts = []
-            add = parts.append
-            offsets = []
-            for body, tail, size, crc, flag, _, _, _ in items:
-                add(pack(size, magic, crc, queue_id, flag, q, phy, 0, born_ts, host, now, host, 0, 0, len(body)))
-                add(body)
-                add(tail)
-                offsets.append(phy)
-                phy += size
-                q += 1
-            mapped.append(b"".join(parts))
-            handoff_add(
-                batch_request(
-                    topic,
-                    queue_id,
-                    first,
-                    [item[2] for item in items],
-                    [item[5] for item in items],
-                    now,
-                    first_queue_offset,
-                    [item[6] for item in items],
-                    [item[7] for item in items],
+            first = mapped.file_from_offset + mapped.wrote_position
+            offsets = list(itertools.accumulate(sizes[:-1], initial=first))
+            headers = [
+                pack(size, magic, crc, queue_id, flag, q, phy, 0, born_ts, host, now, host, 0, 0, len(body))
+                for size, crc, flag, q, phy, body in zip(
+                    sizes, crcs, flags, itertools.count(first_queue_offset), offsets, bodies
                 )
+            ]
+            mapped.append(b"".join(itertools.chain.from_iterable(zip(headers, bodies, tails, strict=True))))
+            self.handoff.append(
+                batch_request(topic, queue_id, first, sizes, codes, now, first_queue_offset, keys, uniqs)
             )
             mapped.store_timestamp = now
-            self.topic_queue_table[key] = q
+            self.topic_queue_table[key] = first_queue_offset + len(sizes)
             if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
                 self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
             self.begin_time_in_lock = 0
