@@ -190,6 +190,32 @@ def _checked_properties(properties: dict[str, str]) -> dict[str, str]:
     return props
 
 
+def _stored_property(name: str, doc: str) -> property:
+    """A read-only property for one property of a stored message, found in the record's bytes
+    without parsing them all (the last one wins, as in RocketMQ's property map)."""
+    marker = f"\x02{name}\x01".encode()
+    first = marker[1:]  # the property opening the string has no separator before it
+    skip = len(marker)
+
+    def get(self: StoredMessage) -> str | None:
+        if self._props is not None:
+            return self._props.get(name)
+        raw = self._raw
+        at = self._l[3]
+        i = raw.rfind(marker, at)
+        if i >= 0:
+            i += skip
+        elif raw.startswith(first, at):
+            i = at + skip - 1
+        else:
+            return None
+        j = raw.find(b"\x02", i)
+        value = raw[i:j] if j >= 0 else raw[i:]
+        return value.decode("utf-8", "replace") if value else None
+
+    return property(get, doc=doc)
+
+
 class StoredMessage:
     """A record read back from the commit log. Field names are the export's, in snake_case.
 
@@ -257,48 +283,9 @@ class StoredMessage:
             props = self._props = decode_properties(self.properties_raw.decode("utf-8", "replace"))
         return props
 
-    def _property(self, name: str, marker: bytes) -> str | None:
-        """One property, found in the stored bytes without parsing them all (last one wins)."""
-        if self._props is not None:
-            return self._props.get(name)
-        raw = self._raw
-        at = self._l[3]
-        end = len(raw)
-        i = raw.rfind(marker, at, end)
-        if i >= 0:
-            i += len(marker)
-        elif raw.startswith(marker[1:], at):
-            i = at + len(marker) - 1
-        else:
-            return None
-        j = raw.find(b"\x02", i, end)
-        value = raw[i : j if j >= 0 else end]
-        return value.decode("utf-8", "replace") if value else None
-
-    @property
-    def tags(self) -> str | None:
-        if self._props is not None:
-            return self._props.get(TAGS)
-        raw = self._raw
-        at = self._l[3]
-        i = raw.rfind(b"\x02TAGS\x01", at)
-        if i >= 0:
-            i += 6
-        elif raw.startswith(b"TAGS\x01", at):
-            i = at + 5
-        else:
-            return None
-        j = raw.find(b"\x02", i)
-        text = (raw[i:j] if j >= 0 else raw[i:]).decode("utf-8", "replace")
-        return text or None
-
-    @property
-    def keys(self) -> str | None:
-        return self._property(KEYS, b"\x02KEYS\x01")
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self._property(UNIQ_KEY, b"\x02UNIQ_KEY\x01")
+    tags = _stored_property(TAGS, "The ``TAGS`` property.")
+    keys = _stored_property(KEYS, "The ``KEYS`` property (space separated keys).")
+    uniq_key = _stored_property(UNIQ_KEY, "The ``UNIQ_KEY`` property (the client's message id).")
 
     @property
     def msg_id(self) -> str:
