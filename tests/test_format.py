@@ -7,6 +7,7 @@ rocketstore's decoder.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
@@ -355,6 +356,20 @@ def test_uniq_key_generator_format():
     t = time.localtime(now / 1000)
     month_start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
     assert int(keys[0][20:28], 16) == now - month_start
+
+
+def test_uniq_keys_for_a_batch_continue_the_counter():
+    gen = UniqKeyGenerator(bytes.fromhex("7F000001"), pid=0x1B6E)
+    now = int(time.time() * 1000)
+    single = gen.next(now)
+    batch = gen.next_many(now, 40)
+    after = gen.next(now)
+    keys = [single, *batch, after]
+    assert len(batch) == 40 and len(set(keys)) == 42
+    assert all(re.fullmatch(r"[0-9A-F]{32}", k) and k[:28] == single[:28] for k in keys)
+    counters = [int(k[-4:], 16) for k in keys]
+    assert all(b == (a + 1) & 0xFFFF for a, b in itertools.pairwise(counters))
+    assert gen.next_many(now, 1) == [single[:28] + f"{(counters[-1] + 1) & 0xFFFF:04X}"]
 
 
 # ================================================================== checkpoint (§6)
