@@ -25,6 +25,7 @@ from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import RocketStoreError
 from rocketstore.meta.config_files import DelayOffsetManager
+from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.results import PutResult
 from rocketstore.services.base import Service
@@ -47,6 +48,13 @@ def deliver_timestamp(level: int, store_timestamp: int, delay_millis: tuple[int,
     return store_timestamp + UNKNOWN_LEVEL_DELAY_MS
 
 
+def _within_queue(offset: int, cq: ConsumeQueue | None) -> int:
+    """``offset`` brought into the queue's ``[min, max]`` (0 when there is no queue)."""
+    if cq is None:
+        return 0
+    return min(max(offset, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+
+
 def correct_delay_offsets(
     offsets: DelayOffsetManager, queues: ConsumeQueueStore, levels: int
 ) -> dict[int, tuple[int, int]]:
@@ -60,7 +68,7 @@ def correct_delay_offsets(
         if cq is None:
             continue
         old = offsets.get(level)
-        new = min(max(old, cq.min_offset_in_queue()), cq.max_offset_in_queue())
+        new = _within_queue(old, cq)
         if new != old:
             log.warning("delay level %d: offset %d corrected to %d (queue bounds)", level, old, new)
             offsets.set(level, new)
@@ -221,9 +229,8 @@ def schedule_report(
         cq = queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None and level not in offsets.offset_table:
             continue
-        low = cq.min_offset_in_queue() if cq else 0
         high = cq.max_offset_in_queue() if cq else 0
-        offset = min(max(offsets.get(level), low), high)
+        offset = _within_queue(offsets.get(level), cq)
         unit = cq.get_unit(offset) if cq and offset < high else None
         rows.append(
             {

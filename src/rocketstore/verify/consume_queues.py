@@ -1,0 +1,160 @@
+"""Consume-queue checks: every unit against the record it points at, every queued record against
+its queue."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rocketstore.codec.sysflag import TRANSACTION_ROLLBACK_TYPE
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
+from rocketstore.store import MessageStore
+from rocketstore.verify.commit_log import LogColumns
+from rocketstore.verify.report import VerifyReport, damage_at, problems_at
+
+_PRE_BLANK_SIZE = 0x7FFFFFFF
+
+
+def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
+    covered = np.zeros(len(log.offsets), dtype=bool)  # records whose unit was found and right
+    queue_ends: dict[tuple[int, int], int] = {}
+    topic_ids = {t: i for i, t in enumerate(log.topics)}
+    for (topic, queue_id), cq in sorted(store.queues.table.items()):
+        report.queues += 1
+        tid = topic_ids.get(topic, -1)
+        end = _check_queue(cq, tid, log, covered, report)
+        if tid >= 0:
+            queue_ends[(tid, queue_id)] = end
+    _check_missing(log, covered, queue_ends, report)
+
+
+def _check_queue(cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport) -> int:
+    """One queue's files up to the first invalid unit; returns where its last record in the log ends."""
+    where = f"consumequeue/{cq.topic}/{cq.queue_id}"
+    ended = seen_real = False
+    queue_end = -1
+    for mapped in cq.queue.files:
+        data = mapped.read(0, mapped.file_size)
+        name = f"{where}/{mapped.file_name}"
+        first = mapped.file_from_offset // CQ_STORE_UNIT_SIZE
+        if ended:
+            dirty = len(data) - data.count(0)
+            if dirty:
+                report.damage(f"{name}: {dirty} non-zero bytes after the end of the queue")
+            continue
+        units = units_of(data)
+        valid = valid_prefix(units)
+        if valid < len(units):
+            ended = True
+            dirty = len(data) - valid * CQ_STORE_UNIT_SIZE - data.count(0, valid * CQ_STORE_UNIT_SIZE)
+            if dirty:
+                report.damage(
+                    f"{name}: the queue ends at unit {first + valid} (an invalid unit), "
+                    f"but {dirty} non-zero bytes follow it"
+                )
+        units = units[:valid]
+        lead = 0
+        if not seen_real:  # pre-blank units fill a queue's first file up to its first real unit
+            real = np.flatnonzero((units["phy"] != 0) | (units["size"] != _PRE_BLANK_SIZE))
+            lead = int(real[0]) if len(real) else valid
+            seen_real = len(real) > 0
+        end = _check_units(where, cq.queue_id, tid, first, units, lead, log, covered, report)
+        queue_end = max(queue_end, end)
+    return queue_end
+
+
+def _check_units(
+    where: str,
+    queue_id: int,
+    tid: int,
+    first: int,
+    units: np.ndarray,
+    lead: int,
+    log: LogColumns,
+    covered: np.ndarray,
+    report: VerifyReport,
+) -> int:
+    """Valid units (queue offsets from ``first``; the first ``lead`` are pre-blanks) against their records."""
+    phy = units["phy"].astype(np.int64)
+    size = units["size"].astype(np.int64)
+    tags = units["tags"].astype(np.int64)
+    index = first + np.arange(len(units), dtype=np.int64)
+    check = np.ones(len(units), dtype=bool)
+    check[:lead] = False
+    report.units += int(check.sum())
+    check &= phy >= log.min_offset  # below the log's first offset: cleaned up, nothing to compare
+    past = check & (phy >= log.end)
+    damage_at(report, past, lambda i: f"{where} unit {index[i]} -> {phy[i]}: at or past the log end {log.end}")
+    check &= ~past
+    rows, hit = log.find(phy)
+    problems_at(report, check & ~hit, lambda i: f"{where} unit {index[i]} -> {phy[i]}: no record starts there")
+    check &= hit
+    r = rows[check]
+    flags = log.sys_flags[r] & TRANSACTION_ROLLBACK_TYPE
+    bad = (
+        (log.sizes[r] != size[check])
+        | (log.tags[r] != tags[check])
+        | (log.topic_ids[r] != tid)
+        | (log.queue_ids[r] != queue_id)
+        | (log.queue_offsets[r] != index[check])
+        | ((flags != 0) & (flags != 8))
+    )
+    covered[r[~bad]] = True
+    unit = (index, phy, size, tags, rows)
+    problems_at(report, np.flatnonzero(check)[bad], lambda i: _unit_mismatch(log, where, tid, queue_id, unit, i))
+    in_log = np.flatnonzero((phy < log.end) & (np.arange(len(units)) >= lead))
+    if not len(in_log):
+        return -1
+    last = int(in_log[-1])
+    return int(phy[last] + size[last])
+
+
+def _unit_mismatch(log: LogColumns, where: str, tid: int, queue_id: int, unit: tuple[np.ndarray, ...], i: int) -> str:
+    index, phy, size, tags, row = (int(column[i]) for column in unit)
+    diffs = []
+    if int(log.sizes[row]) != size:
+        diffs.append(f"size {size}, record {int(log.sizes[row])}")
+    if int(log.tags[row]) != tags:
+        diffs.append(f"tags code {tags}, record {int(log.tags[row])}")
+    record_topic = log.topics[int(log.topic_ids[row])]
+    if int(log.topic_ids[row]) != tid or int(log.queue_ids[row]) != queue_id:
+        diffs.append(f"the record is in {record_topic}/{int(log.queue_ids[row])}")
+    if int(log.queue_offsets[row]) != index:
+        diffs.append(f"the record's queue offset is {int(log.queue_offsets[row])}")
+    flags = int(log.sys_flags[row]) & TRANSACTION_ROLLBACK_TYPE
+    if flags not in (0, 8):
+        diffs.append("the record is a prepared or rollback one")
+    return f"{where} unit {index} -> {phy}: " + "; ".join(diffs)
+
+
+def _check_missing(
+    log: LogColumns, covered: np.ndarray, queue_ends: dict[tuple[int, int], int], report: VerifyReport
+) -> None:
+    """Every NOT/COMMIT record must be in its queue at its queue offset."""
+    flags = log.sys_flags & TRANSACTION_ROLLBACK_TYPE
+    missing = np.flatnonzero(((flags == 0) | (flags == 8)) & ~covered)
+    if not len(missing):
+        return
+    if not report.abort_file:
+        problems_at(
+            report, missing, lambda i: f"record at {log.offsets[i]} ({log.describe(i)}): not in its consume queue"
+        )
+        return
+    ends = np.array(
+        [
+            queue_ends.get((int(t), int(q)), -1)
+            for t, q in zip(log.topic_ids[missing], log.queue_ids[missing], strict=True)
+        ],
+        dtype=np.int64,
+    )
+    hole = log.offsets[missing] + log.sizes[missing] <= ends
+    problems_at(
+        report,
+        missing[hole],
+        lambda i: (
+            f"record at {log.offsets[i]} ({log.describe(i)}): not in its consume queue, which holds later "
+            "records (recovery does not add it)"
+        ),
+    )
+    lag = int((~hole).sum())
+    if lag:
+        report.note(f"{lag} records are not in their consume queues yet; abnormal recovery dispatches them")

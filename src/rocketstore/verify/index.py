@@ -1,0 +1,200 @@
+"""Index checks: headers, slot table and chains, every entry against its record, and a hash query
+for every key of every record."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rocketstore.codec.ids import index_key_hash
+from rocketstore.codec.properties import split_keys
+from rocketstore.queues.index_file import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INT_MAX, IndexFile
+from rocketstore.store import MessageStore
+from rocketstore.verify.commit_log import LogColumns, member
+from rocketstore.verify.report import VerifyReport, damage_at, problems_at
+
+
+def check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
+    index = store.index
+    if index is None:
+        report.note("messageIndexEnable is false: the index was not checked")
+        return
+    kept = []
+    for f in index.files:
+        if report.abort_file and f.end_timestamp > store.checkpoint.index_msg_timestamp:
+            report.note(f"index/{f.file_name}: newer than the checkpoint; abnormal recovery rebuilds it")
+        else:
+            kept.append(f)
+    report.index_files = len(index.files)
+    key_of_record = log.key_records.astype(np.int64) << 32 | log.key_hashes
+    found: list[np.ndarray] = []
+    below = 0
+    for f in kept:
+        got, under = _check_index_file(f, log, key_of_record, report)
+        found.append(got)
+        below += under
+    if below:
+        report.note(f"{below} index entries point below the log's first offset (cleaned-up data)")
+    _check_keys_found(store, log, kept, np.concatenate(found) if found else np.zeros(0, np.int64), report)
+
+
+def _check_index_file(
+    f: IndexFile, log: LogColumns, expected_keys: np.ndarray, report: VerifyReport
+) -> tuple[np.ndarray, int]:
+    """One index file as written; returns the record keys a query finds in it, and how many entries
+    point below the log."""
+    where = f"index/{f.file_name}"
+    begin_ts, end_ts, begin_phy, end_phy, slot_count, raw_count = HEADER.unpack(f.mapped.read(0, INDEX_HEADER_SIZE))
+    nothing = np.zeros(0, np.int64)
+    if not 0 <= raw_count <= f.index_num:
+        report.problem(f"{where}: indexCount {raw_count} is out of range (at most {f.index_num})")
+        return nothing, 0
+    if begin_ts > 0 and end_ts > 0 and begin_ts > end_ts:
+        report.problem(f"{where}: beginTimestamp {begin_ts} is after endTimestamp {end_ts}")
+    count = max(raw_count, 1)
+    entries = f.entries()[: count - 1]
+    k = len(entries)
+    report.index_entries += k
+    slots_n = f.slot_num
+    slot_table = np.frombuffer(f.mapped.read(INDEX_HEADER_SIZE, slots_n * HASH_SLOT_SIZE), dtype=">i4").astype(np.int64)
+    hashes = entries["hash"].astype(np.int64)
+    phy = entries["phy"].astype(np.int64)
+    diffs = entries["diff"].astype(np.int64)
+    prevs = entries["prev"].astype(np.int64)
+    numbers = np.arange(1, k + 1, dtype=np.int64)
+
+    _check_chains(where, hashes, prevs, slot_table, slot_count, report)
+
+    # entries against their records
+    under = phy < log.min_offset
+    past = ~under & (phy >= log.end)
+    damage_at(report, past, lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: at or past the log end {log.end}")
+    rows, hit = log.find(phy)
+    problems_at(
+        report, ~under & ~past & ~hit, lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: no record starts there"
+    )
+    at_record = ~under & ~past & hit
+    keys = rows.astype(np.int64) << 32 | hashes
+    matched = at_record & member(keys, expected_keys)
+    problems_at(
+        report,
+        at_record & ~matched,
+        lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: key hash {hashes[i]} matches no key of the record",
+    )
+    if k and begin_ts > 0 and at_record.any():
+        later = at_record.copy()
+        later[0] = False  # the first entry's time is taken against the begin time before it was set
+        delta = log.store_ts[rows] - begin_ts
+        want_diff = np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, INT_MAX)
+        problems_at(
+            report,
+            later & (diffs != want_diff),
+            lambda i: f"{where} entry {numbers[i]}: time diff {diffs[i]}, expected {want_diff[i]}",
+        )
+    if k:
+        if (begin_phy, end_phy) != (int(phy[0]), int(phy[-1])):
+            report.problem(f"{where}: header offsets {begin_phy}..{end_phy}, entries {int(phy[0])}..{int(phy[-1])}")
+        if at_record[0] and at_record[-1]:
+            first_ts, last_ts = int(log.store_ts[rows[0]]), int(log.store_ts[rows[-1]])
+            if (begin_ts, end_ts) != (first_ts, last_ts):
+                report.problem(f"{where}: header times {begin_ts}..{end_ts}, records {first_ts}..{last_ts}")
+    reachable = _found_by_query(slot_table, hashes, diffs, prevs, count, slots_n)
+    return keys[matched & reachable], int(under.sum())
+
+
+def _check_chains(
+    where: str, hashes: np.ndarray, prevs: np.ndarray, slot_table: np.ndarray, slot_count: int, report: VerifyReport
+) -> None:
+    """Each entry links to the previous entry of its slot, each slot holds its newest entry, and
+    hashSlotCount counts the slots used (spec 8.3)."""
+    k = len(hashes)
+    numbers = np.arange(1, k + 1, dtype=np.int64)
+    problems_at(report, hashes < 0, lambda i: f"{where} entry {numbers[i]}: negative key hash {hashes[i]}")
+    slots = hashes % len(slot_table)
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    same = np.zeros(k, dtype=bool)
+    same[1:] = sorted_slots[1:] == sorted_slots[:-1]
+    want_prev = np.zeros(k, dtype=np.int64)
+    want_sorted = np.zeros(k, dtype=np.int64)
+    want_sorted[1:][same[1:]] = numbers[order][:-1][same[1:]]
+    want_prev[order] = want_sorted
+    problems_at(
+        report,
+        prevs != want_prev,
+        lambda i: f"{where} entry {numbers[i]}: previous entry {prevs[i]}, expected {want_prev[i]}",
+    )
+    want_table = np.zeros(len(slot_table), dtype=np.int64)
+    last_of_slot = np.ones(k, dtype=bool)
+    last_of_slot[:-1] = ~same[1:]
+    want_table[sorted_slots[last_of_slot]] = numbers[order][last_of_slot]
+    problems_at(
+        report,
+        slot_table != want_table,
+        lambda s: f"{where} hash slot {s}: holds entry {slot_table[s]}, expected {want_table[s]}",
+    )
+    used = int(np.count_nonzero(last_of_slot))
+    if slot_count != used:
+        report.problem(f"{where}: hashSlotCount {slot_count}, the entries use {used} slots")
+
+
+def _found_by_query(
+    slot_table: np.ndarray, hashes: np.ndarray, diffs: np.ndarray, prevs: np.ndarray, count: int, slots_n: int
+) -> np.ndarray:
+    """Which entries a query for their own hash reaches: walking every slot's chain from the slot
+    table through the prev links, as ``selectPhyOffset`` does (stopping at a negative time diff,
+    a link out of range or to itself)."""
+    k = len(hashes)
+    found = np.zeros(k + 1, dtype=bool)
+    visited = np.zeros(k + 1, dtype=bool)
+    chain = np.flatnonzero((slot_table > 0) & (slot_table < count))
+    cur = slot_table[chain]
+    while len(cur):
+        fresh = ~visited[cur]
+        cur, chain = cur[fresh], chain[fresh]
+        visited[cur] = True
+        alive = diffs[cur - 1] >= 0
+        cur, chain = cur[alive], chain[alive]
+        found[cur] |= hashes[cur - 1] % slots_n == chain
+        nxt = prevs[cur - 1]
+        go = (nxt > 0) & (nxt < count) & (nxt != cur)
+        cur, chain = nxt[go], chain[go]
+    return found[1:]
+
+
+def _check_keys_found(
+    store: MessageStore, log: LogColumns, kept: list[IndexFile], found: np.ndarray, report: VerifyReport
+) -> None:
+    """Every key of every record must be found by a query, unless the record is newer than the index."""
+    rows = log.key_records
+    report.keys = len(rows)
+    if not len(rows):
+        return
+    keys = rows << 32 | log.key_hashes
+    hit = member(keys, found)
+    index_end = -1
+    if kept and (kept[-1].index_count > 1 or kept[-1].end_phy_offset > 0):
+        index_end = kept[-1].end_phy_offset  # a file made after a full one starts with its end values
+    # RocketMQ (re)indexes every record at or after the newest file's endPhyOffset (spec 8.5): the
+    # last record's keys may have gone partly into a newer file that a crash dropped
+    newer = log.offsets[rows] >= index_end
+    problems_at(report, ~hit & ~newer, lambda i: _key_problem(store, log, int(rows[i]), int(log.key_hashes[i])))
+    late = np.flatnonzero(~hit & newer)
+    if len(late):
+        records = len(np.unique(rows[late]))
+        report.damage(
+            f"index: {len(late)} keys of {records} records at or after the index's last entry (offset {index_end}) "
+            "are not indexed" + ("; abnormal recovery indexes them" if report.abort_file else "")
+        )
+
+
+def _key_problem(store: MessageStore, log: LogColumns, row: int, key_hash: int) -> str:
+    offset = int(log.offsets[row])
+    msg = store.look_message_by_offset(offset)
+    name = f"(hash {key_hash})"
+    if msg is not None:
+        candidates = ([msg.uniq_key] if msg.uniq_key else []) + split_keys(msg.keys)
+        for key in candidates:
+            if index_key_hash(f"{msg.topic}#{key}") == key_hash:
+                name = repr(f"{msg.topic}#{key}")
+                break
+    return f"index: key {name} of the record at {offset} ({log.describe(row)}) is not found by a query"
