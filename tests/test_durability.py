@@ -46,6 +46,38 @@ def test_a_put_not_flushed_in_time_reports_flush_disk_timeout(make_store, store_
     assert store.put(Message("Sync", b"on time")).status == PutMessageStatus.PUT_OK
 
 
+def test_parked_waiters_that_time_out_leave_the_group_and_nothing_is_lost(
+    make_store, store_config: StoreConfig
+) -> None:
+    """syncFlushTimeout 0 under 8 producers: waiters park behind each other's flushes and give up
+    at once, each put gets exactly one status (PUT_OK when a flush beat its clock, else
+    FLUSH_DISK_TIMEOUT), no thread is left parked, and every message is stored and readable."""
+    store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", syncFlushTimeout=0))
+    results: list = []
+    barrier = threading.Barrier(8)
+
+    def producer(t: int) -> None:
+        barrier.wait()
+        results.extend(store.put(Message("Sync", f"{t}-{i}".encode(), keys=f"k{t}-{i}"), t % 2) for i in range(50))
+
+    threads = [threading.Thread(target=producer, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(results) == 400
+    assert {r.status for r in results} <= {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT}
+    assert PutMessageStatus.FLUSH_DISK_TIMEOUT in {r.status for r in results}
+    assert store.flush_service.waiting == 0
+    store.config.sync_flush_timeout = 5000
+    assert store.put(Message("Sync", b"last")).status == PutMessageStatus.PUT_OK  # flushes everything before it
+    assert store.wait_for_dispatch(10)
+    bodies = {store.look_message_by_offset(r.commit_log_offset).body for r in results}
+    assert bodies == {f"{t}-{i}".encode() for t in range(8) for i in range(50)}
+    assert store.get_max_offset_in_queue("Sync", 0) + store.get_max_offset_in_queue("Sync", 1) == 401
+
+
 def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_config: StoreConfig) -> None:
     """Writes land in a pool buffer; the file sees them only when the commit service moves them;
     the flush makes them durable. Dispatch follows the committed position, inspect shows all
