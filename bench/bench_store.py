@@ -6,6 +6,9 @@ written). Each figure is the median of ``--runs`` runs; the disk's ``dd`` rate i
 same run, beside them, because machines here are noisy.
 
     python bench/bench_store.py --dir /path/on/the/disk --runs 3 --messages 300000
+
+``--threads`` adds, for put and batch, each thread's CPU time per message (from /proc): the
+producer, the dispatch (reput) thread, the segment allocator's page faulting, the flushes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from rocketstore import Message, MessageStore, StoreConfig
@@ -44,33 +48,60 @@ def dd_rate(folder: str) -> float:
     return 1024 * 1024 * 1024 / elapsed / 1e6
 
 
-def bench_put(folder: str, n: int) -> float:
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each live thread, by name, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            with open(f"/proc/self/task/{t.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[t.name] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def report_threads(label: str, before: dict[str, float], after: dict[str, float], n: int) -> None:
+    """Print each thread's CPU per message between two ``thread_cpu`` readings."""
+    used = {k: after[k] - before.get(k, 0.0) for k in after}
+    shown = ", ".join(f"{k.removeprefix('rocketstore-')} {v / n * 1e6:.2f}" for k, v in used.items() if v > 0)
+    print(f"  {label} CPU us/msg by thread: {shown}", flush=True)
+
+
+def bench_put(folder: str, n: int, threads: bool = False) -> float:
     body = os.urandom(1024)
     path = os.path.join(folder, "put")
     shutil.rmtree(path, ignore_errors=True)
     with MessageStore.open(path, config()) as store:
         put = store.put
+        cpu = thread_cpu()
         started = time.perf_counter()
         for i in range(n):
             put(Message(TOPIC, body, tags="TagA", keys=f"key-{i}"), i & 7)
         store.wait_for_dispatch(600)
         elapsed = time.perf_counter() - started
+        if threads:
+            report_threads("put", cpu, thread_cpu(), n)
     shutil.rmtree(path, ignore_errors=True)
     return n / elapsed
 
 
-def bench_batch(folder: str, n: int, size: int = 32) -> float:
+def bench_batch(folder: str, n: int, size: int = 32, threads: bool = False) -> float:
     body = os.urandom(1024)
     path = os.path.join(folder, "batch")
     shutil.rmtree(path, ignore_errors=True)
     with MessageStore.open(path, config()) as store:
         put_batch = store.put_batch
+        cpu = thread_cpu()
         started = time.perf_counter()
         for i in range(0, n, size):
             batch = [Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + size)]
             put_batch(batch, (i // size) & 7)
         store.wait_for_dispatch(600)
         elapsed = time.perf_counter() - started
+        if threads:
+            report_threads("batch", cpu, thread_cpu(), n)
     shutil.rmtree(path, ignore_errors=True)
     return n / elapsed
 
@@ -140,6 +171,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--messages", type=int, default=300000)
     parser.add_argument("--only", choices=["put", "batch", "get", "rebuild"], action="append")
+    parser.add_argument(
+        "--threads", action="store_true", help="also print each thread's CPU per message for put and batch"
+    )
     args = parser.parse_args()
     folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-bench-")
     os.makedirs(folder, exist_ok=True)
@@ -152,9 +186,9 @@ def main() -> int:
     for run in range(args.runs):
         results["dd"].append(dd_rate(folder))
         if "put" in which:
-            results["put"].append(bench_put(folder, args.messages))
+            results["put"].append(bench_put(folder, args.messages, args.threads))
         if "batch" in which:
-            results["batch"].append(bench_batch(folder, args.messages))
+            results["batch"].append(bench_batch(folder, args.messages, threads=args.threads))
         if "get" in which:
             results["get"].append(bench_get(data, args.messages))
         if "rebuild" in which:
