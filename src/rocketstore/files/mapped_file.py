@@ -240,7 +240,8 @@ class MappedFile:
             return committed
         if least_pages > 0 and not self.is_full() and wrote // OS_PAGE_SIZE - committed // OS_PAGE_SIZE < least_pages:
             return committed
-        self.mm[committed:wrote] = buf[committed:wrote]
+        with memoryview(buf) as view:  # one copy, buffer to file, no bytes object in between
+            self.mm[committed:wrote] = view[committed:wrote]
         self.committed_position = wrote
         return wrote
 
