@@ -550,6 +550,49 @@ def test_dispatch_behind_bytes_is_observable(make_store):
     assert got.status == GetMessageStatus.FOUND and got.messages[0].body == b"second"
 
 
+def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, store_config):
+    """A reput round that finds more records than one dispatch chunk (singles and batches mixed,
+    several topics and queues) builds every consume-queue unit and index entry, in order."""
+    from rocketstore.queues.dispatch import CHUNK
+
+    store = make_store(
+        config=store_config.copy(
+            mappedFileSizeCommitLog=1 << 24,
+            mappedFileSizeConsumeQueue=20 * 4096,
+            maxIndexNum=40000,
+            maxHashSlotNum=4096,
+        )
+    )
+    store.reput.stop()
+    expected: dict[tuple[str, int], list[str]] = {}
+    n = 0
+    while n < 2 * CHUNK + 100:
+        topic, queue_id = f"T{n % 3}", n % 5
+        keys = [f"k{n + i}" for i in range(1 + n % 40)]
+        if len(keys) == 1:
+            assert store.put(Message(topic, b"x", keys=keys[0]), queue_id).status == "PUT_OK"
+        else:
+            batch = [Message(topic, b"y", keys=k) for k in keys]
+            assert store.put_batch(batch, queue_id).status == "PUT_OK"
+        expected.setdefault((topic, queue_id), []).extend(keys)
+        n += len(keys)
+    assert store.reput.run_once() > 0
+    assert store.dispatch_behind_bytes() == 0
+    for (topic, queue_id), keys in expected.items():
+        got = []
+        offset = 0
+        while offset < len(keys):
+            result = store.get_message("g", topic, queue_id, offset, 32)
+            if not result.messages:
+                break
+            got += [m.keys for m in result.messages]
+            offset = result.next_begin_offset
+        assert got == keys
+    for topic, queue_id in [next(iter(expected)), list(expected)[-1]]:
+        last = expected[(topic, queue_id)][-1]
+        assert [m.keys for m in store.query_message(topic, last).messages] == [last]
+
+
 def _stop_flushing(store: MessageStore) -> None:
     """Stop the commit-log flush service thread (SYNC_FLUSH puts with WAIT=false then stay unflushed)."""
     service = getattr(store, "flush_service", None) or getattr(store, "_flush_service", None)
