@@ -637,6 +637,26 @@ def test_stored_message_reads_a_533_properties_string():
     assert m.properties["WAIT"] == "true" and m.properties["CLUSTER"] == "DefaultCluster"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "TAGS\x01a\x02XTAGS\x01b",  # a longer name ending in TAGS after the real one
+        "XTAGS\x01b\x02TAGS\x01a",
+        "XTAGS\x01b",  # only the longer name
+        "TAGS\x01a\x02KEYS\x01k\x02TAGS\x01c\x02MYTAGS\x01d",  # the last TAGS wins
+        "KEYS\x01k1 k2\x02TAGS\x01a\x02",  # the 5.x form: a trailing separator
+        "TAGS\x01\x02KEYS\x01k",  # an empty value
+        "UNIQ_KEY\x01u\x02KEYS\x01k\x02TAGS\x01",
+        "",
+    ],
+)
+def test_stored_property_getters_agree_with_the_full_parse(text):
+    raw = rec.render(rec.prepare(TOPIC, BODY, text.encode(), 0, 0, 0, BORN_TS, BORN_HOST, STORE_HOST), 0, 0, 1)
+    lazy = rec.decode(raw)
+    full = decode_properties(text)
+    assert (lazy.tags, lazy.keys, lazy.uniq_key) == (full.get("TAGS"), full.get("KEYS"), full.get("UNIQ_KEY"))
+
+
 # ================================================================== a real store, read back independently
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+from collections.abc import Iterable
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.ids import decode_offset_msg_id, java_hash
@@ -13,13 +14,12 @@ from rocketstore.codec.message import StoredMessage
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 from rocketstore.results import GetMessageStatus, GetResult, QueryResult
 
 _MAX_PULL_SIZE = 128 * 1024 * 1024
-_UNITS = UNIT
 _LONG_MAX = 2**63 - 1
 
 try:
@@ -74,17 +74,19 @@ class MessageReader:
         commit_log = self.commit_log
         max_phy = commit_log.max_offset()
         memory = _TOTAL_RAM * config.access_message_in_memory_max_ratio // 100
-        units = list(_UNITS.iter_unpack(data))
-        if wanted is None and max_phy - units[0][0] <= memory:
+        phys, sizes, codes = unit_columns(data)
+        if wanted is None and max_phy - phys[0] <= memory:
             # everything in memory and no filter: the batch is a prefix of the units
-            fast = self._pull_prefix(units, max_nums, offset, min_offset, max_offset, max_phy, memory)
+            fast = self._pull_prefix(phys, sizes, max_nums, offset, min_offset, max_offset, max_phy, memory)
             if fast is not None:
                 return fast
+        units = zip(phys, sizes, codes, strict=True)
         return self._pull_units(units, max_nums, wanted, offset, min_offset, max_offset, max_phy, memory)
 
     def _pull_prefix(
         self,
-        units: list[tuple],
+        phys: tuple[int, ...],
+        sizes: tuple[int, ...],
         max_nums: int,
         offset: int,
         min_offset: int,
@@ -94,15 +96,14 @@ class MessageReader:
     ) -> GetResult | None:
         """A pull where every unit is in memory and none is filtered (None if a record is missing)."""
         config = self.config
-        limit = max(1, min(len(units), max_nums, config.max_transfer_count_on_message_in_memory))
+        limit = max(1, min(len(phys), max_nums, config.max_transfer_count_on_message_in_memory))
         byte_limit = min(config.max_transfer_bytes_on_message_in_memory, _MAX_PULL_SIZE)
-        units = units[:limit]
-        sizes = [u[1] for u in units]
+        if limit < len(phys):
+            phys, sizes = phys[:limit], sizes[:limit]
         if sum(sizes) > byte_limit:  # isTheBatchFull: the first message always goes
             ends = list(itertools.accumulate(sizes))
             keep = max(1, bisect.bisect_right(ends, byte_limit))
-            units, sizes = units[:keep], sizes[:keep]
-        phys = [u[0] for u in units]
+            phys, sizes = phys[:keep], sizes[:keep]
         messages = self.commit_log.read_records(phys, sizes)
         if not all(messages):
             return None
@@ -111,7 +112,7 @@ class MessageReader:
 
     def _pull_units(
         self,
-        units: list[tuple],
+        units: Iterable[tuple[int, int, int]],
         max_nums: int,
         wanted: frozenset[int] | None,
         offset: int,

@@ -202,13 +202,21 @@ def _stored_property(name: str, doc: str) -> property:
             return self._props.get(name)
         raw = self._raw
         at = self._l[3]
-        i = raw.rfind(marker, at)
-        if i >= 0:
-            i += skip
-        elif raw.startswith(first, at):
-            i = at + skip - 1
-        else:
+        # "NAME\x01" always ends a name (values hold no \x01): its last occurrence is the last
+        # NAME property unless it ends a longer name ("XNAME"), which the full search handles
+        i = raw.rfind(first, at)
+        if i < 0:
             return None
+        if i == at or raw[i - 1] == 2:
+            i += skip - 1
+        else:
+            i = raw.rfind(marker, at)
+            if i >= 0:
+                i += skip
+            elif raw.startswith(first, at):
+                i = at + skip - 1
+            else:
+                return None
         j = raw.find(b"\x02", i)
         value = raw[i:j] if j >= 0 else raw[i:]
         return value.decode("utf-8", "replace") if value else None

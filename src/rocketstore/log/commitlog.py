@@ -12,7 +12,7 @@ import collections
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from rocketstore.codec import record as rec
@@ -395,7 +395,7 @@ class CommitLog:
         except ValueError:  # unmapped by cleanup in the meantime
             return None
 
-    def read_records(self, offsets: list[int], sizes: list[int]) -> list[StoredMessage | None]:
+    def read_records(self, offsets: Sequence[int], sizes: Sequence[int]) -> list[StoredMessage | None]:
         """Decode the records at ``offsets`` (of ``sizes`` bytes each); None where one is not
         readable or not valid. The bulk form of ``read_message``, for pulls and scans."""
         files = self.queue.files
