@@ -232,6 +232,17 @@ def test_set_wins_over_config(tmp_path: Path, small_store: Path) -> None:
 def test_missing_store_and_locked_store(tmp_path: Path, small_store: Path) -> None:
     result = run("inspect", tmp_path / "nothing")
     assert result.exit_code == 2 and "does not exist" in result.stderr
+    # a folder that holds no store (a mistyped path, a broker home): an error, never "clean" or empty
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in ("inspect", "export", "verify", "query", "recover", "consume", "clean"):
+        extra = {"query": ["--topic", "T", "--key", "k"], "consume": ["--topic", "T", "--group", "g"]}.get(command, [])
+        result = run(command, empty, *extra)
+        assert result.exit_code == 2, (command, result.stdout)
+        assert "no store at" in result.stderr and "did you mean" not in result.stderr
+    assert not list(empty.iterdir())
+    result = run("verify", small_store.parent, *TINY_SETS)
+    assert result.exit_code == 2 and f"did you mean {small_store}?" in result.stderr
     with MessageStore.open(small_store, StoreConfig(**TINY)):
         result = run("recover", small_store, *TINY_SETS)
         assert result.exit_code == 2

@@ -30,6 +30,7 @@ from rocketstore.errors import (
     InvalidTopicError,
     StoreClosedError,
     StoreLockedError,
+    StoreNotFoundError,
 )
 from rocketstore.export import export_row, iter_log, iter_queued
 from rocketstore.files.file_queue import MappedFileQueue
@@ -223,6 +224,26 @@ def test_open_arguments(tmp_path, store_config):
     with pytest.raises(ValueError):
         MessageStore.open(tmp_path / "raw", store_config, recover=False)
     assert not (tmp_path / "nothing").exists()
+
+
+def test_a_folder_without_a_store_is_refused_unless_created(tmp_path, store_config):
+    """Read-only opens and ``create=False`` refuse a folder holding no store (naming a sub-folder
+    that is one); nothing is created. A normal open creates the store."""
+    home = tmp_path / "broker-home"
+    (home / "logs").mkdir(parents=True)
+    for keys in ({"read_only": True}, {"create": False}):
+        with pytest.raises(StoreNotFoundError, match="no store at") as caught:
+            MessageStore.open(home, store_config, **keys)
+        assert "did you mean" not in str(caught.value)
+    with MessageStore.open(home / "store", store_config) as store:
+        store.put(Message("T", b"x"))
+    for keys in ({"read_only": True}, {"create": False}):
+        with pytest.raises(StoreNotFoundError, match=f"did you mean {home / 'store'}"):
+            MessageStore.open(home, store_config, **keys)
+        with MessageStore.open(home / "store", store_config, **keys) as store:
+            assert store.get_max_offset_in_queue("T", 0) == 1
+    assert sorted(p.name for p in home.iterdir()) == ["logs", "store"]
+    assert issubclass(StoreNotFoundError, FileNotFoundError)
 
 
 def test_second_open_in_the_same_process_is_locked(make_store, tmp_path, store_config):

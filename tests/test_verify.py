@@ -20,6 +20,7 @@ import pytest
 import conftest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.codec import record as rec
+from rocketstore.errors import StoreNotFoundError
 from rocketstore.export import iter_queued
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE
 from rocketstore.verify import VerifyReport, verify_store
@@ -446,6 +447,9 @@ def test_max_problems_limits_the_list_but_counts_everything(built: Path) -> None
 def test_a_missing_store_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         verify_store(tmp_path / "nothing", tiny())
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreNotFoundError):  # not "clean": a mistyped path is not a healthy store
+        verify_store(tmp_path / "empty", tiny())
 
 
 def test_records_without_tags_or_keys(tmp_path: Path) -> None:

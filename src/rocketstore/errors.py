@@ -23,6 +23,10 @@ class InvalidMessageError(RocketStoreError, ValueError):
     """A message that cannot be stored as given (wrong types, bad property names, ...)."""
 
 
+class StoreNotFoundError(RocketStoreError, FileNotFoundError):
+    """No store at the path given: the folder holds no commit log and none of a store's files."""
+
+
 class StoreLockedError(RocketStoreError):
     """Another process (or another open store object) already holds the store's lock."""
 

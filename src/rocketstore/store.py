@@ -32,6 +32,7 @@ from rocketstore.meta.config_files import (
     TopicConfigManager,
 )
 from rocketstore.meta.lockfile import StoreLock
+from rocketstore.meta.root import require_store
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
@@ -83,22 +84,25 @@ class MessageStore:
         *,
         read_only: bool = False,
         recover: bool = True,
+        create: bool = True,
         **settings: object,
     ) -> MessageStore:
         """Open (or create) the store at ``path``; ``settings`` are MessageStoreConfig keys.
 
         ``read_only=True`` changes nothing on disk (recovery runs in memory). ``recover=False``
         (read-only only) maps the files as they are, for tools that inspect the raw state.
-        Raises StoreLockedError when another process or store object has it open, and
-        CorruptStoreError naming the file when a file cannot belong to a RocketMQ store.
+        ``create=False`` (implied by ``read_only``) raises StoreNotFoundError unless ``path``
+        already holds a store. Raises StoreLockedError when another process or store object has
+        it open, and CorruptStoreError naming the file when a file cannot belong to a RocketMQ
+        store.
         """
         if not recover and not read_only:
             raise ValueError("recover=False is only for read-only opens")
         root = os.path.abspath(os.fspath(path))
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
-        if read_only and not os.path.isdir(root):
-            raise FileNotFoundError(f"no store at {root}")
+        if read_only or not create:
+            require_store(root, config)
         store = cls(root, config, read_only)
         store._open(recover)
         return store

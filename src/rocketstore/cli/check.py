@@ -60,7 +60,7 @@ def recover(opts: Common) -> None:
     """Recover a store in place (as opening it for writing does: the commit log is cut at the first
     bad record, queues and index are completed or truncated), then shut it down cleanly."""
     had_abort = os.path.exists(os.path.join(opts.store, "abort"))
-    store = MessageStore.open(opts.store, opts.config)
+    store = MessageStore.open(opts.store, opts.config, create=False)
     try:
         report = store.recovery
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}

@@ -16,7 +16,7 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     (RocketMQ's deleteExpiredCommitLog), in batches of deleteFileBatchMax, never the newest file;
     consume-queue and index files below the new minimum offset follow. Past the disk's
     clean-forcibly ratio young files go too, as in the running store."""
-    with MessageStore.open(opts.store, opts.config) as store:
+    with MessageStore.open(opts.store, opts.config, create=False) as store:
         before = store.min_phy_offset
         removed = store.delete_topics(delete_topics) if delete_topics else []
         run = store.clean_expired_files()

@@ -167,7 +167,7 @@ def consume(
     """
     if from_offset is not None and from_committed:
         raise click.UsageError("give at most one of --from-offset and --from-committed")
-    store = MessageStore.open(opts.store, opts.config, read_only=not commit)
+    store = MessageStore.open(opts.store, opts.config, read_only=not commit, create=False)
     try:
         queue_ids = [queue_id] if queue_id is not None else store.queue_ids().get(topic, [])
         messages: list[StoredMessage] = []

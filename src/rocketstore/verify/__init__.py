@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
+from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns, SegmentScan, check_commit_log, join_segments, scan_segment
 from rocketstore.verify.consume_queues import check_queues
@@ -60,9 +61,8 @@ def verify_store(
     as Spark tasks, then calls ``join_segments``).
     """
     root = os.path.abspath(os.fspath(path))
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"no store at {root}")
     config = (config or StoreConfig()).copy(storePathRootDir=root)
+    require_store(root, config)
     report = VerifyReport(store=root, abort_file=os.path.exists(os.path.join(root, "abort")), max_listed=max_problems)
     reported = check_layout(root, config, report)
     try:
