@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from conftest import copy_store
 from rocketstore import MessageStore
 from rocketstore.cli.main import cli
+from rocketstore.errors import StoreNotFoundError
 from rocketstore.spark import jobs
 from rocketstore.spark.verify_job import verify
 from rocketstore.verify import verify_store
@@ -49,6 +50,12 @@ def test_rebuild_restores_queues_and_index(spark, tmp_path, rmqread):  # noqa: F
     assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
     with MessageStore.open(store, small_config(), read_only=True) as s:  # key queries find them again
         assert {m.body for m in s.query_message("TopicB", "key-1").messages} == {b"message 1 x"}
+
+
+def test_rebuild_of_a_folder_without_a_store_changes_nothing(spark, tmp_path):  # noqa: F811
+    with pytest.raises(StoreNotFoundError):
+        jobs.rebuild(spark, str(tmp_path), small_config())
+    assert not list(tmp_path.iterdir())
 
 
 def test_rebuild_of_a_crashed_vector_store_matches_recovery(spark, vectors, vector_config, tmp_path):  # noqa: F811

@@ -30,6 +30,7 @@ from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.lockfile import StoreLock
+from rocketstore.meta.root import require_store
 from rocketstore.queues.consume_queue import UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService, index_entries
@@ -141,6 +142,7 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     started = time.perf_counter()
     root = os.path.abspath(path)
     config = (config or StoreConfig()).copy(storePathRootDir=root)
+    require_store(root, config)  # never build queues and an index into a folder that is no store
     lock = StoreLock(root)
     lock.acquire()
     work = os.path.join(root, f".rebuild-{uuid.uuid4().hex[:8]}")
