@@ -572,9 +572,9 @@ def test_dispatch_behind_bytes_is_observable(make_store):
 
 
 def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, store_config):
-    """A reput round that finds more records than one dispatch chunk (singles and batches mixed,
+    """A reput round that finds more of the log than one dispatch chunk (singles and batches mixed,
     several topics and queues) builds every consume-queue unit and index entry, in order."""
-    from rocketstore.queues.dispatch import CHUNK
+    from rocketstore.queues.dispatch import CHUNK_BYTES
 
     store = make_store(
         config=store_config.copy(
@@ -587,13 +587,14 @@ def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, 
     store.reput.stop()
     expected: dict[tuple[str, int], list[str]] = {}
     n = 0
-    while n < 2 * CHUNK + 100:
+    body = b"x" * 1000
+    while store.commit_log.max_offset() < 2 * CHUNK_BYTES + 100_000:
         topic, queue_id = f"T{n % 3}", n % 5
         keys = [f"k{n + i}" for i in range(1 + n % 40)]
         if len(keys) == 1:
-            assert store.put(Message(topic, b"x", keys=keys[0]), queue_id).status == "PUT_OK"
+            assert store.put(Message(topic, body, keys=keys[0]), queue_id).status == "PUT_OK"
         else:
-            batch = [Message(topic, b"y", keys=k) for k in keys]
+            batch = [Message(topic, body, keys=k) for k in keys]
             assert store.put_batch(batch, queue_id).status == "PUT_OK"
         expected.setdefault((topic, queue_id), []).extend(keys)
         n += len(keys)

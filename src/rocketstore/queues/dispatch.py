@@ -7,16 +7,17 @@ they arrive in log order and are applied in batches.
 
 from __future__ import annotations
 
+import bisect
+from operator import itemgetter
+
 import numpy as np
 
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.records import (
-    BATCH_LEN,
     D_OFFSET,
     D_QUEUE_ID,
     D_QUEUE_OFFSET,
     D_SIZE,
-    D_SIZES,
     D_STORE_TS,
     D_SYSFLAG,
     D_TAGS_CODE,
@@ -30,7 +31,8 @@ from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 
 SMALL = 16  # up to this many records, dispatch goes record by record
-CHUNK = 4096  # records dispatched together: numpy temporaries stay small and in cache
+CHUNK_BYTES = 4 << 20  # log bytes dispatched together (~3,500 1 KiB records): numpy temporaries stay small
+_offset = itemgetter(D_OFFSET)
 _PREPARED_BIT = sf.TRANSACTION_PREPARED_TYPE  # set for PREPARED (0x4) and ROLLBACK (0xC)
 
 
@@ -47,17 +49,15 @@ class Dispatcher:
         if len(requests) <= SMALL and all(len(r) == REQUEST_LEN for r in requests):
             self._dispatch_few(requests)
             return
-        # a backlog (the reput thread got the GIL late) goes in chunks: arrays of a few thousand
-        # rows stay in the CPU cache and in the heap, where a whole backlog's would be fresh
-        # (huge) pages the kernel zeroes on every round
-        start, rows = 0, 0
-        for i, r in enumerate(requests):
-            rows += len(r[D_SIZES]) if len(r) == BATCH_LEN else 1
-            if rows >= CHUNK:
-                self.dispatch_records(Records.of(requests[start : i + 1]))
-                start, rows = i + 1, 0
-        if start < len(requests):
-            self.dispatch_records(Records.of(requests[start:]))
+        # a backlog (the reput thread got the GIL late) goes in chunks of the log (requests are in
+        # log order, so each chunk is found by bisection): arrays of a few thousand rows stay in
+        # the CPU cache and in the heap, where a whole backlog's would be fresh (huge) pages the
+        # kernel zeroes on every round
+        i, n = 0, len(requests)
+        while i < n:
+            j = bisect.bisect_left(requests, requests[i][D_OFFSET] + CHUNK_BYTES, i + 1, n, key=_offset)
+            self.dispatch_records(Records.of(requests[i:j]))
+            i = j
 
     def _dispatch_few(self, requests: list[tuple]) -> None:
         """A handful of records (a quiet store, SYNC_FLUSH): record by record, without numpy's
