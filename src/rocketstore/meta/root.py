@@ -15,21 +15,22 @@ from rocketstore.errors import StoreNotFoundError
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
 
 
-def holds_store(root: str, config: StoreConfig) -> bool:
-    """True when ``root`` holds a commit-log folder (``config``'s) or any other store entry."""
-    paths = config.copy(storePathRootDir=root).commit_log_paths
-    return any(os.path.isdir(p) for p in paths) or any(os.path.exists(os.path.join(root, e)) for e in ROOT_ENTRIES)
+def holds_store(root: str, commit_log_paths: list[str]) -> bool:
+    """True when ``root`` holds one of ``commit_log_paths`` (as folders) or any other store entry."""
+    return any(os.path.isdir(p) for p in commit_log_paths) or any(
+        os.path.exists(os.path.join(root, e)) for e in ROOT_ENTRIES
+    )
 
 
 def require_store(root: str, config: StoreConfig) -> None:
-    """Raise StoreNotFoundError unless ``root`` is a store root; the error names a sub-folder that
-    is one, when there is exactly one (``~/store`` given as ``~``)."""
+    """Raise StoreNotFoundError unless ``root`` (the root ``config`` is set to) is a store root; the
+    error names a sub-folder that is one, when there is exactly one (``~/store`` given as ``~``)."""
     if not os.path.isdir(root):
         raise StoreNotFoundError(f"no store at {root}: no such folder")
-    if holds_store(root, config):
+    if holds_store(root, config.commit_log_paths):
         return
     inside = sorted(
-        e.path for e in os.scandir(root) if e.is_dir() and holds_store(e.path, config.copy(storePathCommitLog=""))
+        e.path for e in os.scandir(root) if e.is_dir() and holds_store(e.path, [os.path.join(e.path, "commitlog")])
     )
     hint = f"; did you mean {inside[0]}?" if len(inside) == 1 else ""
     raise StoreNotFoundError(
