@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import abc
 import copy
 import os
 import threading
@@ -224,8 +225,8 @@ def _decode_int_map(value: Any, what: str) -> dict[int, int]:
     return {_as_int(k, f"{what} key"): _as_int(v, f"{what} value") for k, v in table.items()}
 
 
-class _ConfigFile:
-    """Shared load/persist plumbing (``ConfigManager``)."""
+class _ConfigFile(abc.ABC):
+    """Shared load/persist plumbing (``ConfigManager``); each file's manager supplies the codec."""
 
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
         self.path = os.fspath(path)
@@ -233,18 +234,21 @@ class _ConfigFile:
         self._lock = threading.RLock()
         self._persist_lock = threading.Lock()
 
+    @abc.abstractmethod
     def _decode(self, obj: dict[Any, Any]) -> Any:
-        raise NotImplementedError
+        """The state held in a parsed file; ValueError when the file does not hold one."""
 
+    @abc.abstractmethod
     def _apply(self, state: Any) -> None:
-        raise NotImplementedError
+        """Make a decoded state the current one."""
 
+    @abc.abstractmethod
     def _reset(self) -> None:
-        raise NotImplementedError
+        """Back to the state of a store without this file."""
 
+    @abc.abstractmethod
     def encode(self) -> str:
         """The file content ``persist`` writes (fastjson pretty format)."""
-        raise NotImplementedError
 
     def load(self) -> bool:
         """Replace the in-memory state with the file's (or its ``.bak``'s); False if there was none."""
