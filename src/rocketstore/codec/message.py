@@ -194,31 +194,16 @@ def _stored_property(name: str, doc: str) -> property:
     """A read-only property for one property of a stored message, found in the record's bytes
     without parsing them all (the last one wins, as in RocketMQ's property map)."""
     marker = f"\x02{name}\x01".encode()
-    first = marker[1:]  # the property opening the string has no separator before it
-    skip = len(marker)
 
     def get(self: StoredMessage) -> str | None:
         if self._props is not None:
             return self._props.get(name)
-        raw = self._raw
-        at = self._l[3]
-        # "NAME\x01" always ends a name (values hold no \x01): its last occurrence is the last
-        # NAME property unless it ends a longer name ("XNAME"), which the full search handles
-        i = raw.rfind(first, at)
-        if i < 0:
+        # the properties end the record; with a separator put before them, every property starts
+        # "\x02NAME\x01" (values hold neither byte), so the last such match is the last NAME
+        _, found, after = (b"\x02" + self._raw[self._l[3] :]).rpartition(marker)
+        if not found:
             return None
-        if i == at or raw[i - 1] == 2:
-            i += skip - 1
-        else:
-            i = raw.rfind(marker, at)
-            if i >= 0:
-                i += skip
-            elif raw.startswith(first, at):
-                i = at + skip - 1
-            else:
-                return None
-        j = raw.find(b"\x02", i)
-        value = raw[i:j] if j >= 0 else raw[i:]
+        value = after.partition(b"\x02")[0]
         return value.decode("utf-8", "replace") if value else None
 
     return property(get, doc=doc)
