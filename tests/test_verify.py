@@ -7,6 +7,7 @@ helps, the independent reader rmqread.py (the project's test oracle) is asked fo
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -442,6 +443,49 @@ def test_max_problems_limits_the_list_but_counts_everything(built: Path) -> None
     assert report.to_dict()["problemCount"] == report.problem_count
     full = verify_store(built, tiny())
     assert full.problem_count == report.problem_count and len(full.problems) == full.problem_count
+
+
+# -- the config files --------------------------------------------------------------------------------
+def _committed(root: Path, offsets: dict[int, int]) -> None:
+    """Commit consumer offsets of group ``g``; persisted now and at shutdown, so that
+    consumerOffset.json gets a backup (.bak) holding them too."""
+    with MessageStore.open(root, tiny()) as store:
+        for queue_id, offset in offsets.items():
+            store.commit_offset("g", "TopicA", queue_id, offset)
+        store.consumer_offsets.persist()
+    assert (root / "config" / "consumerOffset.json.bak").is_file()
+
+
+def test_a_broken_config_file_is_a_problem_naming_what_loading_falls_back_to(built: Path) -> None:
+    _committed(built, {0: 5, 1: 7})
+    assert verify_store(built, tiny()).ok
+    offsets = built / "config" / "consumerOffset.json"
+    offsets.write_text('{"offsetTable": {"TopicA@g": {"0": "five"}}}')  # JSON, but not offsets
+    report = verify_store(built, tiny())
+    assert not report.ok
+    assert has(report.problems, "consumerOffset.json", "unexpected content", "older state", ".bak")
+    with MessageStore.open(built, tiny(), read_only=True) as store:  # what the problem says
+        assert store.query_offset("g", "TopicA", 0) == 5
+    (built / "config" / "consumerOffset.json.bak").unlink()
+    report = verify_store(built, tiny())
+    assert has(report.problems, "consumerOffset.json", "no backup", "empty")
+    offsets.write_text("{")
+    (built / "config" / "topics.json").write_text("[]")
+    report = verify_store(built, tiny())
+    assert has(report.problems, "consumerOffset.json", "not JSON")
+    assert has(report.problems, "topics.json", "JSON list")
+    assert report.problem_count == 2
+
+
+def test_a_broken_config_file_is_logged_when_loaded(built: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _committed(built, {0: 3})
+    (built / "config" / "consumerOffset.json").write_bytes(b"\xff\xfe not text")
+    with (
+        caplog.at_level(logging.ERROR, logger="rocketstore.meta.config_files"),
+        MessageStore.open(built, tiny(), read_only=True) as store,
+    ):
+        assert store.query_offset("g", "TopicA", 0) == 3  # the backup's
+    assert has([r.getMessage() for r in caplog.records], "consumerOffset.json", "not UTF-8", "its backup")
 
 
 def test_a_missing_store_is_an_error(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import logging
 import os
 import threading
 import time
@@ -27,9 +28,12 @@ __all__ = [
     "DelayOffsetManager",
     "SubscriptionGroupManager",
     "TopicConfigManager",
+    "check_json_file",
     "load_json_file",
     "write_json_file",
 ]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -121,7 +125,32 @@ def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | N
     except _Undecodable as exc:
         detail = f"{main_error}; " if main_error else "missing or empty; "
         raise CorruptStoreError(f"config file {detail}backup {bak}: {exc}", path) from None
+    if main_error is not None:  # as ConfigManager.load logs it: what was there is about to be replaced
+        log.error("config file %s: %s; loaded %s", path, main_error, "its backup" if found else "nothing (no backup)")
     return value if found else None
+
+
+def check_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> str | None:
+    """What is wrong with a config file as ``load_json_file`` meets it, or None when nothing is:
+    the file is usable, or it and its backup are both missing (a store without that config yet)."""
+    path = os.fspath(path)
+    try:
+        found = _read_config(path, convert)[0]
+        main_error = None if found else "missing or empty"
+    except _Undecodable as exc:
+        found, main_error = False, str(exc)
+    if found:
+        return None
+    bak = path + ".bak"
+    try:
+        bak_found = _read_config(bak, convert)[0]
+    except _Undecodable as exc:
+        return f"{main_error}, and so is its backup ({exc}): the store cannot be opened"
+    if bak_found:
+        return f"{main_error}: the store loads the older state in its backup {os.path.basename(bak)}"
+    if main_error == "missing or empty":
+        return None
+    return f"{main_error}, and there is no backup: the store starts with this config empty"
 
 
 def _write_synced(path: str, data: bytes) -> None:
@@ -259,6 +288,10 @@ class _ConfigFile(abc.ABC):
                 return False
             self._apply(state)
             return True
+
+    def check(self) -> str | None:
+        """What is wrong with the file and its backup (``check_json_file``), or None."""
+        return check_json_file(self.path, self._decode)
 
     def persist(self) -> None:
         """Write the state to the file (no-op when the manager is not writable)."""

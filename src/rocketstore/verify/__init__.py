@@ -9,7 +9,9 @@ The store is mapped as it is on disk (read-only, no recovery) and audited:
 3. the consume queues: every unit against the record it points at (start, size, tags code,
    topic, queue id, queue offset), and every queued record against its queue;
 4. the index: headers, slot table and chains, every entry against its record, and a hash query
-   (by slot chain, as ``IndexFile.selectPhyOffset`` walks it) for every key of every record.
+   (by slot chain, as ``IndexFile.selectPhyOffset`` walks it) for every key of every record;
+5. the config files (topics, consumer and delay offsets, subscription groups): each one usable,
+   or else what loading falls back to (its backup's older state, or nothing).
 
 Damage that a crash leaves and recovery repairs (a torn record at the end of the log, queue
 units past the log end, records not dispatched yet, index files newer than the checkpoint) is a
@@ -28,6 +30,7 @@ from rocketstore.errors import CorruptStoreError
 from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns, SegmentScan, check_commit_log, join_segments, scan_segment
+from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
 from rocketstore.verify.index import check_index
 from rocketstore.verify.layout import check_layout
@@ -79,6 +82,7 @@ def verify_store(
             log = check_log(store, report)
         check_queues(store, log, report)
         check_index(store, log, report)
+        check_config_files(store, report)
     finally:
         store.shutdown()
     return report

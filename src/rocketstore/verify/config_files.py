@@ -1,0 +1,17 @@
+"""Config file checks: ``config/*.json`` as loading meets them (a broken file is replaced by its
+backup's older state, or by nothing, without a word from the store but a log line)."""
+
+from __future__ import annotations
+
+import os
+
+from rocketstore.store import MessageStore
+from rocketstore.verify.report import VerifyReport
+
+
+def check_config_files(store: MessageStore, report: VerifyReport) -> None:
+    """Topics, consumer offsets, delay offsets and subscription groups: each file or its backup."""
+    for manager in (store.topics, store.consumer_offsets, store.delay_offsets, store.subscription_groups):
+        wrong = manager.check()
+        if wrong is not None:
+            report.problem(f"{os.path.relpath(manager.path, store.root)}: {wrong}")
