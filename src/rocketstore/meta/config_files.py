@@ -28,8 +28,8 @@ __all__ = [
     "DelayOffsetManager",
     "SubscriptionGroupManager",
     "TopicConfigManager",
-    "check_json_file",
     "load_json_file",
+    "read_json_file",
     "write_json_file",
 ]
 
@@ -111,12 +111,18 @@ def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | N
     turns it into the caller's form and its ``ValueError``/``TypeError``/``KeyError`` also count as
     "undecodable". A leftover ``path + ".tmp"`` is never read.
     """
+    return read_json_file(path, convert)[0]
+
+
+def read_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> tuple[Any, str | None]:
+    """``load_json_file``'s value, and what is wrong with the file: None when it is usable, or it and
+    its backup are both missing (a store without that config yet), else what loading fell back to."""
     path = os.fspath(path)
     main_error: str | None = None
     try:
         found, value = _read_config(path, convert)
         if found:
-            return value
+            return value, None
     except _Undecodable as exc:
         main_error = str(exc)
     bak = path + ".bak"
@@ -125,32 +131,17 @@ def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | N
     except _Undecodable as exc:
         detail = f"{main_error}; " if main_error else "missing or empty; "
         raise CorruptStoreError(f"config file {detail}backup {bak}: {exc}", path) from None
-    if main_error is not None:  # as ConfigManager.load logs it: what was there is about to be replaced
-        log.error("config file %s: %s; loaded %s", path, main_error, "its backup" if found else "nothing (no backup)")
-    return value if found else None
-
-
-def check_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> str | None:
-    """What is wrong with a config file as ``load_json_file`` meets it, or None when nothing is:
-    the file is usable, or it and its backup are both missing (a store without that config yet)."""
-    path = os.fspath(path)
-    try:
-        found = _read_config(path, convert)[0]
-        main_error = None if found else "missing or empty"
-    except _Undecodable as exc:
-        found, main_error = False, str(exc)
     if found:
-        return None
-    bak = path + ".bak"
-    try:
-        bak_found = _read_config(bak, convert)[0]
-    except _Undecodable as exc:
-        return f"{main_error}, and so is its backup ({exc}): the store cannot be opened"
-    if bak_found:
-        return f"{main_error}: the store loads the older state in its backup {os.path.basename(bak)}"
-    if main_error == "missing or empty":
-        return None
-    return f"{main_error}, and there is no backup: the store starts with this config empty"
+        wrong = (
+            f"{main_error or 'missing or empty'}: the store loads the older state in its backup {os.path.basename(bak)}"
+        )
+    elif main_error is not None:
+        wrong = f"{main_error}, and there is no backup: the store starts with this config empty"
+    else:
+        return None, None
+    if main_error is not None:  # as ConfigManager.load logs it: what was there is about to be replaced
+        log.error("config file %s: %s", path, wrong)
+    return (value if found else None), wrong
 
 
 def _write_synced(path: str, data: bytes) -> None:
@@ -262,6 +253,7 @@ class _ConfigFile(abc.ABC):
         self.writable = writable
         self._lock = threading.RLock()
         self._persist_lock = threading.Lock()
+        self.load_problem: str | None = None  # what the last load found wrong (``read_json_file``)
 
     @abc.abstractmethod
     def _decode(self, obj: dict[Any, Any]) -> Any:
@@ -281,17 +273,13 @@ class _ConfigFile(abc.ABC):
 
     def load(self) -> bool:
         """Replace the in-memory state with the file's (or its ``.bak``'s); False if there was none."""
-        state = load_json_file(self.path, self._decode)
+        state, self.load_problem = read_json_file(self.path, self._decode)
         with self._lock:
             if state is None:
                 self._reset()
                 return False
             self._apply(state)
             return True
-
-    def check(self) -> str | None:
-        """What is wrong with the file and its backup (``check_json_file``), or None."""
-        return check_json_file(self.path, self._decode)
 
     def persist(self) -> None:
         """Write the state to the file (no-op when the manager is not writable)."""

@@ -1,5 +1,5 @@
-"""Config file checks: ``config/*.json`` as loading meets them (a broken file is replaced by its
-backup's older state, or by nothing, without a word from the store but a log line)."""
+"""Config file checks: ``config/*.json`` as opening the store met them (a broken file is replaced
+by its backup's older state, or by nothing, without a word from the store but a log line)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,5 @@ from rocketstore.verify.report import VerifyReport
 def check_config_files(store: MessageStore, report: VerifyReport) -> None:
     """Topics, consumer offsets, delay offsets and subscription groups: each file or its backup."""
     for manager in (store.topics, store.consumer_offsets, store.delay_offsets, store.subscription_groups):
-        wrong = manager.check()
-        if wrong is not None:
-            report.problem(f"{os.path.relpath(manager.path, store.root)}: {wrong}")
+        if manager.load_problem is not None:
+            report.problem(f"{os.path.relpath(manager.path, store.root)}: {manager.load_problem}")
