@@ -174,7 +174,7 @@ class SegmentAllocator:
         """Write the segment's dirty pages (the zeros just faulted in among them) to disk through a
         descriptor of its own; False (logged) if that fails."""
         try:
-            fd = os.open(mapped.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(mapped.path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
             log.warning("warming %s: %s", mapped.path, exc)
             return False

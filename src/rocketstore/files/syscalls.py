@@ -3,7 +3,7 @@
 ``msync`` of a range (``mmap.flush`` holds the GIL for the whole disk write and cannot be told
 to leave pages outside the range alone) and ``madvise(MADV_POPULATE_WRITE)``. Both release the
 GIL while the kernel works. The buffer is kept exported for the call, so the mapping cannot be
-closed underneath it.
+closed underneath it. Also ``fsync_dir``, which makes a rename or a new file in a folder durable.
 """
 
 from __future__ import annotations
@@ -68,3 +68,12 @@ def zero_range(fd: int, start: int, end: int) -> bool:
     if _fallocate is None or end <= start:
         return end <= start
     return _fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, start, end - start) == 0
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a folder, so that the names just created, renamed or removed in it survive a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import logging
 import os
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rocketstore.errors import CorruptStoreError
+from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta import fastjson
 
 __all__ = [
@@ -151,19 +153,6 @@ def _write_synced(path: str, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open a directory
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_json_file(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
 
@@ -184,7 +173,8 @@ def write_json_file(path: str | os.PathLike[str], text: str) -> None:
     if previous is not None:
         _write_synced(path + ".bak", previous)
     os.replace(tmp, path)
-    _fsync_dir(directory)
+    with contextlib.suppress(OSError):  # e.g. Windows cannot open a directory
+        fsync_dir(directory)
 
 
 # ------------------------------------------------------------------------------------------ helpers

@@ -30,6 +30,7 @@ import pyarrow as pa
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
+from rocketstore.files.syscalls import fsync_dir
 from rocketstore.spark.schema import option
 from rocketstore.store import MessageStore
 
@@ -73,11 +74,7 @@ def _write_markers(root: str, markers: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(os.path.dirname(path))
 
 
 def _staged_batches(staged: list[Any]) -> Iterator[pa.RecordBatch]:

@@ -28,6 +28,7 @@ import numpy as np
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
+from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import require_store
@@ -168,7 +169,7 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
             new = os.path.join(new_root, name)
             if os.path.exists(new):
                 os.rename(new, old)
-        _fsync_dir(root)
+        fsync_dir(root)
         summary.update(
             store=root,
             segments=len(segments),
@@ -238,14 +239,6 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
         "queues": len(queues.table),
         "segmentsAfterEnd": len(ignored),
     }
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- export ----------------------------------------------------------------------------------------
