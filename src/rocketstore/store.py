@@ -546,6 +546,8 @@ class MessageStore:
             if wait_for_dispatch > 0:
                 deadline = time.monotonic() + wait_for_dispatch
                 while self.reput.behind() and time.monotonic() < deadline:
+                    if not self.reput.running:  # stopped: its on_stop below dispatches what is left
+                        break
                     if self.reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
                         break
             failed = False
