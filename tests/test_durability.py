@@ -175,6 +175,31 @@ def test_consume_queue_flush_writes_the_checkpoint(make_store, store_config: Sto
     assert cq.queue.flushed_where == 20  # the unit is on disk
 
 
+def test_a_thorough_flush_covers_every_consume_queue_file_a_queue_moved_through(
+    make_store, store_config: StoreConfig
+) -> None:
+    """A file queue's flush covers one file; a thorough consume-queue flush (and so shutdown and
+    ``MessageStore.flush``) must not stop there when a queue filled several files since the last
+    one, or a clean exit leaves units no fsync ever covered."""
+    store = make_store(
+        config=store_config.copy(flushIntervalConsumeQueue=3_600_000, flushConsumeQueueThoroughInterval=3_600_000)
+    )
+    for _ in range(25):  # 25 units of 20 bytes: three 200-byte consume-queue files
+        assert store.put(Message("Spread", b"x" * 30)).ok
+    assert store.wait_for_dispatch()
+    store.flush()
+    files = store.queues.find("Spread", 0).queue.files
+    assert len(files) == 3
+    assert [f.flushed_position for f in files] == [f.wrote_position for f in files] == [200, 200, 100]
+    for _ in range(25):  # to 50 units: the rest of the third file, a fourth and a fifth
+        assert store.put(Message("Spread", b"x" * 30)).ok
+    assert store.wait_for_dispatch()
+    cq_service = next(s for s in store._services if s.name == "flush-consumequeue")
+    cq_service.run_once(0)
+    files = store.queues.find("Spread", 0).queue.files
+    assert [f.flushed_position for f in files] == [200] * 5
+
+
 def test_warm_mapped_files_are_on_disk_ahead_of_the_writer(make_store, store_config: StoreConfig) -> None:
     """warmMapedFileEnable: the pages faulted in ahead of the writer are written out as zeros, so
     a SYNC_FLUSH flush overwrites allocated blocks; without it they wait for delayed allocation."""

@@ -305,7 +305,15 @@ class ConsumeQueue:
 
     # -- flush and lifecycle -------------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
-        return self.queue.flush(least_pages)
+        """Flush dirty units; True when nothing advanced. A file queue's flush covers one file:
+        with ``least_pages`` 0 (a thorough flush, shutdown) every file the queue moved through
+        since the last one is flushed, not just the first."""
+        nothing = self.queue.flush(least_pages)
+        if least_pages == 0 and not nothing:
+            for _ in range(len(self.queue.files)):
+                if self.queue.flush(0):
+                    break
+        return nothing
 
     def delete_expired_files(self, min_phy: int) -> int:
         """Delete leading files whose last unit points below the commit log's minimum offset."""
