@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import specreader
@@ -569,6 +570,25 @@ def test_dispatch_behind_bytes_is_observable(make_store):
     assert store.dispatch_behind_bytes() == 0
     got = store.get_message("g", "TopicTest", 0, 1)
     assert got.status == GetMessageStatus.FOUND and got.messages[0].body == b"second"
+
+
+def test_dispatching_records_again_adds_only_the_new_units(tmp_path):
+    """A dispatch whose first records are built already (a re-dispatch after recovery) skips them,
+    whether the columns come as lists (a few records) or arrays (a backlog)."""
+    from rocketstore.queues.consume_queue import UNIT, ConsumeQueue
+
+    for kind in (list, np.array):
+        cq = ConsumeQueue("T", 0, str(tmp_path / kind.__name__), 200)
+        cq.put_unit_arrays(kind([0]), kind([100]), kind([0]), UNIT.pack(0, 100, 7))
+        cq.put_unit_arrays(
+            kind([0, 100, 200]),
+            kind([100, 100, 50]),
+            kind([0, 1, 2]),
+            b"".join(UNIT.pack(p, n, 7) for p, n in ((0, 100), (100, 100), (200, 50))),
+        )
+        assert cq.max_offset_in_queue() == 3
+        assert [cq.get_unit(i)[0] for i in range(3)] == [0, 100, 200]
+        cq.close()
 
 
 def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, store_config):

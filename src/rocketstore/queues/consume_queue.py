@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -183,9 +183,15 @@ class ConsumeQueue:
         packed["phy"], packed["size"], packed["tags"] = phys, sizes, tags
         self.put_unit_arrays(phys, sizes, queue_offsets, packed.tobytes())
 
-    def put_unit_arrays(self, phys: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray, packed: bytes) -> None:
-        """Append ``packed`` units (their commit-log offsets, sizes and queue offsets alongside), in
-        log order.
+    def put_unit_arrays(
+        self,
+        phys: np.ndarray | Sequence[int],
+        sizes: np.ndarray | Sequence[int],
+        queue_offsets: np.ndarray | Sequence[int],
+        packed: bytes,
+    ) -> None:
+        """Append ``packed`` units (their commit-log offsets, sizes and queue offsets alongside, as
+        arrays or lists), in log order.
 
         Units already built are skipped (by commit-log offset and by queue offset), so dispatching
         the same records again is harmless.
@@ -193,7 +199,7 @@ class ConsumeQueue:
         n = len(phys)
         start = 0
         if self.max_physic_offset >= 0 and int(phys[0] + sizes[0]) <= self.max_physic_offset:
-            start = int(np.searchsorted(phys + sizes, self.max_physic_offset, side="right"))
+            start = int(np.searchsorted(np.add(phys, sizes), self.max_physic_offset, side="right"))
         if start == n:
             return
         cq_offset = int(queue_offsets[start])
