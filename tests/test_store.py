@@ -1564,6 +1564,25 @@ def test_consume_queue_and_index_files_of_another_geometry_are_refused_by_name(m
     assert str(root / "checkpoint") in str(info.value)
 
 
+def test_a_failed_open_leaves_no_file_open(make_store, tmp_path, store_config):
+    """An index file that fails to load after good ones: the open fails by name, and the good
+    ones it had opened are closed again (a retrying operator does not run out of descriptors)."""
+    root = tmp_path / "store"
+    store = make_store()
+    for i in range(300):
+        put_ok(store, Message("T", b"x", keys=f"k{i}"))
+    store.shutdown()
+    index_files = sorted((root / "index").iterdir())
+    assert len(index_files) >= 3
+    os.truncate(index_files[-1], 100)
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with pytest.raises(CorruptStoreError) as info:
+            MessageStore.open(root, store_config)
+        assert str(index_files[-1]) in str(info.value)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
 def test_folders_and_files_that_are_not_queues_or_index_files_are_skipped(make_store, tmp_path):
     root = tmp_path / "store"
     store = make_store()

@@ -106,26 +106,31 @@ class IndexService:
         if not os.path.isdir(self.dir):
             return
         files: list[IndexFile] = []
-        for name in sorted(os.listdir(self.dir)):
-            path = os.path.join(self.dir, name)
-            if remove_leftover(path, self.mode):
-                continue
-            if not name.isdigit() or not os.path.isfile(path):
-                log.warning("skipping %s: not an index file", path)
-                continue
-            size = os.path.getsize(path)
-            if size != self.file_size:
-                raise CorruptStoreError(
-                    f"index file is {size} bytes; maxHashSlotNum={self.slot_num} and maxIndexNum={self.index_num} "
-                    f"give {self.file_size}",
-                    path,
-                )
-            index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
-            if not last_exit_ok and not self._durable(index):
-                log.info("dropping index file %s: not known to be on disk whole, rebuilt by recovery", path)
-                index.destroy(0)
-                continue
-            files.append(index)
+        try:
+            for name in sorted(os.listdir(self.dir)):
+                path = os.path.join(self.dir, name)
+                if remove_leftover(path, self.mode):
+                    continue
+                if not name.isdigit() or not os.path.isfile(path):
+                    log.warning("skipping %s: not an index file", path)
+                    continue
+                size = os.path.getsize(path)
+                if size != self.file_size:
+                    raise CorruptStoreError(
+                        f"index file is {size} bytes; maxHashSlotNum={self.slot_num} and "
+                        f"maxIndexNum={self.index_num} give {self.file_size}",
+                        path,
+                    )
+                index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
+                if not last_exit_ok and not self._durable(index):
+                    log.info("dropping index file %s: not known to be on disk whole, rebuilt by recovery", path)
+                    index.destroy(0)
+                    continue
+                files.append(index)
+        except BaseException:  # the files opened so far are nobody's yet: close them
+            for index in files:
+                index.close()
+            raise
         self.files = files
 
     def _durable(self, index: IndexFile) -> bool:
