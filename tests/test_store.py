@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -1332,6 +1333,36 @@ def test_consume_queue_units_past_a_truncated_log_are_removed(make_store, tmp_pa
     got = store.get_message("g", "RecTopic", 1, new.queue_offset)
     assert [m.body for m in got.messages] == [b"new"]
     assert store.get_message("g", "RecTopic", 0, 8).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
+
+
+def test_a_queue_cut_back_to_its_filler_units_is_rebuilt_whole(make_store, tmp_path):
+    """A queue rebuilt after retention starts with filler units (phy 0, size 0x7FFFFFFF) up to its
+    first message. A crash before any checkpoint reached disk cuts it back to them; the fillers
+    have no record, so they must not count as "built up to 2 GiB" (which skipped every unit of
+    the queue from then on, rebuilt and new alike)."""
+    root = tmp_path / "store"
+    store = make_store()
+    for i in range(60):
+        put_ok(store, Message("T", b"m%03d" % i + b"x" * 300))
+    store.shutdown()
+    for segment in segments(root)[:2]:  # retention took the first two segments
+        (root / "commitlog" / segment).unlink()
+    shutil.rmtree(root / "consumequeue")
+    store = make_store()
+    low = store.get_min_offset_in_queue("T", 0)
+    assert 0 < low < 60 and store.get_max_offset_in_queue("T", 0) == 60
+    first = specreader.read_consume_queue(str(root), "T", 0)[0]
+    assert first[:2] == (0, 0x7FFFFFFF)  # a filler
+    store.shutdown()
+    (root / "abort").touch()
+    (root / "checkpoint").unlink()
+    store = make_store()
+    assert store.get_max_offset_in_queue("T", 0) == 60
+    new = put_ok(store, Message("T", b"new"))
+    assert new.queue_offset == 60
+    assert store.wait_for_dispatch()
+    assert [m.body for m in store.get_message("g", "T", 0, 60).messages] == [b"new"]
+    assert store.get_message("g", "T", 0, low, 1).messages[0].body.startswith(b"m%03d" % low)
 
 
 def _cut_in_the_middle(make_store, root: Path) -> tuple[MessageStore, list, dict[int, int]]:

@@ -22,7 +22,13 @@ log = logging.getLogger(__name__)
 CQ_STORE_UNIT_SIZE = 20
 UNIT = struct.Struct(">qiq")
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-PRE_BLANK = UNIT.pack(0, 0x7FFFFFFF, 0)
+FILLER_SIZE = 0x7FFFFFFF
+PRE_BLANK = UNIT.pack(0, FILLER_SIZE, 0)  # fills a queue's first file up to its first unit
+
+
+def record_end(phy: int, size: int) -> int:
+    """Where a unit's record ends in the log; -1 for a filler unit, which has no record."""
+    return -1 if phy == 0 and size == FILLER_SIZE else phy + size
 
 
 _UNIT_RUNS: dict[int, struct.Struct] = {}
@@ -79,7 +85,7 @@ class ConsumeQueue:
             valid = valid_prefix(units)
             if valid:
                 last = units[valid - 1]
-                self.max_physic_offset = int(last["phy"]) + int(last["size"])
+                self.max_physic_offset = record_end(int(last["phy"]), int(last["size"]))
             if valid * CQ_STORE_UNIT_SIZE == mapped.file_size and index + 1 < len(files):
                 index += 1
                 continue
@@ -90,7 +96,7 @@ class ConsumeQueue:
         if self.max_physic_offset < 0 and process > files[0].file_from_offset:
             last = self.get_unit(process // CQ_STORE_UNIT_SIZE - 1)  # the end fell at a file start
             if last is not None and last[1] > 0:
-                self.max_physic_offset = last[0] + last[1]
+                self.max_physic_offset = record_end(last[0], last[1])
 
     def truncate_untrusted(self, phy_offset: int) -> None:
         """After a crash: keep only the leading units that are valid and point below ``phy_offset``.
@@ -128,7 +134,7 @@ class ConsumeQueue:
         if cut > (files[0].file_from_offset if files else 0):
             last = self.get_unit(cut // CQ_STORE_UNIT_SIZE - 1)
             if last is not None:
-                self.max_physic_offset = last[0] + last[1]
+                self.max_physic_offset = record_end(last[0], last[1])
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """Remove units whose record starts at or after ``phy_offset`` (the log was cut there)."""
@@ -153,7 +159,7 @@ class ConsumeQueue:
             mapped.truncate(keep * CQ_STORE_UNIT_SIZE)
             if keep:
                 last = units[keep - 1]
-                self.max_physic_offset = int(last["phy"]) + int(last["size"])
+                self.max_physic_offset = record_end(int(last["phy"]), int(last["size"]))
             break
 
     def correct_min_offset(self, min_phy: int) -> None:
@@ -164,9 +170,8 @@ class ConsumeQueue:
         max_bytes = self.queue.max_offset()
         for mapped in files:
             units = units_of(mapped.read(0, mapped.read_position))
-            ok = (
-                (units["phy"] >= min_phy) & (units["size"] > 0) & ~((units["phy"] == 0) & (units["size"] == 0x7FFFFFFF))
-            )
+            filler = (units["phy"] == 0) & (units["size"] == FILLER_SIZE)
+            ok = (units["phy"] >= min_phy) & (units["size"] > 0) & ~filler
             hit = np.flatnonzero(ok)
             if len(hit):
                 self.min_logic_offset = mapped.file_from_offset + int(hit[0]) * CQ_STORE_UNIT_SIZE
