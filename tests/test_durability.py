@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import struct
 import threading
 from pathlib import Path
@@ -198,6 +199,29 @@ def test_a_thorough_flush_covers_every_consume_queue_file_a_queue_moved_through(
     cq_service.run_once(0)
     files = store.queues.find("Spread", 0).queue.files
     assert [f.flushed_position for f in files] == [200] * 5
+
+
+def test_the_fillers_of_a_rebuilt_queue_are_flushed_with_its_units(make_store, store_config: StoreConfig) -> None:
+    """A queue rebuilt after retention starts with filler units; a flush writes them to disk
+    like the units (they were marked flushed without an msync, and a power cut left zeros where
+    recovery expects them, shifting the queue)."""
+    config = store_config.copy(mappedFileSizeConsumeQueue=20000)
+    store = make_store(config=config)
+    for _ in range(900):
+        assert store.put(Message("T", b"x" * 100)).ok
+    store.shutdown()
+    root = Path(store.root)
+    segments = sorted((root / "commitlog").iterdir())
+    for segment in segments[: len(segments) * 2 // 3]:
+        segment.unlink()
+    shutil.rmtree(root / "consumequeue")
+    store = make_store(config=config)
+    low = store.get_min_offset_in_queue("T", 0)
+    assert low * 20 > 8192  # the fillers fill more than two pages
+    store.flush()
+    first = store.queues.find("T", 0).queue.files[0]
+    assert first.flushed_position == first.wrote_position
+    assert written_bytes(Path(first.path)) >= first.wrote_position
 
 
 def test_warm_mapped_files_are_on_disk_ahead_of_the_writer(make_store, store_config: StoreConfig) -> None:

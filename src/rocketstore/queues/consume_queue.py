@@ -211,10 +211,11 @@ class ConsumeQueue:
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         mapped = self.queue.last_mapped_file(expect)
         if mapped.first_create_in_queue and cq_offset != 0 and mapped.wrote_position == 0:
+            # the first file of a queue that starts past 0: fillers up to its first unit, flushed
+            # with the units (a power cut must not leave zeros where recovery expects fillers)
             self.min_logic_offset = expect
-            self.queue.flushed_where = self.queue.committed_where = expect
+            self.queue.flushed_where = self.queue.committed_where = mapped.file_from_offset
             mapped.append(PRE_BLANK * ((expect - mapped.file_from_offset) // CQ_STORE_UNIT_SIZE))
-            mapped.flushed_position = mapped.wrote_position
         if cq_offset != 0:
             current = mapped.file_from_offset + mapped.wrote_position
             if expect < current:  # units whose queue offset is already in the queue were built before
