@@ -176,6 +176,25 @@ def test_consume_queue_flush_writes_the_checkpoint(make_store, store_config: Sto
     assert cq.queue.flushed_where == 20  # the unit is on disk
 
 
+def test_a_checkpoint_written_by_an_index_roll_claims_no_unflushed_units(make_store, store_config: StoreConfig) -> None:
+    """Rolling to a new index file persists the checkpoint; its logicsMsgTimestamp must still be
+    what the last flush of every queue covered, not the last unit dispatched (still in dirty
+    pages: after a power cut recovery would start past records whose units were lost)."""
+    store = make_store(
+        config=store_config.copy(flushIntervalConsumeQueue=3_600_000, flushConsumeQueueThoroughInterval=3_600_000)
+    )
+    path = os.path.join(store.root, "checkpoint")
+    results = [store.put(Message("Roll", b"x", keys=f"k{i}")) for i in range(200)]  # 400 entries, 128 a file
+    assert store.wait_for_dispatch()
+    assert len(store.index.files) >= 3
+    on_disk = StoreCheckpoint(path, writable=False)
+    assert on_disk.index_msg_timestamp > 0  # the rolls wrote the checkpoint
+    assert on_disk.logics_msg_timestamp == 0  # no consume-queue flush yet
+    cq_service = next(s for s in store._services if s.name == "flush-consumequeue")
+    cq_service.run_once(0)
+    assert StoreCheckpoint(path, writable=False).logics_msg_timestamp == results[-1].store_timestamp
+
+
 def test_a_thorough_flush_covers_every_consume_queue_file_a_queue_moved_through(
     make_store, store_config: StoreConfig
 ) -> None:

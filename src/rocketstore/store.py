@@ -462,10 +462,11 @@ class MessageStore:
             pass
         if self.commit_log.queue.store_timestamp:
             self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
+        dispatched = self.checkpoint.logics_dispatched_timestamp
         self.queues.flush(0)
         if self.index is not None:
             self.index.flush()
-        self.checkpoint.flush()
+        self.checkpoint.consume_queues_flushed(dispatched)
 
     # -- retention -----------------------------------------------------------------------------------
     def clean_expired_files(self, *, manually: bool = True, now: float | None = None) -> CleanRun:

@@ -68,7 +68,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "queues": queues,
         "messages": sum(q["messages"] for q in queues),
         "checkpoint": _checkpoint_on_disk(store),
-        "checkpointAfterRecovery": store.checkpoint.as_dict(),
+        "checkpointAfterRecovery": store.checkpoint.in_memory_dict(),
         "recovery": recovery.to_dict() if recovery is not None else None,
         "dispatchLag": {"bytes": lag, "recordsDispatched": recovery.records_dispatched if recovery else 0},
         "indexFiles": index_files,

@@ -16,6 +16,12 @@ class StoreCheckpoint:
 
     Updated in memory as the store runs; ``flush`` persists them. A read-only store (``writable``
     false) never writes the file.
+
+    Each persisted timestamp only claims what is on disk: dispatch records the store time of the
+    last unit it built in ``logics_dispatched_timestamp``, which becomes logicsMsgTimestamp only
+    once a flush of every consume queue covered it (``consume_queues_flushed``). Otherwise any
+    checkpoint write (an index file rolling, say) could claim units still in dirty pages, and
+    after a power cut recovery would start past records whose units were lost.
     """
 
     def __init__(self, path: str, writable: bool = True) -> None:
@@ -26,6 +32,7 @@ class StoreCheckpoint:
         self.index_msg_timestamp = 0
         self.master_flushed_offset = 0
         self.confirm_phy_offset = 0
+        self.logics_dispatched_timestamp = 0  # in memory only: the last unit built, maybe unflushed
         self.existed = os.path.exists(path)
         if self.existed:
             with open(path, "rb") as f:
@@ -47,6 +54,13 @@ class StoreCheckpoint:
                 f.write(bytes(CHECKPOINT_SIZE))
                 f.flush()
                 os.fsync(f.fileno())
+
+    def consume_queues_flushed(self, dispatched: int) -> None:
+        """Every consume queue was flushed after ``logics_dispatched_timestamp`` was read as
+        ``dispatched``: that becomes logicsMsgTimestamp, and the checkpoint is persisted."""
+        if dispatched > 0:
+            self.logics_msg_timestamp = dispatched
+        self.flush()
 
     def min_timestamp(self) -> int:
         """The time before which everything was safely dispatched: min(physic, logics) - 3 s."""
@@ -76,6 +90,14 @@ class StoreCheckpoint:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+
+    def in_memory_dict(self) -> dict[str, int]:
+        """The fields as RocketMQ holds them in memory: logicsMsgTimestamp is the last unit
+        dispatched, flushed or not."""
+        fields = self.as_dict()
+        if self.logics_dispatched_timestamp:
+            fields["logicsMsgTimestamp"] = self.logics_dispatched_timestamp
+        return fields
 
     def as_dict(self) -> dict[str, int]:
         return {

@@ -76,7 +76,7 @@ class Dispatcher:
                 b"".join([UNIT.pack(r[D_OFFSET], r[D_SIZE], r[D_TAGS_CODE]) for r in rows]),
             )
         if last_queued_ts:
-            self.checkpoint.logics_msg_timestamp = last_queued_ts
+            self.checkpoint.logics_dispatched_timestamp = last_queued_ts
         if self.index is not None:
             self.index.build_index_requests(requests)
 
@@ -115,6 +115,6 @@ class Dispatcher:
                 find(*key).put_unit_arrays(
                     phys[a:b], sizes[a:b], queue_offsets[a:b], data[a * CQ_STORE_UNIT_SIZE : b * CQ_STORE_UNIT_SIZE]
                 )
-            self.checkpoint.logics_msg_timestamp = int(queued.store_ts[-1])
+            self.checkpoint.logics_dispatched_timestamp = int(queued.store_ts[-1])
         if self.index is not None:
             self.index.build_index(records)

@@ -121,11 +121,10 @@ class FlushConsumeQueueService(Service):
             if (now - self._last_thorough) * 1000 >= self.config.flush_consume_queue_thorough_interval:
                 self._last_thorough = now
                 least_pages, thorough = 0, True
-        logics_ts = self.checkpoint.logics_msg_timestamp
+        dispatched = self.checkpoint.logics_dispatched_timestamp  # read before: what the flush covers
         self.queues.flush(least_pages)
         if thorough:
-            self.checkpoint.logics_msg_timestamp = logics_ts
-            self.checkpoint.flush()
+            self.checkpoint.consume_queues_flushed(dispatched)
 
     def on_stop(self) -> None:
         self.run_once(0)
