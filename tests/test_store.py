@@ -1559,6 +1559,22 @@ def test_stray_file_in_commitlog_is_refused_by_name(make_store, tmp_path, store_
     assert store.max_phy_offset > 0
 
 
+def test_a_commit_log_that_is_not_a_folder_is_refused(make_store, tmp_path, store_config):
+    """A file where the commit log's folder belongs is damage to report, not an empty log (which
+    a recovery would answer by dropping every consume queue and index file)."""
+    root = tmp_path / "store"
+    store = make_store()
+    put_ok(store, Message("T", b"x"))
+    store.shutdown()
+    shutil.rmtree(root / "commitlog")
+    (root / "commitlog").write_bytes(b"")
+    for read_only in (False, True):
+        with pytest.raises(CorruptStoreError) as info:
+            MessageStore.open(root, store_config, read_only=read_only)
+        assert info.value.path == str(root / "commitlog")
+    assert specreader.read_consume_queue(str(root), "T", 0)  # nothing was dropped
+
+
 def test_wrong_size_segment_is_refused_by_name(make_store, tmp_path, store_config):
     root = tmp_path / "store"
     store = make_store()

@@ -51,6 +51,8 @@ class MappedFileQueue:
         found: dict[str, str] = {}
         for folder in self.paths:
             if not os.path.isdir(folder):
+                if os.path.lexists(folder):  # a file (or a dangling link) where the segments' folder belongs
+                    raise CorruptStoreError("not a folder: segment files belong in a folder here", folder)
                 continue
             for name in os.listdir(folder):
                 full = os.path.join(folder, name)
