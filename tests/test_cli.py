@@ -215,6 +215,31 @@ def test_unknown_set_key_is_named(small_store: Path) -> None:
     assert result.exit_code == 2 and "must be an integer" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("mappedFileSizeCommitLog", 0), ("mappedFileSizeConsumeQueue", 0), ("maxHashSlotNum", -1), ("maxIndexNum", 0)],
+)
+def test_non_positive_sizes_are_refused_before_anything_is_done(
+    tmp_path: Path, small_store: Path, key: str, value: int
+) -> None:
+    result = run("inspect", small_store, *TINY_SETS, "--set", f"{key}={value}")
+    assert result.exit_code == 2 and f"{key} must be a positive integer" in result.stderr
+    result = run("produce", tmp_path / "z2", "--set", f"{key}={value}", "--topic", "T", "--body", "x")
+    assert result.exit_code == 2 and "positive" in result.stderr
+    assert not (tmp_path / "z2").exists()
+
+
+def test_config_file_in_iso_8859_1_and_one_that_cannot_be_read(small_store: Path, tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    lines = [f"{k}={v}" for k, v in TINY.items()]
+    conf.write_bytes(("# r\u00e9glages\nbrokerName=caf\u00e9\n" + "\n".join(lines) + "\n").encode("iso-8859-1"))
+    result = run("inspect", small_store, "--config", conf, "--json")
+    assert result.exit_code == 0, result.stderr
+    if os.path.exists("/proc/self/mem"):  # exists, yet reading it fails (EIO)
+        result = run("inspect", small_store, "--config", "/proc/self/mem")
+        assert result.exit_code == 2 and "--config /proc/self/mem: cannot read it" in result.stderr
+
+
 def test_set_wins_over_config(tmp_path: Path, small_store: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text(

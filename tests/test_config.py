@@ -114,7 +114,7 @@ def test_defaults_are_rocketmqs():
         ("enabled_append_prop_crc", "true", True),
         ("maxMessageSize", "1024", 1024),
         ("maxMessageSize", " 2048 ", 2048),
-        ("mappedFileSizeCommitLog", "-1", -1),
+        ("disappearTimeAfterStart", "-5", -5),
         ("logicalDiskSpaceCleanForciblyThreshold", "0.5", 0.5),
         ("deleteWhen", " 03 ", "03"),
         ("flushDiskType", "SYNC_FLUSH", "SYNC_FLUSH"),
@@ -149,6 +149,17 @@ def test_bad_values_are_refused(name, value):
     with pytest.raises(ConfigError):
         config.set(name, value)
     assert config == StoreConfig()  # unchanged
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "maxMessageSize"],
+)
+@pytest.mark.parametrize("value", [0, -65536, "0", " -1 "])
+def test_sizes_and_index_dimensions_must_be_positive(name, value):
+    with pytest.raises(ConfigError, match=f"{name} must be a positive integer"):
+        StoreConfig(**{name: value})
+    assert StoreConfig(**{name: 1}).get(name) == 1
 
 
 def test_none_is_accepted_for_keys_without_a_default():
@@ -287,6 +298,18 @@ def test_from_properties_refuses_bad_values(tmp_path):
     path.write_text("maxMessageSize=big\n", encoding="utf-8")
     with pytest.raises(ConfigError):
         StoreConfig.from_properties(path)
+    path.write_text("mappedFileSizeConsumeQueue=0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="positive"):
+        StoreConfig.from_properties(path)
+
+
+def test_from_properties_reads_iso_8859_1_when_not_utf_8(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_bytes("# r\u00e9glages du broker\nbrokerName=broker-\u00e9\nmaxMessageSize=65536\n".encode("iso-8859-1"))
+    config = StoreConfig.from_properties(path)
+    assert config.brokerName == "broker-\u00e9" and config.maxMessageSize == 65536
+    path.write_text("brokerName=broker-\u00e9\n", encoding="utf-8")
+    assert StoreConfig.from_properties(path).brokerName == "broker-\u00e9"
 
 
 def test_parse_properties_escapes():

@@ -250,6 +250,21 @@ _ALIASES = {
 
 _ENUMS = {"flushDiskType": FLUSH_DISK_TYPES, "brokerRole": BROKER_ROLES}
 
+# Sizes and counts that must be at least 1: a file size of 0 divides by zero, a negative one makes
+# files that can hold no record, and an index needs slots and entries.
+_POSITIVE = (
+    "mappedFileSizeCommitLog",
+    "mappedFileSizeConsumeQueue",
+    "mappedFileSizeConsumeQueueExt",
+    "mapperFileSizeBatchConsumeQueue",
+    "mappedFileSizeTimerLog",
+    "compactionMappedFileSize",
+    "compactionCqMappedFileSize",
+    "maxHashSlotNum",
+    "maxIndexNum",
+    "maxMessageSize",
+)
+
 
 def snake_case(name: str) -> str:
     """RocketMQ's camelCase key name -> its snake_case form (``checkCRCOnRecover`` -> ``check_crc_on_recover``)."""
@@ -262,6 +277,7 @@ _CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
 _BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
 _BY_ANY_NAME.update({old: snake_case(new) for old, new in _ALIASES.items()})
 _ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
+_POSITIVE_SNAKE = frozenset(snake_case(k) for k in _POSITIVE)
 
 
 def _coerce(snake: str, value: Any) -> Any:
@@ -281,9 +297,12 @@ def _coerce(snake: str, value: Any) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"{name} must be an integer, not {value!r}")
         try:
-            return int(str(value).strip()) if isinstance(value, str) else int(value)
-        except (TypeError, ValueError):
+            number = int(str(value).strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{name} must be an integer, not {value!r}") from None
+        if number < 1 and snake in _POSITIVE_SNAKE:
+            raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+        return number
     if kind is float:
         try:
             return float(value)
@@ -367,9 +386,16 @@ class StoreConfig:
 
         Keys RocketMQ's broker knows but the store does not use are ignored, as the broker
         itself ignores keys it has no setter for; ``strict=True`` refuses unknown keys instead.
+        The file is read as UTF-8, or as ISO-8859-1 (Java's encoding of ``.properties``) when it is
+        not valid UTF-8.
         """
         config = cls()
-        for key, value in parse_properties(Path(path).read_text(encoding="utf-8")).items():
+        data = Path(path).read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("iso-8859-1")
+        for key, value in parse_properties(text).items():
             if key in _BY_ANY_NAME:
                 config.set(key, value)
             elif strict:

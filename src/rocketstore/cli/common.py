@@ -23,6 +23,7 @@ from rich.text import Text
 
 from rocketstore.codec.message import StoredMessage
 from rocketstore.config import StoreConfig
+from rocketstore.errors import ConfigError
 from rocketstore.export import dumps_row, export_row
 
 _WIDE = 200  # columns for tables written to a file or a pipe
@@ -38,8 +39,14 @@ class Common:
 
 
 def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -> StoreConfig:
-    """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key."""
-    config = StoreConfig.from_properties(config_file) if config_file else StoreConfig()
+    """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key,
+    a bad value or a config file that cannot be read."""
+    config = StoreConfig()
+    if config_file:
+        try:
+            config = StoreConfig.from_properties(config_file)
+        except (OSError, UnicodeError) as exc:
+            raise ConfigError(f"--config {config_file}: cannot read it: {exc}") from None
     for key, value in settings:
         config.set(key, value)
     return config
