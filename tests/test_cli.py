@@ -203,6 +203,38 @@ def test_import_json_output_and_a_bad_line(tmp_path: Path, small_store: Path) ->
     assert result.exit_code == 2 and "line 1" in result.stderr and "base64" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b"\xe9t\xe9\n", "not UTF-8"),
+        (b'{"topic":"T","body":"","bornTimestamp":1e30}\n', "bornTimestamp 1e+30 is out of range"),
+        (b'{"topic":"T","body":"","reconsumeTimes":99999999999}\n', "reconsumeTimes 99999999999 is out of range"),
+        (b'{"topic":"T","body":"","flag":Infinity}\n', "flag must be an integer"),
+        (b'{"topic":"T","body":"","queueId":-1}\n', "queueId -1 is out of range"),
+        (b'{"topic":"T","body":"","storeHost":"::1"}\n', "not a host address"),
+    ],
+)
+def test_import_of_a_bad_line_names_it_and_says_what_was_stored(
+    tmp_path: Path, small_store: Path, line: bytes, reason: str
+) -> None:
+    good = run("export", small_store, *TINY_SETS).stdout.splitlines()[:3]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(line)
+    result = run("import", tmp_path / "a", *TINY_SETS, "-i", path)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: line 1: {reason}") and "nothing stored" in result.stderr
+    path.write_bytes("\n".join(good).encode() + b"\n" + line)
+    result = run("import", tmp_path / "b", *TINY_SETS, "-i", path)
+    assert result.exit_code == 2 and f"line 4: {reason}" in result.stderr
+    assert "3 message(s) before it stored" in result.stderr
+    with MessageStore.open(tmp_path / "b", StoreConfig(**TINY), read_only=True) as store:
+        assert store.get_max_offset_in_queue("TopicA", 0) + store.get_max_offset_in_queue("TopicA", 1) == 3
+
+
+def test_import_help_says_what_a_bad_line_leaves() -> None:
+    assert "stay stored" in " ".join(run("import", "--help").stdout.split())
+
+
 # -- options and errors ------------------------------------------------------------------------------------
 def test_unknown_set_key_is_named(small_store: Path) -> None:
     result = run("inspect", small_store, "--set", "mappedFileSizeCommitLogg=65536")

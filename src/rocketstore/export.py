@@ -89,24 +89,68 @@ def export_jsonl(store: MessageStore, out: IO[str], progress: Any = None) -> int
     return count
 
 
-def import_jsonl(store: MessageStore, lines: Iterable[str], progress: Any = None) -> int:
-    """Put messages given as export JSON lines, in order; returns the number stored."""
-    count = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+# Export fields stored in fixed-width record fields: (name, lowest, highest); JSON allows any number.
+_INT_FIELDS = (
+    ("queueId", 0, 2**31 - 1),
+    ("flag", -(2**31), 2**31 - 1),
+    ("sysFlag", -(2**31), 2**31 - 1),
+    ("bornTimestamp", -(2**63), 2**63 - 1),
+    ("reconsumeTimes", -(2**31), 2**31 - 1),
+    ("preparedTransactionOffset", -(2**63), 2**63 - 1),
+)
+
+
+class ImportLineError(InvalidMessageError):
+    """A line ``import_jsonl`` cannot store; the ``imported`` messages of the lines before it are stored."""
+
+    def __init__(self, line: int, reason: str, imported: int) -> None:
+        done = f"{imported} message(s) before it stored" if imported else "nothing stored"
+        super().__init__(f"line {line}: {reason} (import stopped; {done})")
+        self.line = line
+        self.imported = imported
+
+
+def _check_int_fields(obj: dict[str, Any]) -> None:
+    """InvalidMessageError unless every integer field is an integer that fits its record field."""
+    for name, low, high in _INT_FIELDS:
+        value = obj.get(name)
+        if value is None:
             continue
         try:
-            obj = json.loads(line)
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            number = int(value)
+        except (ValueError, TypeError, OverflowError):
+            raise InvalidMessageError(f"{name} must be an integer, not {value!r}") from None
+        if not low <= number <= high:
+            raise InvalidMessageError(f"{name} {value!r} is out of range ({low} .. {high})")
+
+
+def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: Any = None) -> int:
+    """Put messages given as export JSON lines (text, or UTF-8 bytes), in order; returns the number
+    stored. Stops at the first line that cannot be stored with ImportLineError: the lines before
+    it stay stored."""
+    count = 0
+    for number, line in enumerate(lines, 1):
+        size = len(line)
+        try:
+            text = line.decode("utf-8") if isinstance(line, bytes) else line
+            if not text.strip():
+                continue
+            obj = json.loads(text)
             if not isinstance(obj, dict):
                 raise InvalidMessageError("each line is a JSON object")
+            _check_int_fields(obj)
             message = message_from_json(obj)
             queue_id = int(obj.get("queueId") or 0)
-        except (ValueError, TypeError) as exc:
-            raise InvalidMessageError(f"line {number}: {exc}") from None
-        result = store.put_as_is(message, queue_id)
+            result = store.put_as_is(message, queue_id)
+        except UnicodeDecodeError as exc:
+            raise ImportLineError(number, f"not UTF-8 ({exc})", count) from None
+        except (ValueError, TypeError) as exc:  # InvalidMessageError and InvalidTopicError too
+            raise ImportLineError(number, str(exc), count) from None
         if not result.ok:
-            raise InvalidMessageError(f"line {number}: {result.status.value} {result.detail}")
+            raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
         count += 1
         if progress is not None:
-            progress(len(line))
+            progress(size)
     return count

@@ -90,15 +90,19 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     help="JSON lines as export writes them ('-' for stdin).",
 )
 def import_(opts: Common, input_path: str) -> None:
-    """Store the messages of a JSON-lines file, in file order.
+    """Store the messages of a JSON-lines file (UTF-8), in file order.
 
     Fields the store assigns (offsets, sizes, storeTimestamp, msgId, ...) are ignored; topic,
     queueId, flag, properties, body, born/store hosts, bornTimestamp, reconsumeTimes,
     preparedTransactionOffset and the compression and transaction sysFlag bits are kept.
+
+    Each line is stored as it is read: at the first line that cannot be stored the import stops
+    with exit status 2, and the messages of the lines before it stay stored (the error names the
+    line and says how many; `tail -n +LINE FILE` gives the rest to import once it is fixed).
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
     with (
-        click.open_file(input_path, "r", encoding="utf-8") as lines,
+        click.open_file(input_path, "rb") as lines,
         MessageStore.open(opts.store, opts.config) as store,
         progress_bar("import", total, unit_bytes=True) as advance,
     ):
