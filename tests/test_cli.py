@@ -306,6 +306,89 @@ def test_missing_store_and_locked_store(tmp_path: Path, small_store: Path) -> No
         assert "lock" in result.stderr.lower() and "Traceback" not in result.stderr
 
 
+def test_produce_and_import_refuse_the_parent_of_a_store(tmp_path: Path, small_store: Path) -> None:
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(run("export", small_store, *TINY_SETS).stdout.splitlines()[0] + "\n", encoding="utf-8")
+    before = sorted(os.listdir(small_store.parent))
+    for args in (("produce", "--topic", "T", "--body", "x"), ("import", "-i", lines)):
+        result = run(args[0], small_store.parent, *TINY_SETS, *args[1:])
+        assert result.exit_code == 2, result.stdout
+        assert f"did you mean {small_store}?" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(os.listdir(small_store.parent)) == before  # no store created beside it
+
+
+def test_export_refuses_an_output_inside_the_store(tmp_path: Path, small_store: Path) -> None:
+    segment = sorted((small_store / "commitlog").iterdir())[0]
+    before = hashes(small_store)
+    (tmp_path / "link").symlink_to(small_store)
+    for target in (small_store / "new.jsonl", tmp_path / "link" / "commitlog" / segment.name, segment):
+        result = run("export", small_store, *TINY_SETS, "-o", target)
+        assert result.exit_code == 2 and "inside the store" in result.stderr, target
+    assert hashes(small_store) == before
+    assert run("export", small_store, *TINY_SETS, "-o", tmp_path / "ok.jsonl").exit_code == 0
+
+
+def test_a_commitlog_that_is_a_file_is_an_error(small_store: Path) -> None:
+    shutil.rmtree(small_store / "commitlog")
+    (small_store / "commitlog").write_bytes(b"not a folder")
+    before = hashes(small_store)
+    for command in ("inspect", "export", "recover", "clean"):
+        result = run(command, small_store, *TINY_SETS)
+        assert result.exit_code == 2, (command, result.stdout)
+        assert "the commit log is not a folder" in result.stderr and "Traceback" not in result.stderr
+    assert hashes(small_store) == before
+
+
+@pytest.mark.parametrize("how", ["missing", "zeroed"])
+def test_recover_refuses_a_lost_commit_log_without_force(small_store: Path, how: str) -> None:
+    if how == "missing":
+        shutil.rmtree(small_store / "commitlog")
+    else:
+        for segment in (small_store / "commitlog").iterdir():
+            segment.write_bytes(bytes(segment.stat().st_size))
+    before = hashes(small_store)
+    result = run("recover", small_store, *TINY_SETS)
+    assert result.exit_code == 2 and "--force" in result.stderr and "consume queues" in result.stderr
+    for args in (("produce", "--topic", "T", "--body", "x"), ("clean",)):
+        result = run(args[0], small_store, *TINY_SETS, *args[1:])
+        assert result.exit_code == 2 and "recover --force" in result.stderr
+    assert hashes(small_store) == before
+    result = run("export", small_store, *TINY_SETS)  # reading says so
+    assert result.exit_code == 0 and "WARNING" in result.stderr
+    assert ("missing" if how == "missing" else "empty") in result.stderr
+    result = run("recover", small_store, *TINY_SETS, "--force", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)["messages"] == 0
+
+
+def test_a_commit_log_outside_the_store_is_warned_about_and_refused_for_writing(
+    tmp_path: Path, small_store: Path
+) -> None:
+    live = small_store
+    copy = copy_store(live, tmp_path / "copy")
+    before = hashes(live)
+    conf = tmp_path / "live.conf"
+    conf.write_text(f"storePathCommitLog={live / 'commitlog'}\n", encoding="utf-8")
+    result = run("inspect", copy, *TINY_SETS, "--config", conf, "--json")
+    assert result.exit_code == 0 and "WARNING: the commit log is" in result.stderr and str(live) in result.stderr
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(run("export", live, *TINY_SETS).stdout.splitlines()[0] + "\n", encoding="utf-8")
+    for args in (
+        ("clean", "--set", "fileReservedTime=0"),
+        ("recover",),
+        ("import", "-i", lines),
+        ("produce", "--topic", "T", "--body", "x"),
+        ("consume", "--topic", "TopicA", "--group", "g", "--commit"),
+    ):
+        result = run(args[0], copy, *TINY_SETS, "--config", conf, *args[1:])
+        assert result.exit_code == 2, (args, result.stdout)
+        assert "outside" in result.stderr and "--external-commit-log" in result.stderr
+    assert hashes(live) == before
+    result = run("produce", copy, *TINY_SETS, "--config", conf, "--external-commit-log", "--topic", "T", "--body", "x")
+    assert result.exit_code == 0 and "WARNING" in result.stderr
+    assert "--external-commit-log" in run("clean", "--help").stdout
+
+
 def test_every_command_has_the_common_options() -> None:
     for name in ("inspect", "export", "import", "query", "verify", "recover", "produce", "consume"):
         result = run(name, "--help")

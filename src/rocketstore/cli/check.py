@@ -6,8 +6,17 @@ import os
 
 import click
 
-from rocketstore.cli.common import Common, kv_table, out_console, print_json, progress_bar, say, store_options
-from rocketstore.store import MessageStore
+from rocketstore.cli.common import (
+    Common,
+    check_commit_log,
+    kv_table,
+    open_store,
+    out_console,
+    print_json,
+    progress_bar,
+    say,
+    store_options,
+)
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
 
 EXIT_PROBLEMS = 1
@@ -44,6 +53,7 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
     the commit log, and that every record is in its queue and found by its keys. Nothing on disk
     changes. Exit status 1 when anything is wrong; damage that recovery repairs after a crash
     (abort file present) is a note, not a problem."""
+    check_commit_log(opts, writes=False)
     with progress_bar("verify", _log_bytes(opts), unit_bytes=True) as advance:
         report = verify_store(opts.store, opts.config, max_problems=max_problems, progress=advance)
     if opts.as_json:
@@ -55,12 +65,22 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
 
 
 @click.command()
-@store_options()
-def recover(opts: Common) -> None:
+@store_options(writes=True)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Recover even when the commit log is missing or empty while consume queues hold units "
+    "(recovery then deletes every queue and index entry).",
+)
+def recover(opts: Common, force: bool) -> None:
     """Recover a store in place (as opening it for writing does: the commit log is cut at the first
-    bad record, queues and index are completed or truncated), then shut it down cleanly."""
+    bad record, queues and index are completed or truncated), then shut it down cleanly.
+
+    Refused without --force when the commit log is missing or empty but consume queues hold units,
+    and without --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
     had_abort = os.path.exists(os.path.join(opts.store, "abort"))
-    store = MessageStore.open(opts.store, opts.config, create=False)
+    advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
+    store = open_store(opts, create=False, allow_lost_log=force, lost_log_advice=advice)
     try:
         report = store.recovery
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}

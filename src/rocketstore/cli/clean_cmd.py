@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import click
 
-from rocketstore.cli.common import Common, kv_table, out_console, print_json, store_options
-from rocketstore.store import MessageStore
+from rocketstore.cli.common import Common, kv_table, open_store, out_console, print_json, store_options
 
 
 @click.command()
-@store_options()
+@store_options(writes=True)
 @click.option("--delete-topic", "delete_topics", multiple=True, help="Also remove this topic's queues (repeatable).")
 def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     """Delete the commit-log files older than fileReservedTime hours now, outside deleteWhen
     (RocketMQ's deleteExpiredCommitLog), in batches of deleteFileBatchMax, never the newest file;
     consume-queue and index files below the new minimum offset follow. Past the disk's
-    clean-forcibly ratio young files go too, as in the running store."""
-    with MessageStore.open(opts.store, opts.config, create=False) as store:
+    clean-forcibly ratio young files go too, as in the running store. A commit log outside STORE
+    (storePathCommitLog) is refused without --external-commit-log."""
+    with open_store(opts, create=False) as store:
         before = store.min_phy_offset
         removed = store.delete_topics(delete_topics) if delete_topics else []
         run = store.clean_expired_files()

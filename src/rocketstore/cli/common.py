@@ -23,8 +23,10 @@ from rich.text import Text
 
 from rocketstore.codec.message import StoredMessage
 from rocketstore.config import StoreConfig
-from rocketstore.errors import ConfigError
+from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.export import dumps_row, export_row
+from rocketstore.meta.root import holds_store
+from rocketstore.store import MessageStore
 
 _WIDE = 200  # columns for tables written to a file or a pipe
 
@@ -36,6 +38,16 @@ class Common:
     store: str
     config: StoreConfig
     as_json: bool
+    external_commit_log: bool = False  # --external-commit-log (commands that write)
+
+    @property
+    def root(self) -> str:
+        return os.path.abspath(self.store)
+
+    @property
+    def commit_log_paths(self) -> list[str]:
+        """The commit-log folders of STORE as the config places them (``storePathCommitLog`` may move them)."""
+        return self.config.copy(storePathRootDir=self.root).commit_log_paths
 
 
 def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -> StoreConfig:
@@ -62,10 +74,22 @@ def _parse_settings(_ctx: click.Context, _param: click.Parameter, values: tuple[
     return out
 
 
-def store_options(*, must_exist: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Add STORE, --config, --set and --json to a command; it receives a :class:`Common` first."""
+EXTERNAL_HELP = (
+    "Act on a commit log outside STORE (storePathCommitLog in --config or --set). Without it a command "
+    "that writes refuses one: a broker.conf of a live broker would point it at that broker's commit log."
+)
+
+
+def store_options(
+    *, must_exist: bool = True, writes: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add STORE, --config, --set and --json (and --external-commit-log to a command that ``writes``)
+    to a command; it receives a :class:`Common` first."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        if writes:
+            func = click.option("--external-commit-log", is_flag=True, help=EXTERNAL_HELP)(func)
+
         @click.argument("store", type=click.Path(file_okay=False, exists=must_exist))
         @click.option(
             "--config",
@@ -86,11 +110,115 @@ def store_options(*, must_exist: bool = True) -> Callable[[Callable[..., Any]], 
         def wrapper(
             store: str, config_file: str | None, settings: list[tuple[str, str]], as_json: bool, **kwargs: Any
         ) -> Any:
-            return func(Common(store, build_config(config_file, settings), as_json), **kwargs)
+            external = bool(kwargs.pop("external_commit_log", False))
+            return func(Common(store, build_config(config_file, settings), as_json, external), **kwargs)
 
         return wrapper
 
     return decorate
+
+
+# -- opening the store ---------------------------------------------------------------------------
+def is_inside(path: str, folder: str) -> bool:
+    """True when ``path`` is ``folder`` or lies under it, symlinks resolved."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_commit_log(opts: Common, *, writes: bool) -> None:
+    """Warn on stderr about a commit log outside STORE, and refuse one to a command that ``writes``
+    unless --external-commit-log was given."""
+    outside = [p for p in opts.commit_log_paths if not is_inside(p, opts.root)]
+    if not outside:
+        return
+    where = ", ".join(outside)
+    if writes and not opts.external_commit_log:
+        raise click.UsageError(
+            f"the commit log is {where} (storePathCommitLog), outside {opts.root}: refusing to write to it "
+            "(it may be a live broker's); give --external-commit-log if it is the one to act on"
+        )
+    warn(f"WARNING: the commit log is {where} (storePathCommitLog), outside {opts.root}: this command acts on it")
+
+
+def log_holds_data(paths: list[str]) -> bool:
+    """True when a commit-log folder holds a segment whose first record is not zeros."""
+    for folder in paths:
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            try:
+                with open(os.path.join(folder, name), "rb") as f:
+                    head = f.read(8)
+            except (IsADirectoryError, FileNotFoundError):
+                continue
+            if head.strip(b"\0"):
+                return True
+    return False
+
+
+def queues_hold_data(root: str) -> bool:
+    """True when ``consumequeue/`` under ``root`` holds a non-empty file."""
+    for _folder, _dirs, files in os.walk(os.path.join(root, "consumequeue")):
+        for name in files:
+            if os.path.getsize(os.path.join(_folder, name)) > 0:
+                return True
+    return False
+
+
+def lost_log(opts: Common) -> str | None:
+    """Why opening STORE for writing would drop its queues: consume queues hold units while the
+    commit log they point into is missing or empty; None when it is not so."""
+    paths = opts.commit_log_paths
+    if log_holds_data(paths) or not queues_hold_data(opts.root):
+        return None
+    missing = not any(os.path.isdir(p) for p in paths)
+    return (
+        f"the commit log {', '.join(paths)} is {'missing' if missing else 'empty'} but the consume queues of "
+        f"{opts.root} hold units"
+    )
+
+
+RECOVER_FORCE = "if that is what you want, run 'rocketstore recover --force' first (copy the store before)"
+
+
+def open_store(
+    opts: Common,
+    *,
+    read_only: bool = False,
+    create: bool = True,
+    allow_lost_log: bool = False,
+    lost_log_advice: str = RECOVER_FORCE,
+) -> MessageStore:
+    """``MessageStore.open`` for a command, after the checks an operator expects: a commit log
+    outside STORE (warned about; refused for writing without --external-commit-log), a
+    ``commitlog`` that is not a folder, a commit log gone while the queues remain (recovery would
+    drop every queue: warned about when reading, refused when writing), and, for a command that
+    creates a store, a folder that is not a store but holds one (a broker home given for its store)."""
+    writes = not read_only
+    check_commit_log(opts, writes=writes)
+    for path in opts.commit_log_paths:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise CorruptStoreError("the commit log is not a folder", path)
+    lost = None if allow_lost_log else lost_log(opts)
+    if lost and writes:
+        raise CorruptStoreError(
+            f"{lost}: recovering it (as any open for writing does) would delete every consume queue "
+            f"and index entry; {lost_log_advice}"
+        )
+    if lost:
+        warn(f"WARNING: {lost}: every message is gone")
+    if writes and create and os.path.isdir(opts.root) and not holds_store(opts.root, opts.commit_log_paths):
+        inside = sorted(
+            e.path
+            for e in os.scandir(opts.root)
+            if e.is_dir() and holds_store(e.path, [os.path.join(e.path, "commitlog")])
+        )
+        if inside:
+            raise StoreNotFoundError(
+                f"{opts.root} is not a store but holds {', '.join(inside)}: did you mean {inside[0]}? "
+                "(refusing to create a new store beside it)"
+            )
+    return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create)
 
 
 # -- output --------------------------------------------------------------------------------------

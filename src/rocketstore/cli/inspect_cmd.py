@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import Common, cell, kv_table, out_console, print_json, store_options
+from rocketstore.cli.common import Common, cell, kv_table, open_store, out_console, print_json, store_options
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.store import MessageStore
 
@@ -144,7 +144,7 @@ def _render(info: dict[str, Any]) -> None:
 def inspect(opts: Common) -> None:
     """Show a store: commit-log files and offsets, queues, checkpoint, last exit, dispatch lag,
     index files and config files. Read-only: a store that needs recovery is recovered in memory."""
-    store = MessageStore.open(opts.store, opts.config, read_only=True)
+    store = open_store(opts, read_only=True)
     try:
         info = inspect_store(store)
     finally:

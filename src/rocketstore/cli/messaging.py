@@ -7,7 +7,17 @@ import json
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import Common, cell, out_console, print_messages, progress_bar, say, store_options, warn
+from rocketstore.cli.common import (
+    Common,
+    cell,
+    open_store,
+    out_console,
+    print_messages,
+    progress_bar,
+    say,
+    store_options,
+    warn,
+)
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.results import GetMessageStatus, PutResult
 from rocketstore.store import MessageStore
@@ -46,7 +56,7 @@ def _result_row(result: PutResult, queue_id: int) -> dict[str, object]:
 
 
 @click.command()
-@store_options(must_exist=False)
+@store_options(must_exist=False, writes=True)
 @click.option("--topic", required=True, help="The topic.")
 @click.option("--tags", help="The message's tags (TAGS).")
 @click.option("--keys", "keys", multiple=True, help="A key (KEYS; repeatable, or several separated by spaces).")
@@ -79,7 +89,8 @@ def produce(
     body: str | None,
     body_file: click.utils.LazyFile | None,
 ) -> None:
-    """Store messages (the store is created if it does not exist).
+    """Store messages (the store is created if it does not exist; a folder that is not a store but
+    holds one is refused, and so is a commit log outside STORE without --external-commit-log).
 
     A delayed message waits in SCHEDULE_TOPIC_XXXX; it is delivered to its topic while a store
     process has the store open (delivery resumes where it stopped, from delayOffset.json).
@@ -91,7 +102,7 @@ def produce(
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
     rows = []
-    with MessageStore.open(opts.store, opts.config) as store, progress_bar("produce", count) as advance:
+    with open_store(opts) as store, progress_bar("produce", count) as advance:
         for _ in range(count):
             message = Message(topic, data, tags=tags, keys=key_list or None, properties=dict(properties) or None)
             result = store.put(message, queue_id).raise_for_status()
@@ -132,7 +143,7 @@ def pull_queue(
 
 
 @click.command()
-@store_options()
+@store_options(writes=True)
 @click.option("--topic", required=True, help="The topic.")
 @click.option("--group", required=True, help="The consumer group.")
 @click.option(
@@ -167,7 +178,7 @@ def consume(
     """
     if from_offset is not None and from_committed:
         raise click.UsageError("give at most one of --from-offset and --from-committed")
-    store = MessageStore.open(opts.store, opts.config, read_only=not commit, create=False)
+    store = open_store(opts, read_only=not commit, create=False)
     try:
         queue_ids = [queue_id] if queue_id is not None else store.queue_ids().get(topic, [])
         messages: list[StoredMessage] = []

@@ -6,7 +6,7 @@ import re
 
 import click
 
-from rocketstore.cli.common import Common, print_messages, store_options, warn
+from rocketstore.cli.common import Common, open_store, print_messages, store_options, warn
 from rocketstore.codec.ids import decode_offset_msg_id
 from rocketstore.codec.message import StoredMessage
 from rocketstore.store import MessageStore
@@ -65,7 +65,7 @@ def query(
         raise click.UsageError("give exactly one of --key, --msg-id and --offset")
     if key is not None and not topic:
         raise click.UsageError("--key needs --topic")
-    store = MessageStore.open(opts.store, opts.config, read_only=True)
+    store = open_store(opts, read_only=True)
     try:
         messages: list[StoredMessage] = []
         if key is not None:

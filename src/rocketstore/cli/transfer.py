@@ -11,7 +11,7 @@ from typing import IO
 
 import click
 
-from rocketstore.cli.common import Common, print_json, progress_bar, say, store_options, warn
+from rocketstore.cli.common import Common, is_inside, open_store, print_json, progress_bar, say, store_options, warn
 from rocketstore.export import dumps_row, export_jsonl, export_row, import_jsonl, iter_queued
 from rocketstore.store import MessageStore
 
@@ -63,9 +63,16 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     and queueOffset (the fields of rocketmq-vectors' expected.jsonl, cqTagsCode and cqSize included).
 
     The store is opened read-only: nothing on disk changes, and a store that needs recovery is
-    recovered in memory. The output is JSON lines with or without --json.
+    recovered in memory. The output is JSON lines with or without --json; --output may not be
+    inside the store.
     """
-    store = MessageStore.open(opts.store, opts.config, read_only=True)
+    if output not in (None, "-"):
+        for folder in (opts.root, *opts.commit_log_paths):
+            if is_inside(output, folder):
+                raise click.UsageError(
+                    f"--output {output} is inside the store ({folder}): it would overwrite its files"
+                )
+    store = open_store(opts, read_only=True)
     try:
         total = max(0, store.max_phy_offset - max(store.min_phy_offset, 0))
         with _output(output) as out, progress_bar("export", total, unit_bytes=True) as advance:
@@ -80,7 +87,7 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
 
 
 @click.command("import")
-@store_options(must_exist=False)
+@store_options(must_exist=False, writes=True)
 @click.option(
     "--input",
     "-i",
@@ -99,11 +106,14 @@ def import_(opts: Common, input_path: str) -> None:
     Each line is stored as it is read: at the first line that cannot be stored the import stops
     with exit status 2, and the messages of the lines before it stay stored (the error names the
     line and says how many; `tail -n +LINE FILE` gives the rest to import once it is fixed).
+
+    STORE is created if it does not exist; a folder that is not a store but holds one is refused,
+    and so is a commit log outside STORE (storePathCommitLog) without --external-commit-log.
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
     with (
         click.open_file(input_path, "rb") as lines,
-        MessageStore.open(opts.store, opts.config) as store,
+        open_store(opts) as store,
         progress_bar("import", total, unit_bytes=True) as advance,
     ):
         count = import_jsonl(store, lines, advance)
