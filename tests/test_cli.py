@@ -160,6 +160,37 @@ def test_export_through_the_console_script_in_a_subprocess() -> None:
     assert "configured size is 1073741824" in done.stderr and "Traceback" not in done.stderr
 
 
+def run_on_terminal(*args: object) -> bytes:
+    """The CLI in a subprocess whose stdout and stderr are one pseudo-terminal; all it wrote there."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TERM": "xterm", "COLUMNS": "100"}
+    command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    try:
+        while data := os.read(master, 65536):
+            chunks.append(data)
+    except OSError:  # EIO: the child closed the terminal
+        pass
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=120) == 0, b"".join(chunks)
+    return b"".join(chunks)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_export_progress_bar_is_never_beside_data_and_counts_the_topic(tmp_path: Path, small_store: Path) -> None:
+    assert run("produce", small_store, *TINY_SETS, "--topic", "TopicB", "--count", 3, "--body", "b").exit_code == 0
+    shown = run_on_terminal("export", small_store, *TINY_SETS)
+    assert b"\x1b[" not in shown  # JSON lines only: no bar drawn between them
+    assert len(jsonl(shown.decode())) == 23
+    shown = run_on_terminal("export", small_store, *TINY_SETS, "--topic", "TopicB", "-o", tmp_path / "b.jsonl")
+    assert b" 3/3 " in shown  # the bar counts TopicB's messages, not the whole log
+
+
 # -- import --------------------------------------------------------------------------------------------
 KEPT = ("topic", "queueId", "flag", "properties", "body", "bornTimestamp", "bornHost", "storeHost", "reconsumeTimes")
 

@@ -263,9 +263,11 @@ def print_json(obj: Any) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: int | None, *, unit_bytes: bool = False) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr; yields ``advance(n)``. Without a terminal it shows nothing."""
-    if not interactive():
+def progress_bar(
+    description: str, total: int | None, *, unit_bytes: bool = False, enabled: bool = True
+) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr; yields ``advance(n)``. Without a terminal (or ``enabled``) it shows nothing."""
+    if not enabled or not interactive():
         yield _ignore
         return
     columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]

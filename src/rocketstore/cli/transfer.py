@@ -12,14 +12,15 @@ from typing import IO
 import click
 
 from rocketstore.cli.common import Common, is_inside, open_store, print_json, progress_bar, say, store_options, warn
-from rocketstore.export import dumps_row, export_jsonl, export_row, import_jsonl, iter_queued
+from rocketstore.export import dumps_row, export_row, import_jsonl, iter_queued
 from rocketstore.store import MessageStore
 
 
 def export_topics(
-    store: MessageStore, out: IO[str], topics: list[str], advance: Callable[[int], None] | None = None
+    store: MessageStore, out: IO[str], topics: list[str] | None, advance: Callable[[int], None] | None = None
 ) -> int:
-    """``export_jsonl`` restricted to ``topics`` (same lines, same order)."""
+    """``export_jsonl`` restricted to ``topics`` (same lines, same order; all topics for None);
+    ``advance(1)`` after each message."""
     count = 0
     for msg, _queue_offset, tags, size in iter_queued(store, topics):
         if msg is None:
@@ -28,8 +29,17 @@ def export_topics(
         out.write("\n")
         count += 1
         if advance is not None:
-            advance(msg.store_size)
+            advance(1)
     return count
+
+
+def queued_count(store: MessageStore, topics: list[str] | None) -> int:
+    """How many units the consume queues of ``topics`` (all for None) hold: what export reads."""
+    return sum(
+        max(0, cq.max_offset_in_queue() - cq.min_offset_in_queue())
+        for (topic, _queue_id), cq in store.queues.table.items()
+        if topics is None or topic in topics
+    )
 
 
 @contextlib.contextmanager
@@ -64,7 +74,7 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
 
     The store is opened read-only: nothing on disk changes, and a store that needs recovery is
     recovered in memory. The output is JSON lines with or without --json; --output may not be
-    inside the store.
+    inside the store. A progress bar (messages) is shown on a terminal only with --output.
     """
     if output not in (None, "-"):
         for folder in (opts.root, *opts.commit_log_paths):
@@ -74,12 +84,11 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
                 )
     store = open_store(opts, read_only=True)
     try:
-        total = max(0, store.max_phy_offset - max(store.min_phy_offset, 0))
-        with _output(output) as out, progress_bar("export", total, unit_bytes=True) as advance:
-            if topics:
-                count = export_topics(store, out, list(topics), advance)
-            else:
-                count = export_jsonl(store, out, advance)
+        selected = list(topics) or None
+        total = queued_count(store, selected)
+        to_file = output not in (None, "-")  # no bar beside data on the terminal
+        with _output(output) as out, progress_bar("export", total, enabled=to_file) as advance:
+            count = export_topics(store, out, selected, advance)
     finally:
         store.shutdown()
     if output not in (None, "-"):
