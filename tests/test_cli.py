@@ -586,6 +586,26 @@ def test_query_not_found_and_bad_arguments(small_store: Path) -> None:
     assert result.exit_code == 2 and "exactly one" in result.stderr
 
 
+def test_output_on_an_ascii_stdout(tmp_path: Path) -> None:
+    root = tmp_path / "caf\u00e9"  # a non-ASCII path in the JSON too
+    body = "r\u00e9sum\u00e9 " * 10  # a preview cut with an ellipsis
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", body).exit_code == 0
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONIOENCODING": "ascii"}
+
+    def cli_ascii(*args: object) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
+        return subprocess.run(command, capture_output=True, env=env, timeout=120)
+
+    done = cli_ascii("query", root, *TINY_SETS, "--offset", 0)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+    assert b"r?sum?" in done.stdout  # replaced, not a crash
+    done = cli_ascii("query", root, *TINY_SETS, "--offset", 0, "--json")
+    assert base64.b64decode(json.loads(done.stdout.decode("utf-8"))["body"]).decode() == body
+    done = cli_ascii("inspect", root, *TINY_SETS, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.decode("utf-8"))["store"] == str(root)  # UTF-8, kept
+
+
 # -- produce and consume -----------------------------------------------------------------------------
 def test_produce_then_consume_with_commit(tmp_path: Path) -> None:
     root = tmp_path / "pc"

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import click
 from rich.console import Console
@@ -255,11 +256,30 @@ def warn(text: str) -> None:
     click.echo(text, err=True)
 
 
+@contextlib.contextmanager
+def utf8_stdout() -> Iterator[IO[str]]:
+    """stdout, written as UTF-8 whatever its encoding says (JSON output is UTF-8)."""
+    stream = sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+    if encoding == "utf8" or not hasattr(stream, "buffer"):
+        yield stream
+        stream.flush()
+        return
+    stream.flush()
+    wrapper = io.TextIOWrapper(stream.buffer, encoding="utf-8", newline="\n")
+    try:
+        yield wrapper
+        wrapper.flush()
+    finally:
+        wrapper.detach()
+
+
 def print_json(obj: Any) -> None:
-    """One JSON document on stdout (non-ASCII kept)."""
+    """One JSON document on stdout, in UTF-8 (non-ASCII kept)."""
     import json
 
-    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
+    with utf8_stdout() as out:
+        out.write(json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
 @contextlib.contextmanager
@@ -344,8 +364,9 @@ def message_table(messages: Iterable[StoredMessage], title: str | None = None) -
 def print_messages(messages: list[StoredMessage], as_json: bool, title: str | None = None) -> None:
     """Messages as export JSON lines (``--json``) or as a table."""
     if as_json:
-        for msg in messages:
-            click.echo(dumps_row(export_row(msg)))
+        with utf8_stdout() as out:
+            for msg in messages:
+                out.write(dumps_row(export_row(msg)) + "\n")
     else:
         out_console().print(message_table(messages, title))
 

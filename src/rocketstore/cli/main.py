@@ -63,7 +63,11 @@ for _command in (
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The console-script entry point."""
+    """The console-script entry point. Text that stdout's encoding cannot hold (a table on an ASCII
+    terminal) is written with replacement characters; JSON output is UTF-8 whatever the encoding."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="replace")
     cli.main(args=argv, prog_name="rocketstore")
 
 

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import sys
 from collections.abc import Callable, Iterator
 from typing import IO
 
 import click
 
-from rocketstore.cli.common import Common, is_inside, open_store, print_json, progress_bar, say, store_options, warn
+from rocketstore.cli.common import (
+    Common,
+    is_inside,
+    open_store,
+    print_json,
+    progress_bar,
+    say,
+    store_options,
+    utf8_stdout,
+    warn,
+)
 from rocketstore.export import dumps_row, export_row, import_jsonl, iter_queued
 from rocketstore.store import MessageStore
 
@@ -49,19 +57,8 @@ def _output(path: str | None) -> Iterator[IO[str]]:
         with open(path, "w", encoding="utf-8", newline="\n") as f:
             yield f
         return
-    stream = sys.stdout
-    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-    if encoding == "utf8" or not hasattr(stream, "buffer"):
-        yield stream
-        stream.flush()
-        return
-    stream.flush()
-    wrapper = io.TextIOWrapper(stream.buffer, encoding="utf-8", newline="\n")
-    try:
-        yield wrapper
-        wrapper.flush()
-    finally:
-        wrapper.detach()
+    with utf8_stdout() as out:
+        yield out
 
 
 @click.command()
