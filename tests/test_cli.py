@@ -451,7 +451,7 @@ def test_inspect_json_of_the_crashed_store(tmp_path: Path) -> None:
         "masterFlushedOffset": 0,
         "confirmPhyOffset": 0,
     }
-    assert info["recovery"]["abnormal"] is True and info["recovery"]["process_offset"] == 897285
+    assert info["recovery"]["abnormal"] is True and info["recovery"]["processOffset"] == 897285
     assert info["dispatchLag"] == {"bytes": 0, "recordsDispatched": 1000}
     assert [f["indexCount"] for f in info["indexFiles"]] == [2243]  # rebuilt in memory (2242 keys)
     assert [f["name"] for f in info["configFiles"]] == ["delayOffset.json"]
@@ -480,6 +480,19 @@ def test_inspect_shows_dispatch_lag(tmp_path: Path, small_store: Path) -> None:
     info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
     assert info["dispatchLag"]["bytes"] > 0 and info["dispatchLag"]["recordsDispatched"] >= 3
     assert info["messages"] == 20  # recovered in memory
+
+
+def test_json_keys_are_camel_case_and_disk_ratios_are_keyed_by_path(small_store: Path) -> None:
+    (small_store / "abort").touch()
+    info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
+    recovered = json.loads(run("recover", small_store, *TINY_SETS, "--json").stdout)
+    cleaned = json.loads(run("clean", small_store, *TINY_SETS, "--json").stdout)
+    for recovery in (info["recovery"], recovered["recovery"]):
+        assert "consumeQueueEnd" in recovery and "queueEndsKept" in recovery and "droppedFiles" in recovery
+        assert not [key for key in recovery if "_" in key]
+    for disk in (info["disk"], cleaned["disk"]):
+        assert set(disk["ratios"]) == {str(small_store / "commitlog"), str(small_store / "consumequeue")}
+    assert "queueEndsKept" not in run("inspect", small_store, *TINY_SETS).stdout
 
 
 # -- query -----------------------------------------------------------------------------------------------
@@ -712,7 +725,7 @@ def test_recover_the_crashed_store_in_place_then_verify(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     info = json.loads(result.stdout)
     assert info["abortFileBefore"] is True and info["abortFileAfter"] is False
-    assert info["recovery"]["abnormal"] is True and info["recovery"]["dropped_files"] == ["00000000000000917504"]
+    assert info["recovery"]["abnormal"] is True and info["recovery"]["droppedFiles"] == ["00000000000000917504"]
     assert info["maxOffset"] == 897285
     assert not (root / "abort").exists()
     assert not (root / "commitlog" / "00000000000000917504").exists()

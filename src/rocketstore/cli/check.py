@@ -14,6 +14,7 @@ from rocketstore.cli.common import (
     out_console,
     print_json,
     progress_bar,
+    recovery_info,
     say,
     store_options,
 )
@@ -82,7 +83,7 @@ def recover(opts: Common, force: bool) -> None:
     advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
     store = open_store(opts, create=False, allow_lost_log=force, lost_log_advice=advice)
     try:
-        report = store.recovery
+        report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
     finally:
         store.shutdown()
@@ -91,7 +92,7 @@ def recover(opts: Common, force: bool) -> None:
         "abortFileBefore": had_abort,
         "abortFileAfter": os.path.exists(os.path.join(store.root, "abort")),
         **offsets,
-        "recovery": report.to_dict() if report is not None else None,
+        "recovery": report,
     }
     if opts.as_json:
         print_json(info)
@@ -101,6 +102,6 @@ def recover(opts: Common, force: bool) -> None:
         ("abort file after", info["abortFileAfter"]),
         ("commit log min offset", info["minOffset"]),
         ("commit log max offset", info["maxOffset"]),
-        *((k, v) for k, v in (info["recovery"] or {}).items() if k != "queue_ends_kept"),
+        *((k, v) for k, v in (report or {}).items() if k != "queueEndsKept"),
     ]
     out_console().print(kv_table(f"recovered {store.root}", rows))

@@ -9,7 +9,17 @@ from typing import Any
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import Common, cell, kv_table, open_store, out_console, print_json, store_options
+from rocketstore.cli.common import (
+    Common,
+    cell,
+    disk_info,
+    kv_table,
+    open_store,
+    out_console,
+    print_json,
+    recovery_info,
+    store_options,
+)
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.store import MessageStore
 
@@ -69,11 +79,11 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "messages": sum(q["messages"] for q in queues),
         "checkpoint": _checkpoint_on_disk(store),
         "checkpointAfterRecovery": store.checkpoint.in_memory_dict(),
-        "recovery": recovery.to_dict() if recovery is not None else None,
+        "recovery": recovery_info(store),
         "dispatchLag": {"bytes": lag, "recordsDispatched": recovery.records_dispatched if recovery else 0},
         "indexFiles": index_files,
         "configFiles": config_files,
-        "disk": store.disk_report(),
+        "disk": disk_info(store),
         "schedule": store.schedule_report(),
     }
 
@@ -113,7 +123,7 @@ def _render(info: dict[str, Any]) -> None:
     console.print(table)
     console.print(kv_table("checkpoint", info["checkpoint"].items()))
     if info["recovery"] is not None:
-        rows = [(k, v) for k, v in info["recovery"].items() if k != "queue_ends_kept"]
+        rows = [(k, v) for k, v in info["recovery"].items() if k != "queueEndsKept"]
         console.print(kv_table("recovery (in memory)", rows))
     _render_disk(console, info["disk"])
     if info["schedule"]:
