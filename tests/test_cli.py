@@ -495,6 +495,13 @@ def test_json_keys_are_camel_case_and_disk_ratios_are_keyed_by_path(small_store:
     assert "queueEndsKept" not in run("inspect", small_store, *TINY_SETS).stdout
 
 
+def test_inspect_says_why_no_segment_is_due_for_deletion(tmp_path: Path, small_store: Path) -> None:
+    assert "a single segment: the newest is never deleted" in run("inspect", small_store, *TINY_SETS).stdout
+    (tmp_path / "bare" / "commitlog").mkdir(parents=True)
+    result = run("inspect", tmp_path / "bare", *TINY_SETS)
+    assert result.exit_code == 0 and "- (no segment)" in result.stdout and "single" not in result.stdout
+
+
 # -- query -----------------------------------------------------------------------------------------------
 @needs_vectors
 def test_query_by_key_msg_id_and_offset(clean_rows: list[dict]) -> None:
@@ -714,6 +721,7 @@ def test_verify_of_a_wrong_size_segment_is_exit_1_not_a_traceback(small_store: P
     assert result.exit_code == 1
     assert f"commitlog/{path.name}" in result.stdout and "1000 bytes" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+    assert "not scanned (the store could not be loaded)" in result.stdout and "()" not in result.stdout
 
 
 @needs_vectors

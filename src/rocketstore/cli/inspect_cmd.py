@@ -125,7 +125,7 @@ def _render(info: dict[str, Any]) -> None:
     if info["recovery"] is not None:
         rows = [(k, v) for k, v in info["recovery"].items() if k != "queueEndsKept"]
         console.print(kv_table("recovery (in memory)", rows))
-    _render_disk(console, info["disk"])
+    _render_disk(console, info["disk"], len(log["files"]))
     if info["schedule"]:
         table = Table(title="delayed messages (SCHEDULE_TOPIC_XXXX)", title_justify="left")
         for name in ("level", "delay", "offset", "maxOffset", "lag", "next due"):
@@ -171,18 +171,22 @@ def _when(ms: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
-def _render_disk(console: Any, disk: dict[str, Any]) -> None:
+def _render_disk(console: Any, disk: dict[str, Any], segments: int) -> None:
     rows: list[tuple[str, Any]] = [
         (f"used: {folder}", f"{ratio * 100:.0f} %" if ratio >= 0 else "unknown")
         for folder, ratio in disk["ratios"].items()
     ]
     nxt = disk["nextDeletion"]
+    if nxt["file"]:
+        deletion = f"{nxt['file']} at {_when(nxt['deletesAt'])}"
+    else:
+        deletion = "- (no segment)" if not segments else "- (a single segment: the newest is never deleted)"
     marks = ("diskMaxUsedSpaceRatio", "cleanForciblyRatio", "warningRatio")
     rows += [
         ("watermarks (delete / forcibly / refuse puts)", " / ".join(f"{disk[k] * 100:.0f} %" for k in marks)),
         ("disk full (puts refused)", disk["diskFull"]),
         ("running flags", ", ".join(disk["runningFlags"]) or "-"),
         ("retention", f"{disk['fileReservedTimeHours']} h, deleted at hour(s) {disk['deleteWhen']}"),
-        ("next deletion", f"{nxt['file']} at {_when(nxt['deletesAt'])}" if nxt["file"] else "- (a single segment)"),
+        ("next deletion", deletion),
     ]
     console.print(kv_table("disk", rows))

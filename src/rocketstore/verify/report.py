@@ -68,7 +68,7 @@ class VerifyReport:
             ("last exit", "abnormal (abort file present)" if self.abort_file else "normal (no abort file)"),
             ("commit-log files", self.commit_log_files),
             ("records", self.records),
-            ("log", f"{self.log_min_offset} .. {self.log_end} ({self.log_end_reason})"),
+            ("log", self._log_range()),
             ("consume queues", self.queues),
             ("units", self.units),
             ("index files", self.index_files),
@@ -77,6 +77,13 @@ class VerifyReport:
             ("notes", self.note_count),
             ("problems", self.problem_count),
         ]
+
+    def _log_range(self) -> str:
+        """``min .. end (why it ends)``, or why the commit log was not scanned."""
+        if self.log_min_offset < 0:
+            return "not scanned (the store could not be loaded)"
+        reason = f" ({self.log_end_reason})" if self.log_end_reason else ""
+        return f"{self.log_min_offset} .. {self.log_end}{reason}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
