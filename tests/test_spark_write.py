@@ -14,6 +14,7 @@ from rocketstore.verify import verify_store
 from spark_conftest import (
     SMALL_OPTIONS,
     export_rows,
+    log_rows,
     make_store,
     small_config,
     spark,  # noqa: F401 - the session fixture
@@ -104,6 +105,62 @@ def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # n
     with pytest.raises(Exception, match="topic"):
         bad.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
     assert hash_tree(store) == before
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ({"properties": {"big": "x" * 40000}}, "PROPERTIES_SIZE_EXCEEDED"),
+        ({"properties": {"DELAY": "soon"}}, "DELAY must be a delay level"),
+        ({"body": b"x" * 20000}, "cannot fit a commit-log segment"),  # 16 KiB segments
+    ],
+)
+def test_a_message_the_store_refuses_fails_the_job_before_any_is_stored(spark, tmp_path, hash_tree, bad, reason):  # noqa: F811
+    """Every check of a put runs in the tasks, not only the body size: a refused third message
+    fails the job, and the two before it are not stored."""
+    store = make_store(tmp_path / "store", 20)
+    before = hash_tree(store)
+    rows = [{"topic": "TopicA", "body": f"ok {i}".encode(), "properties": {"seq": str(i)}} for i in range(2)]
+    rows.append({"topic": "TopicA", "body": b"bad", **bad})
+    df = spark.createDataFrame(rows, "topic string, body binary, properties map<string,string>").coalesce(1)
+    with pytest.raises(Exception, match=reason):
+        df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert hash_tree(store) == before
+
+
+def test_a_delayed_message_is_checked_with_the_queue_the_driver_chooses(tmp_path):
+    """A delayed message without a queueId keeps the queue the driver chooses in REAL_QID: the
+    batch is refused before the first put when only a longer queue id makes it too large."""
+    import pyarrow as pa
+
+    from rocketstore import Message
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.commits import append_staged
+    from rocketstore.spark.sink import STAGED, Staged
+    from rocketstore.writer import MessagePreparer
+
+    config = small_config()
+    store = tmp_path / "store"
+    with MessageStore.open(store, config) as s:
+        s.put(Message("TopicD", b"16 queues"), 15).raise_for_status()  # writeQueueNums 16
+    before = log_rows(store, config)
+    check = MessagePreparer(config).check
+    pad = next(n for n in range(16000, 16384) if check(_padded(n), 10) is not None)
+    assert check(_padded(pad), 9) is None  # with REAL_QID 0..9 it fits a 16 KiB segment, not with 10
+    rows = [{"topic": "TopicD", "body": b"later", "properties": _padded(pad).properties} for _ in range(11)]
+    batch = pa.RecordBatch.from_pylist(rows, schema=STAGED)
+    path = tmp_path / "staged.arrow"
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, STAGED) as out:
+        out.write_batch(batch)
+    with pytest.raises(InvalidMessageError, match="cannot fit"):
+        append_staged(str(store), config, [Staged(0, str(path), 11)], sink=None, batch_id=None)
+    assert log_rows(store, config) == before
+
+
+def _padded(n: int) -> Any:
+    from rocketstore import Message
+
+    return Message("TopicD", b"later", properties={"DELAY": "2", "pad": "p" * n})
 
 
 def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path) -> Any:  # noqa: F811

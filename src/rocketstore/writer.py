@@ -44,25 +44,43 @@ def plain_properties(tags: str | None, keys: str | None, uniq: str) -> str:
     return f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq}"
 
 
-class MessageWriter:
-    """Turns messages into records in the commit log."""
+class MessagePreparer:
+    """A put's checks and preparation, which need no commit log: what ``put`` would store for a
+    message, or why it would refuse it, without storing anything (the Spark sink's tasks check
+    their rows with it)."""
 
-    def __init__(
-        self, commit_log: CommitLog, config: StoreConfig, on_new_queue: Callable[[tuple[str, int]], None]
-    ) -> None:
-        self.commit_log = commit_log
+    def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.delay_millis = delay_level_millis(config.message_delay_level)
         self.store_host = parse_host(config.store_host)
         self.uniq_keys = UniqKeyGenerator(self.store_host[:-4] if len(self.store_host) == 8 else b"\x7f\0\0\x01")
-        self.flush_handler: FlushHandler | None = None
-        self.flush_wake: Callable[[], None] | None = None  # wakes the SYNC flush for puts that do not wait
-        commit_log.on_new_queue = on_new_queue
         self._topic_bytes: dict[str, bytes] = {}
-        self._topic_heads: dict[str, bytes] = {}  # topic length byte + topic, for append_plain
-        self._plain = len(self.store_host) == 8  # the store host is IPv4: the plain appender can be used
-        self.refusal: Callable[[], PutResult] | None = None  # set by the store when puts are refused
-        self.put = self._make_put()
+
+    def placed(self, message: Message, queue_id: int = 0, *, schedule: bool = True) -> tuple[Message, int] | PutResult:
+        """The message and queue a put stores: with ``schedule``, one asking for a ``DELAY`` level
+        is rewritten for ``SCHEDULE_TOPIC_XXXX``; a PutResult for a DELAY that is not a level.
+        Raises InvalidMessageError for a queue id or message of the wrong type."""
+        if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
+            raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
+        if type(message) is not Message:
+            raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
+        if schedule and message._props is not None and DELAY in message._props:
+            return self._delayed(message, queue_id)
+        return message, queue_id
+
+    def check(self, message: Message, queue_id: int = 0, *, schedule: bool = True) -> PutResult | None:
+        """The refusal ``put_general`` would give ``message`` (None: it would be stored), the
+        store's own state (read-only, disk full) aside; nothing is stored."""
+        placed = self.placed(message, queue_id, schedule=schedule)
+        if type(placed) is PutResult:
+            return placed
+        message, queue_id = placed
+        prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000)
+        if type(prepared) is PutResult:
+            return prepared
+        if prepared[1] + rec.END_FILE_MIN_BLANK_LENGTH > self.config.mapped_file_size_commit_log:  # as CommitLog.append
+            return PutResult.refused(_ILLEGAL, f"a {prepared[1]}-byte record cannot fit a commit-log segment")
+        return None
 
     def _prepare(self, message: Message, queue_id: int, now: int, extra_props: str = "") -> tuple:
         """A prepared record (``record.prepare``), or a PutResult refusing the message."""
@@ -124,6 +142,43 @@ class MessageWriter:
             if delay is not None:
                 return (DELIVER_AFTER, delay)
         return tags_code(props.get(TAGS))
+
+    def _delayed(self, message: Message, queue_id: int) -> tuple[Message, int] | PutResult:
+        """A message with ``DELAY`` > 0 rewritten for the schedule topic (spec 17.1): the level
+        capped at the highest one, the real topic and queue kept in ``REAL_TOPIC``/``REAL_QID``,
+        queue ``level - 1``. Other messages (no delay, prepared or rolled-back transactions, a
+        message already in the schedule topic) come back unchanged."""
+        props = message._props
+        text = props[DELAY]
+        try:
+            level = int(text)
+        except ValueError:
+            return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
+        if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
+            return message, queue_id
+        level = min(level, len(self.delay_millis))
+        delayed = dict(props)
+        delayed[DELAY] = str(level)
+        delayed[REAL_TOPIC] = message.topic
+        delayed[REAL_QID] = str(queue_id)
+        return message.with_topic(SCHEDULE_TOPIC, delayed), level - 1
+
+
+class MessageWriter(MessagePreparer):
+    """Turns messages into records in the commit log."""
+
+    def __init__(
+        self, commit_log: CommitLog, config: StoreConfig, on_new_queue: Callable[[tuple[str, int]], None]
+    ) -> None:
+        super().__init__(config)
+        self.commit_log = commit_log
+        self.flush_handler: FlushHandler | None = None
+        self.flush_wake: Callable[[], None] | None = None  # wakes the SYNC flush for puts that do not wait
+        commit_log.on_new_queue = on_new_queue
+        self._topic_heads: dict[str, bytes] = {}  # topic length byte + topic, for append_plain
+        self._plain = len(self.store_host) == 8  # the store host is IPv4: the plain appender can be used
+        self.refusal: Callable[[], PutResult] | None = None  # set by the store when puts are refused
+        self.put = self._make_put()
 
     def _make_put(self) -> Callable[[Message, int], PutResult]:
         """``put(message, queue_id=0)``: a closure, because one put is the store's hottest path.
@@ -213,36 +268,10 @@ class MessageWriter:
         """
         if self.refusal is not None:
             return self.refusal()
-        if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
-            raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
-        if type(message) is not Message:
-            raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
-        if schedule and message._props is not None and DELAY in message._props:
-            delayed = self._delayed(message, queue_id)
-            if type(delayed) is PutResult:
-                return delayed
-            message, queue_id = delayed
-        return self._put_prepared(message, queue_id, wait)
-
-    def _delayed(self, message: Message, queue_id: int) -> tuple[Message, int] | PutResult:
-        """A message with ``DELAY`` > 0 rewritten for the schedule topic (spec 17.1): the level
-        capped at the highest one, the real topic and queue kept in ``REAL_TOPIC``/``REAL_QID``,
-        queue ``level - 1``. Other messages (no delay, prepared or rolled-back transactions, a
-        message already in the schedule topic) come back unchanged."""
-        props = message._props
-        text = props[DELAY]
-        try:
-            level = int(text)
-        except ValueError:
-            return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
-        if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
-            return message, queue_id
-        level = min(level, len(self.delay_millis))
-        delayed = dict(props)
-        delayed[DELAY] = str(level)
-        delayed[REAL_TOPIC] = message.topic
-        delayed[REAL_QID] = str(queue_id)
-        return message.with_topic(SCHEDULE_TOPIC, delayed), level - 1
+        placed = self.placed(message, queue_id, schedule=schedule)
+        if type(placed) is PutResult:
+            return placed
+        return self._put_prepared(*placed, wait)
 
     def _topic_head(self, topic: str) -> bytes | None:
         """The topic length byte and topic of V1 records (cached), None for a topic needing V2."""

@@ -25,9 +25,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.properties import DELAY
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.files.syscalls import fsync_dir
@@ -109,6 +112,10 @@ class QueueChooser:
         self.next[topic] = i + 1
         return i % nums
 
+    def rewind(self) -> None:
+        """Choose the same queues again (with the queue counts read the first time)."""
+        self.next.clear()
+
 
 def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
     """Refuse a batch the disk cannot take, before anything is appended."""
@@ -116,6 +123,33 @@ def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
     free = shutil.disk_usage(root).free
     if free < need:
         raise OSError(f"{root}: {free} bytes free, the staged messages need about {need}")
+
+
+def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueChooser) -> None:
+    """Refuse the batch, before anything is appended, if a message is refused with the queue
+    chosen for it here. The tasks checked every message, those without a queueId as queue 0;
+    only a delayed one can differ: its queue id goes into ``REAL_QID``, and a longer one may not
+    fit."""
+    from rocketstore.spark.sink import messages_of
+
+    for batch in _staged_batches(staged):
+        unassigned = pc.is_null(batch.column("queueId")).to_numpy(zero_copy_only=False)
+        if not unassigned.any():
+            continue
+        delayed = pc.is_valid(pc.map_lookup(batch.column("properties"), DELAY, "first"))
+        delayed = delayed.to_numpy(zero_copy_only=False)
+        topics = batch.column("topic").to_pylist()
+        for row in np.flatnonzero(unassigned).tolist():
+            queue_id = choose(topics[row])
+            if not delayed[row]:
+                continue
+            ((message, _),) = messages_of(batch.slice(row, 1))
+            refused = store.writer.check(message, queue_id)
+            if refused is not None:
+                raise InvalidMessageError(
+                    f"a delayed {message.topic} message for queue {queue_id}: the store refuses it: "
+                    f"{refused.status.value} {refused.detail}"
+                )
 
 
 def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
@@ -161,6 +195,9 @@ def append_staged(root: str, config: StoreConfig, staged: list[Any], *, sink: st
                 skip = _already_written(store, int(entry["logStart"]), staged)
                 log.warning("rocketstore sink %s: batch %d was cut short; %d messages were in", sink, batch_id, skip)
         _check_space(store.root, staged, config)
+        choose = QueueChooser(store)
+        check_chosen_queues(store, staged, choose)
+        choose.rewind()  # the same queues, their counts read before the first put
         if sink is not None and batch_id is not None:
             markers[sink] = {
                 "batchId": batch_id,
@@ -170,7 +207,6 @@ def append_staged(root: str, config: StoreConfig, staged: list[Any], *, sink: st
                 "time": int(time.time() * 1000),
             }
             _write_markers(store.root, markers)
-        choose = QueueChooser(store)
         appended = 0
         for i, (message, queue_id) in enumerate(_messages(staged)):
             qid = choose(message.topic) if queue_id is None else queue_id

@@ -33,6 +33,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.spark import commits
 from rocketstore.spark.schema import option, store_config, store_path
+from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,6 @@ class _Writer:
         names = set(schema.fieldNames())
         if "body" not in names or ("topic" not in names and not self.topic):
             raise ValueError("writing to rocketstore needs topic and body columns (topic may be an option)")
-        self.max_body = self.config.max_message_size
 
     def _stage(self, batches: Iterator[pa.RecordBatch], prefix: str = "") -> Staged:
         ctx = TaskContext.get()
@@ -131,16 +131,18 @@ class _Writer:
         os.makedirs(self.staging, exist_ok=True)
         path = os.path.join(self.staging, f"{prefix}part-{part:05d}-{attempt}-{uuid.uuid4().hex[:8]}.arrow")
         rows = 0
+        check = MessagePreparer(self.config).check  # the put's own checks: refuse what the store would
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, STAGED) as out:
             for batch in batches:
                 staged = _normalize(batch, self.topic)
-                for message, queue_id in messages_of(staged):  # refuse what the store would refuse
-                    if len(message.body) > self.max_body:
+                for i, (message, queue_id) in enumerate(messages_of(staged), rows):
+                    # a queue the driver chooses is checked as queue 0 (see commits.check_chosen_queues)
+                    refused = check(message, 0 if queue_id is None else queue_id)
+                    if refused is not None:
                         raise InvalidMessageError(
-                            f"a {len(message.body)}-byte body is over maxMessageSize ({self.max_body})"
+                            f"row {i} of partition {part} ({message.topic}): the store refuses it: "
+                            f"{refused.status.value} {refused.detail}"
                         )
-                    if queue_id is not None and queue_id < 0:
-                        raise InvalidMessageError(f"queueId {queue_id} is negative")
                 out.write_batch(staged)
                 rows += staged.num_rows
         if not os.path.isdir(self.staging):  # the job was aborted while this task ran
