@@ -181,6 +181,12 @@ def test_timestamps_tags_and_pushdown(spark, store, everything):  # noqa: F811
     assert narrowed.rdd.getNumPartitions() * 6 < whole.rdd.getNumPartitions()
 
 
+def test_a_tag_filter_that_leaves_no_message_gives_no_rows(spark, store):  # noqa: F811
+    """Partitions whose units the tag filter removes entirely read as empty (TopicA has only TagA)."""
+    assert reader(spark, tags="NoSuchTag").load(str(store)).count() == 0
+    assert reader(spark, tags="TagB", topics="TopicA", maxPartitionBytes="2000").load(str(store)).count() == 0
+
+
 def test_commitlog_mode_reads_every_record(spark, store):  # noqa: F811
     want = log_rows(store, small_config())
     assert_rows_equal(spark_rows(reader(spark, mode="commitlog").load(str(store))), want)

@@ -107,6 +107,11 @@ def test_starting_timestamp_and_offsets_json(spark, tmp_path):  # noqa: F811
     assert got == [r for r in rows if (r["topic"], r["queueId"]) == ("TopicB", 0) and r["queueOffset"] >= 5]
 
 
+def test_a_tag_filter_that_leaves_no_message_gives_no_rows(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 60)
+    assert run_stream(spark, store, tmp_path / "ckpt", startingOffsets="earliest", tags="NoSuchTag").rows == []
+
+
 def test_processing_time_trigger_sees_new_messages(spark, tmp_path):  # noqa: F811
     store = make_store(tmp_path / "store", 30)
     sink = Collector()

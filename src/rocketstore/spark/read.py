@@ -193,9 +193,9 @@ def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.Record
             keep &= np.isin(units["tags"].astype(np.int64), np.array(sorted(spec.tag_codes), dtype=np.int64))
         phys.append(phy[keep])
         sizes.append(size[keep])
-    if not phys:
+    phy = np.concatenate(phys) if phys else np.zeros(0, np.int64)
+    if not len(phy):  # no slices, or the tag filter left no unit
         return
-    phy = np.concatenate(phys)
     size = np.concatenate(sizes)
     order = np.argsort(phy, kind="stable")
     phy, size = phy[order], size[order]
