@@ -187,6 +187,15 @@ def test_a_tag_filter_that_leaves_no_message_gives_no_rows(spark, store):  # noq
     assert reader(spark, tags="TagB", topics="TopicA", maxPartitionBytes="2000").load(str(store)).count() == 0
 
 
+def test_pushdown_leaves_negated_filters_to_spark(spark, store, everything):  # noqa: F811
+    """Spark passes != and NOT IN as Not(...): not pushed, applied by Spark."""
+    from pyspark.sql import functions as F
+
+    df = reader(spark, pushFilters="true").load(str(store))
+    picked = df.where((F.col("queueOffset") != 5) & ~F.col("topic").isin("TopicA", "TopicB"))
+    assert spark_rows(picked) == [r for r in everything if r["queueOffset"] != 5 and r["topic"] == "OrderTopic"]
+
+
 def test_commitlog_mode_reads_every_record(spark, store):  # noqa: F811
     want = log_rows(store, small_config())
     assert_rows_equal(spark_rows(reader(spark, mode="commitlog").load(str(store))), want)

@@ -168,6 +168,8 @@ class PushdownBatchReader(BatchReader):
         return [f for f in filters if not self._push(f)]
 
     def _push(self, f: Filter) -> bool:
+        if not isinstance(f, (EqualTo, In, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+            return False  # Not (for != and NOT IN), IsNull, string matches ...: Spark applies them
         column = f.attribute[0] if len(f.attribute) == 1 else None
         if column == "topic" and isinstance(f, (EqualTo, In)):
             values = [f.value] if isinstance(f, EqualTo) else list(f.value)
