@@ -745,3 +745,70 @@ def test_recover_the_crashed_store_in_place_then_verify(tmp_path: Path) -> None:
     assert exported.stdout_bytes == (VECTORS / "sample-crash" / "recovered.jsonl").read_bytes()
     result = run("recover", root, *VECTOR_SETS)  # a table, and nothing to do the second time
     assert result.exit_code == 0 and "abort file before" in result.stdout
+
+
+# -- spark (the checks made before Spark starts; Spark itself is tested in test_spark_jobs.py) --------
+NO_JAVA = {"JAVA_HOME": "/nonexistent"}  # Spark cannot start: whatever is refused here was refused before it
+
+
+def run_without_java(*args: object) -> Result:
+    try:
+        runner = CliRunner(mix_stderr=False, env=NO_JAVA)  # type: ignore[call-arg]
+    except TypeError:
+        runner = CliRunner(env=NO_JAVA)
+    return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_spark_commands_check_the_store_before_spark(tmp_path: Path) -> None:
+    for command in (["verify"], ["rebuild"], ["export", "--parquet", tmp_path / "out"]):
+        result = run_without_java("spark", command[0], tmp_path, *command[1:])
+        assert result.exit_code == 2 and "no store at" in result.stderr, (command, result.stderr)
+    assert "List at most N problems" in run("spark", "verify", "--help").stdout
+
+
+def test_spark_export_checks_its_arguments_before_spark(tmp_path: Path, small_store: Path) -> None:
+    (tmp_path / "exists").mkdir()
+    out = tmp_path / "out"
+    cases = [
+        (["--parquet", tmp_path / "exists"], "exists: give --overwrite"),
+        (["--parquet", small_store / "pq", "--overwrite"], "overlap"),
+        (["--parquet", tmp_path, "--overwrite"], "overlap"),  # replacing it would delete the store
+        (["--parquet", out, "--topics", "["], "neither a topic name nor a pattern"),
+        (["--parquet", out, "--topics", "NoSuch"], "no topic of"),
+        (["--parquet", out, "--begin", 5, "--end", 4], "must be before --end"),
+    ]
+    for args, message in cases:
+        result = run_without_java("spark", "export", small_store, *TINY_SETS, *args)
+        assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert not out.exists() and os.listdir(tmp_path / "exists") == []
+    result = run_without_java("spark", "rebuild", small_store, *TINY_SETS, "--set", f"storePathCommitLog={tmp_path}")
+    assert result.exit_code == 2 and "--external-commit-log" in result.stderr
+
+
+def _spark_subprocess(*args: object) -> subprocess.CompletedProcess:
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "SPARK_LOCAL_IP": "127.0.0.1"}
+    command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_spark_that_cannot_start_is_an_error_not_a_traceback(tmp_path: Path, small_store: Path) -> None:
+    done = _spark_subprocess(
+        "spark", "export", small_store, *TINY_SETS, "--parquet", tmp_path / "o", "--master", "bogus://x"
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "error: Spark did not start with --master bogus://x" in done.stderr
+
+
+@pytest.mark.spark
+def test_spark_export_of_a_time_range_without_messages_is_zero_messages(tmp_path: Path, small_store: Path) -> None:
+    out = tmp_path / "empty"
+    done = _spark_subprocess(
+        "spark", "export", small_store, *TINY_SETS, "--parquet", out, "--begin", 1, "--end", 2, "--json"
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["messages"] == 0 and "no message selected" in done.stderr
+    assert (out / "_SUCCESS").exists()

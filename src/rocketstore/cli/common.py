@@ -32,6 +32,16 @@ from rocketstore.store import MessageStore
 _WIDE = 200  # columns for tables written to a file or a pipe
 
 
+class CommandError(click.ClickException):
+    """Bad input a command found itself: ``error: ...`` on stderr and exit status 2, as for the
+    store's typed errors."""
+
+    exit_code = 2
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
 @dataclass
 class Common:
     """The options every command takes, resolved."""

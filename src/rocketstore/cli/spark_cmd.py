@@ -7,13 +7,30 @@ and runs the job of ``rocketstore.spark.jobs``; the same jobs can be submitted w
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import os
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
-from rocketstore.cli.common import Common, kv_table, out_console, print_json, say, store_options
+from rocketstore.cli.common import (
+    CommandError,
+    Common,
+    check_commit_log,
+    is_inside,
+    kv_table,
+    lost_log,
+    out_console,
+    print_json,
+    say,
+    store_options,
+    warn,
+)
+from rocketstore.errors import CorruptStoreError
+from rocketstore.meta.root import require_store
 
 EXIT_PROBLEMS = 1
 
@@ -27,28 +44,62 @@ def _spark_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _no_spark(exc: ImportError) -> CommandError:
+    return CommandError(f"{exc}: install rocketstore[spark]")
+
+
+def _check_store(opts: Common, *, writes: bool) -> None:
+    """What can be checked before Spark starts (which takes seconds): STORE is a store, and where
+    its commit log is."""
+    require_store(opts.root, opts.config.copy(storePathRootDir=opts.root))
+    check_commit_log(opts, writes=writes)
+
+
 def _session(master: str, job: str) -> Any:
     try:
         from rocketstore.spark.jobs import session
     except ImportError as exc:  # pyspark is an optional extra
-        raise click.ClickException(f"{exc}: install rocketstore[spark]") from None
-    return session(master, f"rocketstore-{job}")
+        raise _no_spark(exc) from None
+    with _spark_errors(f"Spark did not start with --master {master}"):
+        return session(master, f"rocketstore-{job}")
+
+
+@contextlib.contextmanager
+def _spark_errors(what: str) -> Iterator[None]:
+    """Spark's own errors (a master that cannot start, a failed job) as ``error: what: ...``."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except (PySparkException, Py4JError) as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise CommandError(f"{what}: {first}") from None
 
 
 @click.group("spark")
 def spark() -> None:
-    """Store jobs on Apache Spark: rebuild queues and index, verify, export to Parquet."""
+    """Store jobs on Apache Spark: rebuild queues and index, verify, export to Parquet.
+
+    STORE and the options are checked before Spark starts."""
 
 
 @spark.command()
-@store_options()
+@store_options(writes=True)
 @_spark_options
 def rebuild(opts: Common, master: str) -> None:
     """Rebuild ConsumeQueue and IndexFile from the commit log: segments are scanned in parallel,
-    the new files written in log order and swapped in atomically, under the store's lock."""
+    the new files written in log order and swapped in atomically, under the store's lock.
+    Refused when the commit log is missing or empty while consume queues hold units."""
+    _check_store(opts, writes=True)
+    lost = lost_log(opts)
+    if lost:
+        raise CorruptStoreError(f"{lost}: a rebuild would replace every queue and the index with nothing")
     from rocketstore.spark.jobs import rebuild as run
 
-    result = run(_session(master, "rebuild"), opts.store, opts.config)
+    spark_session = _session(master, "rebuild")
+    with _spark_errors("the rebuild failed"):
+        result = run(spark_session, opts.store, opts.config)
     if opts.as_json:
         print_json(result)
     else:
@@ -58,15 +109,27 @@ def rebuild(opts: Common, master: str) -> None:
 @spark.command()
 @store_options()
 @_spark_options
-@click.option("--max-problems", type=click.IntRange(min=0), default=100, show_default=True)
+@click.option(
+    "--max-problems",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="List at most N problems (and N notes); all are counted.",
+)
 @click.pass_context
 def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> None:
     """Check CRCs, records, queue units and index entries (CRC scan in parallel); exit status 1
     when anything is wrong. Nothing on disk changes."""
-    from rocketstore.spark.verify_job import verify as run
+    _check_store(opts, writes=False)
+    try:
+        from rocketstore.spark.verify_job import verify as run
+    except ImportError as exc:
+        raise _no_spark(exc) from None
     from rocketstore.verify import iter_problem_lines
 
-    report = run(_session(master, "verify"), opts.store, opts.config, max_problems=max_problems)
+    spark_session = _session(master, "verify")
+    with _spark_errors("the verify job failed"):
+        report = run(spark_session, opts.store, opts.config, max_problems=max_problems)
     if opts.as_json:
         print_json(report.to_dict())
     else:
@@ -75,6 +138,41 @@ def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> 
             say(line)
     if not report.ok:
         ctx.exit(EXIT_PROBLEMS)
+
+
+def _check_export(
+    opts: Common, out: str, begin: int | None, end: int | None, topics: str | None, overwrite: bool
+) -> None:
+    """The export's arguments, checked before Spark starts."""
+    if begin is not None and end is not None and begin >= end:
+        raise click.UsageError(f"--begin {begin} must be before --end {end} (the end is exclusive)")
+    for folder in (opts.root, *opts.commit_log_paths):
+        if is_inside(out, folder) or is_inside(folder, out):
+            raise CommandError(f"--parquet {out} and the store ({folder}) overlap: it would overwrite the store")
+    if os.path.exists(out) and not overwrite:
+        raise CommandError(f"--parquet {out} exists: give --overwrite to replace it")
+    if topics is None:
+        return
+    try:
+        from rocketstore.spark.options import Selection, parse_topics
+    except ImportError as exc:
+        raise _no_spark(exc) from None
+    try:
+        names, patterns = parse_topics(topics)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--topics") from None
+    queues = os.path.join(opts.root, "consumequeue")
+    present = sorted(os.listdir(queues)) if os.path.isdir(queues) else []
+    selection = Selection(names, patterns)
+    if not any(selection.topic_ok(t) for t in present):
+        raise CommandError(
+            f"no topic of {opts.root} matches --topics {topics!r} (it has: {', '.join(present) or 'none'})"
+        )
+
+
+def _data_files(folder: str) -> bool:
+    """True when ``folder`` holds a file Spark wrote data into (not ``_SUCCESS``, no hidden file)."""
+    return any(not name.startswith(("_", ".")) for _dir, _dirs, files in os.walk(folder) for name in files)
 
 
 @spark.command()
@@ -88,20 +186,37 @@ def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> 
 def export(
     opts: Common, master: str, out: str, begin: int | None, end: int | None, topics: str | None, overwrite: bool
 ) -> None:
-    """Export the messages the consume queues serve to Parquet, partitioned by topic."""
+    """Export the messages the consume queues serve to Parquet, partitioned by topic.
+
+    Refused before Spark starts: an output folder that exists (without --overwrite) or overlaps
+    the store, --begin not before --end, and --topics that match no topic of the store. When the
+    time range selects no message the result is 0 messages (a folder holding only _SUCCESS)."""
+    _check_store(opts, writes=False)
+    _check_export(opts, out, begin, end, topics, overwrite)
     from rocketstore.spark.jobs import export_parquet
     from rocketstore.spark.schema import config_options
 
-    result = export_parquet(
-        _session(master, "export"),
-        opts.store,
-        out,
-        config_options(opts.config),
-        begin=begin,
-        end=end,
-        topics=topics,
-        mode="overwrite" if overwrite else "errorifexists",
-    )
+    spark_session = _session(master, "export")
+    started = time.perf_counter()
+    try:
+        with _spark_errors("the export failed"):
+            result = export_parquet(
+                spark_session,
+                opts.store,
+                out,
+                config_options(opts.config),
+                begin=begin,
+                end=end,
+                topics=topics,
+                mode="overwrite" if overwrite else "errorifexists",
+            )
+    except CommandError as exc:
+        if "UNABLE_TO_INFER_SCHEMA" not in exc.message or _data_files(out):
+            raise
+        # nothing selected: Spark wrote only _SUCCESS and cannot read a schema back from it
+        seconds = round(time.perf_counter() - started, 3)
+        result = {"store": opts.root, "parquet": out, "messages": 0, "topics": {}, "seconds": seconds}
+        warn(f"no message selected: {out} holds no data")
     if opts.as_json:
         print_json(result)
     else:
