@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterable, Sequence
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
-from rocketstore.errors import FlushError, MessageNotFoundError, ReadOnlyStoreError, StoreClosedError
+from rocketstore.errors import (
+    FlushError,
+    MessageNotFoundError,
+    ReadOnlyStoreError,
+    RocketStoreError,
+    StoreClosedError,
+)
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
@@ -39,7 +45,7 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
 from rocketstore.retry import RETRY_QUEUE_NUMS, send_back_message
-from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import CleanRun, CleanService, measure_disk, next_deletion
 from rocketstore.services.flush import (
@@ -186,10 +192,21 @@ class MessageStore:
                 self.put = self.writer.put  # the hot path, without the method call
                 self._start_services()
         except BaseException:
+            self._stop_services_started()
             self._close_files()
             if not self.read_only:
                 self._lock.release()
             raise
+
+    def _stop_services_started(self) -> None:
+        """After a failed open: stop the threads already running (their errors are the open's
+        error's consequences, not news)."""
+        for service in (self.schedule_service, *self._services):
+            if service is not None and service.running:
+                try:
+                    service.stop()
+                except Exception as exc:
+                    log.warning("stopping %s after a failed open: %s", service.name, exc)
 
     def _start_services(self) -> None:
         config = self.config
@@ -207,6 +224,7 @@ class MessageStore:
         else:
             flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
             flush.on_flush_failure = self._on_flush_failure
+        self.reput.on_dispatch_failure = self._on_dispatch_failure
         flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
         self._services = [self.reput, flush, flush_cq]
         if self.pool is not None:  # commit before flush, at run time and at shutdown
@@ -244,6 +262,12 @@ class MessageStore:
             return wait_flushed(result[1] + result[2], config.sync_flush_timeout / 1000)
 
         return wait_for_flush
+
+    def _on_dispatch_failure(self, error: BaseException) -> None:
+        """Dispatch keeps failing: consumers see no new message of any topic. Like RocketMQ
+        (makeLogicsQueueError), stop taking puts until the store is reopened."""
+        log.error("dispatch keeps failing (%s): the store stops taking writes", error)
+        self.set_running_flags(set_bits=WRITE_LOGICS_QUEUE_ERROR)
 
     def _on_flush_failure(self, error: Exception) -> None:
         """After a failed fsync the kernel may have dropped dirty pages: take no more writes."""
@@ -401,12 +425,15 @@ class MessageStore:
         return self.reader.get_earliest_message_time(topic, queue_id)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        self._readable()
         return self.reader.min_offset_in_queue(topic, queue_id)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        self._readable()
         return self.reader.max_offset_in_queue(topic, queue_id)
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        self._readable()
         return self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset)
 
     @property
@@ -435,11 +462,13 @@ class MessageStore:
     # -- consumer offsets ------------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes (persisted in consumerOffset.json)."""
+        self._readable()
         validate_topic(topic)
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset of ``group``, -1 when it has none."""
+        self._readable()
         return self.consumer_offsets.query(group, topic, queue_id)
 
     # -- dispatch ----------------------------------------------------------------------------------
@@ -447,7 +476,8 @@ class MessageStore:
         return self.reput.behind() if self.reput else 0
 
     def wait_for_dispatch(self, timeout: float | None = 30.0) -> bool:
-        """Block until dispatch has caught up with the log; False on timeout."""
+        """Block until everything in the log when called is dispatched; False on timeout."""
+        self._readable()
         if self.read_only or not self.reput.running:
             self.reput.run_once()
             return self.reput.behind() == 0
@@ -456,9 +486,14 @@ class MessageStore:
 
     def flush(self) -> None:
         """Force everything written so far to disk (commit log, queues, index, checkpoint)."""
+        self._readable()
         if self.read_only:
             return
-        while not self.commit_log.queue.flush(0):
+        queue = self.commit_log.queue
+        if self.pool is not None:  # bytes still in the write buffers go to the files first
+            while not queue.commit(0):
+                pass
+        while not queue.flush(0):
             pass
         if self.commit_log.queue.store_timestamp:
             self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
@@ -492,6 +527,7 @@ class MessageStore:
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is
         cleaned) and their entries in topics.json; the topics that had queues."""
+        self._readable()
         doomed = set(topics)
         keep = {topic for topic in self.queues.topics() if topic not in doomed}
         return self.clean_unused_topics(keep)
@@ -500,8 +536,10 @@ class MessageStore:
         """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``."""
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._readable()
         keep = set(keep)
-        self.wait_for_dispatch()  # the queues being removed must not be re-created behind us
+        if not self.wait_for_dispatch():  # the queues removed must not be re-created behind us
+            raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
         gone = self.queues.delete_topics(keep)
         self.commit_log.forget_topics(set(gone))
         for topic in gone:
@@ -530,49 +568,81 @@ class MessageStore:
 
     # -- shutdown ------------------------------------------------------------------------------------
     def shutdown(self, *, wait_for_dispatch: float = 30.0) -> None:
-        """Stop the services, flush everything, and remove ``abort`` if dispatch caught up."""
+        """Stop the services, flush everything, and remove ``abort`` if dispatch caught up.
+
+        Every step runs even if one before it fails: the files are closed and the lock released
+        whatever happens. A failed flush is logged (the store already turned not writeable) and
+        keeps ``abort``; any other failure keeps ``abort`` too and is raised, as a
+        RocketStoreError, once everything is closed.
+        """
         with self._shutdown_lock:
             if self._closed:
                 return
             self._closed = True
-        if self.schedule_service is not None:  # stopped while puts are still taken; saves its offsets
-            self.schedule_service.stop()
-        self._update_refusal()
-        if self.read_only:
-            self._close_files()
-            return
+        errors: list[Exception] = []
+        flush_failed: list[FlushError] = []
+
+        def step(action: Callable[[], object], what: str) -> None:
+            try:
+                action()
+            except FlushError as exc:  # the disk refused: keep abort, the next open recovers
+                log.error("shutdown could not flush (%s): %s", what, exc)
+                self.set_running_flags(set_bits=NOT_WRITEABLE)
+                flush_failed.append(exc)
+            except Exception as exc:
+                log.error("shutdown: %s failed: %s", what, exc)
+                errors.append(exc)
+
         try:
+            if self.schedule_service is not None:  # stopped while puts are still taken; saves its offsets
+                step(self.schedule_service.stop, "stopping the schedule service")
+            self._update_refusal()
+            if self.read_only:
+                return
             if self.pool is not None:  # puts are refused now: commit every written byte, so dispatch can finish
-                self.commit_service.stop()
+                step(self.commit_service.stop, "the last commit")
             if wait_for_dispatch > 0:
-                deadline = time.monotonic() + wait_for_dispatch
-                while self.reput.behind() and time.monotonic() < deadline:
-                    if not self.reput.running:  # stopped: its on_stop below dispatches what is left
-                        break
-                    if self.reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
-                        break
-            failed = False
-            for step in (*(s.stop for s in self._services), self._flush_index_and_checkpoint):
-                try:
-                    step()
-                except FlushError as exc:  # the disk refused: keep abort, the next open recovers
-                    log.error("shutdown could not flush: %s", exc)
-                    failed = True
-                    self.set_running_flags(set_bits=NOT_WRITEABLE)
+                step(lambda: self._wait_for_dispatch_at_shutdown(wait_for_dispatch), "waiting for dispatch")
+            for service in self._services:
+                step(service.stop, f"stopping the {service.name} service")
+            if self.clean_service is not None:  # a caller's cleanup round in progress ends first
+                step(self.clean_service.close, "ending cleanup")
+            step(self._flush_index_and_checkpoint, "flushing the index and the checkpoint")
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
-                manager.persist()
-            if not failed and not self.running_flags & NOT_WRITEABLE_BITS and self.dispatch_behind_bytes() == 0:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.root, "abort"))
+                step(manager.persist, f"writing {os.path.basename(manager.path)}")
+            behind = self.dispatch_behind_bytes()
+            if not errors and not flush_failed and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
+                step(self._remove_abort, "removing abort")
             else:
                 log.warning(
                     "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery",
                     self.running_flags,
-                    self.dispatch_behind_bytes(),
+                    behind,
                 )
         finally:
-            self._close_files()
-            self._lock.release()
+            try:
+                self._close_files()
+            finally:
+                if not self.read_only:
+                    self._lock.release()
+        if errors:
+            raise RocketStoreError(f"{self.root} did not shut down cleanly: {errors[0]}") from errors[0]
+
+    def _remove_abort(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.root, "abort"))
+
+    def _wait_for_dispatch_at_shutdown(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for dispatch to catch up; not at all when it cannot: the reput
+        thread is stopped (its on_stop dispatches what is left), failing, or waits for a flush
+        that a failed disk will not make."""
+        deadline = time.monotonic() + seconds
+        reput = self.reput
+        while reput.behind() and time.monotonic() < deadline:
+            if not reput.running or reput.failures or self.running_flags & NOT_WRITEABLE_BITS:
+                return
+            if reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
+                return
 
     def _flush_index_and_checkpoint(self) -> None:
         if self.index is not None:

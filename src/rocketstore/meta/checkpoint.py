@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import struct
 
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, FlushError
 
 CHECKPOINT_SIZE = 4096
 _FIELDS = struct.Struct(">qqqqq")
@@ -79,17 +79,21 @@ class StoreCheckpoint:
         )
 
     def flush(self) -> None:
-        """Write the fields and force them to disk (a no-op on a read-only store)."""
+        """Write the fields and force them to disk (a no-op on a read-only store); FlushError if
+        the file system refuses."""
         if not self.writable:
             return
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            if os.fstat(fd).st_size < CHECKPOINT_SIZE:
-                os.ftruncate(fd, CHECKPOINT_SIZE)
-            os.pwrite(fd, self.to_bytes(), 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                if os.fstat(fd).st_size < CHECKPOINT_SIZE:
+                    os.ftruncate(fd, CHECKPOINT_SIZE)
+                os.pwrite(fd, self.to_bytes(), 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise FlushError(f"the checkpoint {self.path} could not be written: {exc}") from exc
 
     def in_memory_dict(self) -> dict[str, int]:
         """The fields as RocketMQ holds them in memory: logicsMsgTimestamp is the last unit

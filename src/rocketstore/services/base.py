@@ -53,7 +53,8 @@ class Service(abc.ABC):
                 self.failures += 1
                 self.last_error = exc
                 self.on_failure(exc)
-            pause = self.pause_after_run()
+            # after a failure rest a full interval: a round that fails at once must not spin
+            pause = max(self.pause_after_run(), self.interval_ms / 1000 if self.failures else 0.0)
             if pause:
                 self._stopped.wait(pause)
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketstore.config import StoreConfig
+from rocketstore.errors import StoreClosedError
 from rocketstore.files.disk import used_ratio
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -93,6 +94,7 @@ class CleanService(Service):
         self._round = threading.Lock()
         self._round_done = threading.Condition()
         self.rounds = 0  # rounds completed
+        self._closed = False
         commit_log.queue.path_is_full = self.path_is_full
         commit_log.queue.on_create = self._on_new_segment
 
@@ -109,6 +111,8 @@ class CleanService(Service):
         and the files' ages; ``manual``: delete expired files whatever the hour). Safe to call
         from any thread: rounds do not overlap."""
         with self._round:
+            if self._closed:
+                raise StoreClosedError(f"{self.root} is shut down: no more cleanup")
             run = self.delete_expired_files(now, manual=manual)
             run.hanged_files = self.redelete_hanged_file()
             run.consume_queue_files, run.index_files = self.delete_expired_queue_files()
@@ -116,6 +120,12 @@ class CleanService(Service):
             self.rounds += 1
             self._round_done.notify_all()
         return run
+
+    def close(self) -> None:
+        """No more rounds: waits for one in progress (a caller's ``clean_expired_files``, say),
+        so that nothing is deleted once the store's files are closed."""
+        with self._round:
+            self._closed = True
 
     def wait_for_round(self, count: int, timeout: float | None = None) -> bool:
         """Block until ``count`` rounds have completed; False on timeout."""

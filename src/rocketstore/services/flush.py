@@ -57,8 +57,9 @@ class FlushRealTimeService(Service):
         return nothing
 
     def on_stop(self) -> None:
-        for _ in range(10):  # a flush covers one segment: repeat until nothing is left
-            if self.run_once(0):
+        queue = self.commit_log.queue
+        for _ in range(len(queue.files) + 1):  # a flush covers one segment: repeat until nothing is left
+            if self.run_once(0) and queue.flushed_where >= queue.max_offset():
                 break
 
 

@@ -25,6 +25,7 @@ BUSY_PAUSE = 0.010  # seconds; bounds the extra dispatch delay under load
 STEADY_BATCH = 8  # requests in one round that count as a steady flow (SYNC_FLUSH producers, say)
 STEADY_PAUSE = 0.005  # seconds; lets such a flow gather into rounds that dispatch in bulk
 ROUND_PAUSE = 0.001  # seconds between rounds that dispatched something, as RocketMQ's reput sleeps 1 ms
+FAILURES_BEFORE_ERROR = 3  # rounds failing in a row before the store is told (a passing fault is retried)
 
 
 def _record_end(r: tuple) -> int:
@@ -53,6 +54,13 @@ class ReputService(Service):
         self.skipped_bad_bytes = 0
         self._last_batch = 0
         self._advanced = False
+        # told when dispatch keeps failing (the store sets WRITE_LOGICS_QUEUE_ERROR and stops taking puts)
+        self.on_dispatch_failure: Callable[[BaseException], None] | None = None
+
+    def on_failure(self, exc: BaseException) -> None:
+        super().on_failure(exc)
+        if self.failures == FAILURES_BEFORE_ERROR and self.on_dispatch_failure is not None:
+            self.on_dispatch_failure(exc)
 
     def behind(self) -> int:
         """dispatchBehindBytes: log bytes not yet dispatched."""
@@ -142,12 +150,19 @@ class ReputService(Service):
         return ROUND_PAUSE if self._advanced else 0.0
 
     def wait_caught_up(self, timeout: float | None = None) -> bool:
-        """Block until everything in the log is dispatched; False on timeout. (Under SYNC_FLUSH that
-        takes the flush too: nothing past the flushed offset is dispatched.)"""
+        """Block until everything in the log when called is dispatched (records put meanwhile
+        are not waited for); False on timeout, or if the service stops short of it. (Under
+        SYNC_FLUSH that takes the flush too: nothing past the flushed offset is dispatched.)"""
+        target = self.commit_log.max_offset()
         with self._progress:
             return (
-                self._progress.wait_for(lambda: self.behind() <= 0 or not self.running, timeout) and self.behind() <= 0
+                self._progress.wait_for(lambda: self.reput_from >= target or not self.running, timeout)
+                and self.reput_from >= target
             )
 
     def on_stop(self) -> None:
-        self.run_once()
+        try:
+            self.run_once()
+        finally:  # waiters see the service gone
+            with self._progress:
+                self._progress.notify_all()

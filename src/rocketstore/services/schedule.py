@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import RocketStoreError
+from rocketstore.errors import RocketStoreError, StoreClosedError
 from rocketstore.meta.config_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -184,11 +184,17 @@ class ScheduleMessageService(Service):
                     self._set_offset(level, first + i)
                     return deliver
                 stored = stored or self.read(phy, size)
-                target = redelivered(stored) if stored is not None else None
+                try:
+                    target = redelivered(stored) if stored is not None else None
+                    result = self.put(*target) if target is not None else None
+                except StoreClosedError:
+                    raise
+                except RocketStoreError as exc:  # it can never be put (RocketMQ: "drop it")
+                    log.error("delay level %d: the message at %d cannot be delivered, dropped: %s", level, phy, exc)
+                    target = None
                 if target is None:
                     stats.skipped += 1
                 else:
-                    result = self.put(*target)
                     if not result.ok:
                         stats.failed_puts += 1
                         log.warning("delay level %d: redelivery refused (%s): retried shortly", level, result.status)

@@ -1,0 +1,206 @@
+"""Opening and shutting down when something goes wrong, and the services under faults.
+
+Faults are real: a folder planted where the store writes a file, a file where it needs a folder,
+a record that cannot be redelivered. Nothing of the store is mocked; where a service's thread
+would run a round, the test runs the round itself, as the thread does, to stay deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from rocketstore import Message, MessageStore, PutMessageStatus
+from rocketstore.errors import RocketStoreError, StoreClosedError
+from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
+
+
+def store_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("rocketstore-")}
+
+
+def fail_round(service) -> None:
+    """One round of ``service`` that fails, handled as its thread handles it."""
+    with pytest.raises(OSError) as info:
+        service.run_once()
+    service.failures += 1
+    service.on_failure(info.value)
+
+
+def test_a_shutdown_step_that_fails_does_not_stop_the_rest(make_store, tmp_path: Path, store_config) -> None:
+    """delayOffset.json cannot be written: shutdown still stops every service, closes the files
+    and releases the lock, keeps abort, and then says what went wrong (a typed error)."""
+    before = store_threads()
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok
+    root = tmp_path / "store"
+    blocker = root / "config" / "delayOffset.json.tmp"
+    blocker.mkdir(parents=True)
+    with pytest.raises(RocketStoreError) as info:
+        store.shutdown()
+    assert "did not shut down cleanly" in str(info.value)
+    assert store_threads() == before
+    assert (root / "abort").exists()
+    with pytest.raises(StoreClosedError):
+        store.put(Message("T", b"y"))
+    store.shutdown()  # a second call does nothing
+    blocker.rmdir()
+    again = make_store()  # the lock was released
+    assert again.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_a_failed_open_stops_the_services_it_started(make_store, tmp_path: Path, store_config) -> None:
+    """Writing abort is the open's last step, after the services started: when it fails, they
+    stop again and the lock is released."""
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok
+    store.shutdown()
+    root = tmp_path / "store"
+    (root / "abort").mkdir()
+    before = store_threads()
+    with pytest.raises(OSError):
+        MessageStore.open(root, store_config)
+    assert store_threads() == before
+    (root / "abort").rmdir()
+    assert make_store().get_max_offset_in_queue("T", 0) == 1
+
+
+def test_dispatch_that_keeps_failing_stops_writes_and_shutdown_does_not_wait_for_it(make_store, tmp_path: Path) -> None:
+    """A file where a consume queue's folder belongs: dispatch fails on every round. After a few
+    failed rounds the store sets WRITE_LOGICS_QUEUE_ERROR and refuses puts (RocketMQ's
+    makeLogicsQueueError), and shutdown neither waits its 30 s for dispatch nor removes abort."""
+    store = make_store()
+    store.reput.stop()
+    root = tmp_path / "store"
+    (root / "consumequeue").mkdir(exist_ok=True)
+    (root / "consumequeue" / "Broken").write_bytes(b"")
+    assert store.put(Message("Broken", b"x")).ok
+    fail_round(store.reput)
+    assert store.put(Message("Healthy", b"y")).ok  # a passing fault is retried first
+    fail_round(store.reput)
+    fail_round(store.reput)
+    assert store.running_flags & WRITE_LOGICS_QUEUE_ERROR
+    assert store.put(Message("Healthy", b"z")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    store.reput.start()
+    with pytest.raises(RocketStoreError):  # its last dispatch round fails too
+        store.shutdown()  # the test's time limit is the check that it does not wait 30 s
+    assert (root / "abort").exists()
+
+
+def test_a_caller_waiting_for_dispatch_is_released_by_shutdown(make_store, store_config) -> None:
+    """Under SYNC_FLUSH nothing unflushed is dispatched; with the flush stopped a WAIT=false put
+    stays undispatched, and a caller waiting without a timeout must not wait for ever."""
+    store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", flushIntervalCommitLog=600_000))
+    store.flush_service.stop()
+    assert store.put(Message("T", b"x", properties={"WAIT": "false"})).ok
+    assert store.dispatch_behind_bytes() > 0
+    answers: list[bool] = []
+    waiter = threading.Thread(target=lambda: answers.append(store.wait_for_dispatch(None)))
+    waiter.start()
+    store.shutdown(wait_for_dispatch=0)
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert answers in ([True], [False])
+
+
+def test_wait_for_dispatch_waits_for_what_was_written_before_the_call(make_store, store_config) -> None:
+    """Under a steady stream of puts the log's end keeps moving; waiting for dispatch means
+    waiting for what was in the log when asked, which dispatch reaches."""
+    store = make_store(
+        config=store_config.copy(
+            mappedFileSizeCommitLog=1 << 26, mappedFileSizeConsumeQueue=20 << 20, maxIndexNum=1 << 20
+        )
+    )
+    stop = threading.Event()
+    batch = [Message("Busy", b"x" * 100) for _ in range(32)]
+
+    def produce() -> None:
+        for _ in range(20_000):  # bounded: about 90 MB of log at most
+            if stop.is_set():
+                return
+            store.put_batch(batch)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        assert store.put(Message("Busy", b"y")).ok
+        target = store.max_phy_offset
+        assert store.wait_for_dispatch(30)
+        assert store.positions()["dispatched"] >= target
+        assert producer.is_alive()  # the log was still growing while we waited
+    finally:
+        stop.set()
+        producer.join()
+
+
+def test_flush_commits_the_transient_pool_first(make_store, store_config) -> None:
+    store = make_store(
+        config=store_config.copy(
+            transientStorePoolEnable=True,
+            transientStorePoolSize=2,
+            mappedFileSizeCommitLog=1 << 16,
+            commitIntervalCommitLog=3_600_000,
+            commitCommitLogThoroughInterval=3_600_000,
+        )
+    )
+    for _ in range(3):
+        assert store.put(Message("T", b"x" * 200)).ok
+    assert store.positions()["committed"] < store.positions()["wrote"]
+    store.flush()
+    positions = store.positions()
+    assert positions["flushed"] == positions["committed"] == positions["wrote"]
+
+
+def test_an_async_shutdown_flushes_every_segment(make_store, store_config, tmp_path: Path) -> None:
+    """Many small segments written since the last flush: shutdown flushes them all before it
+    calls the exit clean (it stopped after ten)."""
+    store = make_store(
+        config=store_config.copy(flushIntervalCommitLog=3_600_000, flushCommitLogThoroughInterval=3_600_000)
+    )
+    for _ in range(40):
+        assert store.put(Message("T", b"x" * 1000)).ok
+    assert len(store.commit_log.queue.files) > 10
+    store.shutdown()
+    assert not (tmp_path / "store" / "abort").exists()
+    assert store.commit_log.queue.flushed_where == store.commit_log.queue.max_offset()
+
+
+def test_a_delayed_message_that_cannot_be_delivered_is_dropped_not_retried_for_ever(make_store) -> None:
+    """Its real queue id is out of range: RocketMQ logs and drops such a message; the level goes
+    on with the next one (the service spun on it at full CPU)."""
+    store = make_store()
+    bad = Message("SCHEDULE_TOPIC_XXXX", b"bad", properties={"REAL_TOPIC": "T", "REAL_QID": str(2**31), "DELAY": "1"})
+    assert store.put_as_is(bad, 0).ok
+    assert store.put(Message("T", b"good", properties={"DELAY": "1"})).ok
+    assert store.wait_for_dispatch()
+    service = store.schedule_service
+    service.stop()
+    assert service.run_once(now=2**62) == 1
+    assert service.levels[1].skipped == 1
+    assert store.wait_for_dispatch()
+    assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"good"]
+
+
+def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> None:
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok
+    store.shutdown()
+    for call in (
+        lambda: store.commit_offset("g", "T", 0, 1),
+        lambda: store.query_offset("g", "T", 0),
+        lambda: store.get_max_offset_in_queue("T", 0),
+        lambda: store.get_min_offset_in_queue("T", 0),
+        lambda: store.get_commit_log_offset_in_queue("T", 0, 0),
+        lambda: store.delete_topics(["T"]),
+        lambda: store.flush(),
+        lambda: store.wait_for_dispatch(),
+        lambda: store.clean_service.run_once(),  # a cleanup round still running in another thread
+    ):
+        with pytest.raises(StoreClosedError):
+            call()
+    assert os.path.isdir(tmp_path / "store" / "consumequeue" / "T")
+    shutil.rmtree(tmp_path / "store")
