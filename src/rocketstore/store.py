@@ -74,6 +74,7 @@ class MessageStore:
         self.last_exit_ok = True
         self._closed = False
         self._shutdown_lock = threading.Lock()
+        self._flags_lock = threading.RLock()  # flags change from the flush, clean and put threads
         self._lock = StoreLock(root)
         self.allocator: SegmentAllocator | None = None
         self.reput: ReputService | None = None
@@ -298,6 +299,10 @@ class MessageStore:
         writer = getattr(self, "writer", None)
         if writer is None:
             return
+        with self._flags_lock:
+            self._set_refusal(writer)
+
+    def _set_refusal(self, writer: MessageWriter) -> None:
         if self._closed:
             writer.refusal = self._raise_closed
         elif self.config.broker_role == "SLAVE":
@@ -317,8 +322,9 @@ class MessageStore:
 
     def set_running_flags(self, set_bits: int = 0, clear_bits: int = 0) -> None:
         """Set and clear RunningFlags bits (DISK_FULL, NOT_WRITEABLE, ...)."""
-        self.running_flags = (self.running_flags | set_bits) & ~clear_bits
-        self._update_refusal()
+        with self._flags_lock:
+            self.running_flags = (self.running_flags | set_bits) & ~clear_bits
+            self._update_refusal()
 
     def put(self, message: Message, queue_id: int = 0) -> PutResult:
         """Store one message in ``queue_id`` of its topic.
