@@ -139,7 +139,7 @@ class SegmentAllocator:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if not os.path.exists(path):
                 mapped = MappedFile.create(path, offset, size)
-        except OSError as exc:
+        except Exception as exc:  # whatever it was, the writer makes the segment itself: never wait on it
             log.warning("could not pre-create %s: %s", path, exc)
         with self._cond:
             self._creating.discard(path)
