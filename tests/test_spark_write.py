@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -131,12 +132,9 @@ def test_a_message_the_store_refuses_fails_the_job_before_any_is_stored(spark, t
 def test_a_delayed_message_is_checked_with_the_queue_the_driver_chooses(tmp_path):
     """A delayed message without a queueId keeps the queue the driver chooses in REAL_QID: the
     batch is refused before the first put when only a longer queue id makes it too large."""
-    import pyarrow as pa
-
     from rocketstore import Message
     from rocketstore.errors import InvalidMessageError
     from rocketstore.spark.commits import append_staged
-    from rocketstore.spark.sink import STAGED, Staged
     from rocketstore.writer import MessagePreparer
 
     config = small_config()
@@ -148,12 +146,8 @@ def test_a_delayed_message_is_checked_with_the_queue_the_driver_chooses(tmp_path
     pad = next(n for n in range(16000, 16384) if check(_padded(n), 10) is not None)
     assert check(_padded(pad), 9) is None  # with REAL_QID 0..9 it fits a 16 KiB segment, not with 10
     rows = [{"topic": "TopicD", "body": b"later", "properties": _padded(pad).properties} for _ in range(11)]
-    batch = pa.RecordBatch.from_pylist(rows, schema=STAGED)
-    path = tmp_path / "staged.arrow"
-    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, STAGED) as out:
-        out.write_batch(batch)
     with pytest.raises(InvalidMessageError, match="cannot fit"):
-        append_staged(str(store), config, [Staged(0, str(path), 11)], sink=None, batch_id=None)
+        append_staged(str(store), config, [_staged(tmp_path / "staged.arrow", rows)], sink=None, batch_id=None)
     assert log_rows(store, config) == before
 
 
@@ -161,6 +155,43 @@ def _padded(n: int) -> Any:
     from rocketstore import Message
 
     return Message("TopicD", b"later", properties={"DELAY": "2", "pad": "p" * n})
+
+
+def _staged(path: Path, rows: list[dict]) -> Any:
+    """Rows staged as a write task stages them."""
+    import pyarrow as pa
+
+    from rocketstore.spark.sink import STAGED, Staged
+
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, STAGED) as out:
+        out.write_batch(pa.RecordBatch.from_pylist(rows, schema=STAGED))
+    return Staged(0, str(path), len(rows))
+
+
+def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
+    """A delayed message is stored in SCHEDULE_TOPIC_XXXX (REAL_TOPIC/REAL_QID keep where it was
+    sent): a batch cut short after some were appended appends only the rest when it is replayed."""
+    from rocketstore.spark.commits import append_staged
+
+    config = small_config()
+    store = tmp_path / "store"
+    delay = {"DELAY": "3"}
+    rows = [
+        {"topic": "TopicD", "body": b"plain", "properties": {"seq": "0"}},
+        {"topic": "TopicD", "body": b"same", "properties": delay},
+        {"topic": "TopicE", "body": b"same", "properties": delay, "queueId": 2},
+        {"topic": "TopicE", "body": b"same", "properties": delay, "queueId": 3},
+        {"topic": "TopicD", "body": b"last", "properties": delay},
+    ]
+    # the crash: the first three messages were appended, the marker still says pending
+    append_staged(str(store), config, [_staged(tmp_path / "a.arrow", rows[:3])], sink="q", batch_id=0)
+    markers = read_markers(str(store))
+    markers["q"]["state"] = "pending"
+    (store / MARKER).write_text(json.dumps(markers))
+    assert append_staged(str(store), config, [_staged(tmp_path / "b.arrow", rows)], sink="q", batch_id=0) == 2
+    got = [(r["properties"].get("REAL_TOPIC", r["topic"]), r["body"]) for r in log_rows(store, config)]
+    assert len(got) == len(rows)
+    assert sorted(got) == sorted((r["topic"], base64.b64encode(r["body"]).decode()) for r in rows)
 
 
 def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path) -> Any:  # noqa: F811

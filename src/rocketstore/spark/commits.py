@@ -10,8 +10,9 @@ Before a batch's messages are appended, the entry becomes ``pending`` with the l
 appended and flushed, it becomes ``committed``. A batch id at or below a committed one is
 skipped (Spark replays the last batch after a restart when the crash came between the sink's
 commit and the checkpoint's). A ``pending`` entry for the same batch means a crash during the
-append: the records after ``logStart`` that match the batch's messages in order are its first
-messages, and only the rest is appended. The store's lock is held throughout.
+append: the records after ``logStart`` that match the batch's messages in order, as a put
+stores them (a delayed one in SCHEDULE_TOPIC_XXXX), are its first messages, and only the rest
+is appended. The store's lock is held throughout.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.properties import DELAY
+from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.files.syscalls import fsync_dir
+from rocketstore.results import PutResult
 from rocketstore.spark.schema import option
 from rocketstore.store import MessageStore
+from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 MARKER = os.path.join("config", "sparkSinkCommits.json")
@@ -152,6 +155,22 @@ def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueCho
                 )
 
 
+def _stored_as(msg: StoredMessage, message: Message, queue_id: int | None, writer: MessagePreparer) -> bool:
+    """Whether ``msg`` is the record a put of ``message`` stored, as the writer places it (a
+    delayed one in SCHEDULE_TOPIC_XXXX, with REAL_TOPIC/REAL_QID). A queue the driver chose is
+    not known here, nor then its REAL_QID."""
+    placed = writer.placed(message, 0 if queue_id is None else queue_id)
+    if isinstance(placed, PutResult):  # refused: never stored
+        return False
+    target, target_queue = placed
+    if msg.topic != target.topic or msg.body != target.body or msg.flag != target.flag:
+        return False
+    if (queue_id is not None or target is not message) and msg.queue_id != target_queue:
+        return False
+    props = msg.properties
+    return all(props.get(k) == v for k, v in target.properties.items() if k != REAL_QID or queue_id is not None)
+
+
 def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
     """How many of the staged messages are the records from ``start`` on, in order."""
     expected = _messages(staged)
@@ -166,9 +185,7 @@ def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
         want = next(expected, None)
         if want is None:
             break
-        message, queue_id = want
-        same = msg.topic == message.topic and msg.body == message.body and msg.flag == message.flag
-        if not same or (queue_id is not None and msg.queue_id != queue_id):
+        if not _stored_as(msg, *want, store.writer):
             break
         matched += 1
         offset += msg.store_size
