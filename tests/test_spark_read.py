@@ -196,6 +196,20 @@ def test_pushdown_leaves_negated_filters_to_spark(spark, store, everything):  # 
     assert spark_rows(picked) == [r for r in everything if r["queueOffset"] != 5 and r["topic"] == "OrderTopic"]
 
 
+def test_iso_timestamps_are_exact_milliseconds():
+    """ISO-8601 text is converted in integers: float seconds read some times 1 ms early."""
+    import datetime
+
+    from rocketstore.spark.options import parse_timestamp
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    for ms in (1079337347472, -1, *range(1_700_000_000_000, 1_700_000_001_000)):
+        text = (epoch + datetime.timedelta(milliseconds=ms)).isoformat()
+        assert parse_timestamp(text, "startingTimestamp") == ms, text
+    # within a millisecond: store times from the next one are at or after it
+    assert parse_timestamp("2004-03-15T07:55:47.4721", "endingTimestamp") == 1079337347473
+
+
 def test_commitlog_mode_reads_every_record(spark, store):  # noqa: F811
     want = log_rows(store, small_config())
     assert_rows_equal(spark_rows(reader(spark, mode="commitlog").load(str(store))), want)

@@ -4,7 +4,8 @@
 is a regular expression matched against whole topic names. ``queues``: ``0,2`` for every topic or
 JSON ``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
 ``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive.
-Timestamps are epoch milliseconds (or ISO-8601 text) of the store time.
+Timestamps are epoch milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a
+fraction of a millisecond counts from the next one).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ MODES = ("consumequeue", "commitlog")
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 DEFAULT_PARTITION_BYTES = 128 << 20
 DEFAULT_BATCH_ROWS = 32768
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MILLISECOND = datetime.timedelta(milliseconds=1)
 
 Offsets = str | dict[str, dict[int, int]]  # "earliest" / "latest" or topic -> queue id -> offset
 
@@ -160,7 +163,9 @@ def parse_timestamp(text: str | None, name: str) -> int | None:
         raise ValueError(f"option {name}: {text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
-    return int(when.timestamp() * 1000)
+    # in integers (float seconds * 1000 can land 1 ms early); a time within a millisecond counts
+    # from the next one, so that store times >= / < it are exactly the ones at or after / before
+    return -((_EPOCH - when) // _MILLISECOND)
 
 
 def _json(text: str, name: str) -> dict:
