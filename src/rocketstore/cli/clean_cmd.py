@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rocketstore.cli.common import Common, disk_info, kv_table, open_store, out_console, print_json, store_options
+from rocketstore.cli.common import Common, kv_table, open_store, out_console, print_json, store_options
 
 
 @click.command()
@@ -32,7 +32,7 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
             "minOffsetBefore": before,
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
-            "disk": disk_info(store),
+            "disk": store.disk_report(),
         }
     if opts.as_json:
         print_json(info)

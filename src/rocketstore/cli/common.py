@@ -233,26 +233,10 @@ def open_store(
 
 
 # -- JSON shapes ---------------------------------------------------------------------------------
-def camel_case(name: str) -> str:
-    """``consume_queue_end`` -> ``consumeQueueEnd`` (the JSON output's key style)."""
-    first, *rest = name.split("_")
-    return first + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
 def recovery_info(store: MessageStore) -> dict[str, Any] | None:
-    """The store's recovery report with camelCase keys (None when it was opened without recovery)."""
+    """The store's recovery report (None when it was opened without recovery)."""
     report = store.recovery
-    return None if report is None else {camel_case(k): v for k, v in report.to_dict().items()}
-
-
-def disk_info(store: MessageStore) -> dict[str, Any]:
-    """``store.disk_report()`` with every folder of ``ratios`` by its path (consumequeue too)."""
-    disk = dict(store.disk_report())
-    disk["ratios"] = {
-        os.path.join(store.root, name) if name == "consumequeue" else name: ratio
-        for name, ratio in disk["ratios"].items()  # type: ignore[attr-defined]
-    }
-    return disk
+    return None if report is None else report.to_dict()
 
 
 # -- output --------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from rich.table import Table
 from rocketstore.cli.common import (
     Common,
     cell,
-    disk_info,
     kv_table,
     open_store,
     out_console,
@@ -83,7 +82,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "dispatchLag": {"bytes": lag, "recordsDispatched": recovery.records_dispatched if recovery else 0},
         "indexFiles": index_files,
         "configFiles": config_files,
-        "disk": disk_info(store),
+        "disk": store.disk_report(),
         "schedule": store.schedule_report(),
     }
 

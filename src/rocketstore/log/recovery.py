@@ -51,10 +51,16 @@ class RecoveryReport:
     queue_ends_kept: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as JSON can hold it (queue ends under ``"topic/queueId"``)."""
-        out = {k: v for k, v in self.__dict__.items() if k != "queue_ends_kept"}
-        out["queue_ends_kept"] = {f"{t}/{q}": end for (t, q), end in sorted(self.queue_ends_kept.items())}
+        """The report as JSON can hold it: camelCase keys, queue ends under ``"topic/queueId"``."""
+        out = {_camel_case(k): v for k, v in self.__dict__.items() if k != "queue_ends_kept"}
+        out["queueEndsKept"] = {f"{t}/{q}": end for (t, q), end in sorted(self.queue_ends_kept.items())}
         return out
+
+
+def _camel_case(name: str) -> str:
+    """``consume_queue_end`` -> ``consumeQueueEnd`` (the JSON key style)."""
+    first, *rest = name.split("_")
+    return first + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def recover(

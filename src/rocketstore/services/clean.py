@@ -45,7 +45,7 @@ MANUAL_DELETE_TIMES = 20  # executeDeleteFilesManually: this many runs delete as
 class DiskCheck:
     """One evaluation of the disk watermarks (``isSpaceToDelete``)."""
 
-    ratios: dict[str, float]  # used fraction per commit-log folder, and of consumequeue/
+    ratios: dict[str, float]  # used fraction per folder by its path: the commit log's and consumequeue/
     physic: float  # the least full commit-log folder
     logics: float
     space_to_delete: bool  # usage above diskMaxUsedSpaceRatio (or unmeasurable)
@@ -234,8 +234,8 @@ def measure_disk(config: StoreConfig, root: str) -> DiskCheck:
     most = config.disk_max_used_space_ratio_clamped / 100
     ratios = {path: used_ratio(path) for path in config.commit_log_paths}
     physic = min(ratios.values())
-    logics = used_ratio(os.path.join(root, "consumequeue"))
-    ratios["consumequeue"] = logics
+    queues = os.path.join(root, "consumequeue")
+    logics = ratios[queues] = used_ratio(queues)
     disk_full = physic > warn or logics > warn
     clean_immediately = disk_full or physic > force or logics > force
     space = clean_immediately or physic < 0 or physic > most or logics < 0 or logics > most
