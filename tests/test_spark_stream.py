@@ -112,6 +112,13 @@ def test_a_tag_filter_that_leaves_no_message_gives_no_rows(spark, tmp_path):  # 
     assert run_stream(spark, store, tmp_path / "ckpt", startingOffsets="earliest", tags="NoSuchTag").rows == []
 
 
+def test_ending_options_are_refused(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 10)
+    for name, value in (("endingOffsets", "latest"), ("endingTimestamp", "0")):
+        with pytest.raises(Exception, match=f"option {name} is for batch reads only"):
+            run_stream(spark, store, tmp_path / name, startingOffsets="earliest", **{name: value})
+
+
 def test_processing_time_trigger_sees_new_messages(spark, tmp_path):  # noqa: F811
     store = make_store(tmp_path / "store", 30)
     sink = Collector()

@@ -193,8 +193,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         option(options, "startingOffsets"), "startingOffsets", "latest" if streaming else "earliest"
     )
     ending = parse_offsets(option(options, "endingOffsets"), "endingOffsets", "latest", ending=True)
-    if streaming and option(options, "endingOffsets") is not None:
-        raise ValueError("option endingOffsets is for batch reads only")
+    for name in ("endingOffsets", "endingTimestamp"):
+        if streaming and option(options, name) is not None:
+            raise ValueError(f"option {name} is for batch reads only: a stream reads on as messages arrive")
     if mode == "commitlog" and (starting != "earliest" or ending != "latest"):
         raise ValueError(
             "startingOffsets/endingOffsets need mode=consumequeue: commitlog mode reads the whole log "

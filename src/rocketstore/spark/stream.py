@@ -3,7 +3,8 @@
 Offsets are per queue, Kafka style: ``{"TopicA": {"0": 23, "1": 7}}`` holds the next offset to
 read of every queue (the checkpoint keeps them, so a restarted query resumes exactly there).
 ``startingOffsets`` (default ``latest``) / ``startingTimestamp`` apply to a new query; queues that
-appear later start at their earliest offset. ``maxOffsetsPerTrigger`` splits a trigger's budget
+appear later start at their earliest offset. A stream has no end: ``endingOffsets`` and
+``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits a trigger's budget
 across queues in proportion to their backlog, at least one message for each queue that has any.
 Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
 default) or are skipped with a warning.
