@@ -4,16 +4,20 @@
 is a regular expression matched against whole topic names. ``queues``: ``0,2`` for every topic or
 JSON ``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
 ``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive.
+A starting offset after the ending offset given for the same queue is an error; a starting
+offset past a queue's end reads nothing from it. ``maxPartitionBytes``, ``minPartitions``,
+``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers.
 Timestamps are epoch milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a
 fraction of a millisecond counts from the next one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
@@ -115,12 +119,31 @@ def parse_queues(text: str | None) -> tuple[frozenset[int] | None, dict[str, fro
         for topic, ids in obj.items():
             if not isinstance(ids, list):
                 raise ValueError(f"option queues: {topic} must map to a list of queue ids")
-            out[str(topic)] = frozenset(int(q) for q in ids)
+            out[str(topic)] = _queue_ids(ids)
         return None, out
-    try:
-        return frozenset(int(q) for q in text.split(",") if q.strip()), None
-    except ValueError:
-        raise ValueError(f"option queues: {text!r} is not a list of queue ids or JSON") from None
+    return _queue_ids(q for q in text.split(",") if q.strip()), None
+
+
+def _whole(value: object) -> int | None:
+    """A JSON integer or the text of one; None for anything else (5.9, true, "x")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value.strip())
+    return None
+
+
+def _queue_ids(values: Iterable[object]) -> frozenset[int]:
+    ids = set()
+    for value in values:
+        queue_id = _whole(value)
+        if queue_id is None or queue_id < 0:
+            raise ValueError(f"option queues: {json.dumps(value)} is not a queue id (an integer from 0)")
+        ids.add(queue_id)
+    return frozenset(ids)
 
 
 def parse_offsets(text: str | None, name: str, default: str, *, ending: bool = False) -> Offsets:
@@ -138,12 +161,14 @@ def parse_offsets(text: str | None, name: str, default: str, *, ending: bool = F
             raise ValueError(f'option {name}: {topic} must map to {{"queueId": offset}}')
         per = {}
         for qid, off in queues.items():
-            try:
-                per[int(qid)] = int(off)
-            except (TypeError, ValueError):
-                raise ValueError(f"option {name}: {topic}/{qid}: {off!r} is not an offset") from None
-            if per[int(qid)] < EARLIEST or (ending and per[int(qid)] == EARLIEST):
+            queue_id, offset = _whole(qid), _whole(off)
+            if queue_id is None or queue_id < 0:
+                raise ValueError(f"option {name}: {topic}/{qid}: {qid!r} is not a queue id (an integer from 0)")
+            if offset is None:
+                raise ValueError(f"option {name}: {topic}/{qid}: {json.dumps(off)} is not an offset (an integer)")
+            if offset < EARLIEST or (ending and offset == EARLIEST):
                 raise ValueError(f"option {name}: {topic}/{qid}: {off} is not a valid offset")
+            per[queue_id] = offset
         out[str(topic)] = per
     return out
 
@@ -166,6 +191,27 @@ def parse_timestamp(text: str | None, name: str) -> int | None:
     # in integers (float seconds * 1000 can land 1 ms early); a time within a millisecond counts
     # from the next one, so that store times >= / < it are exactly the ones at or after / before
     return -((_EPOCH - when) // _MILLISECOND)
+
+
+def _check_order(starting: Offsets, ending: Offsets) -> None:
+    """A starting offset after the ending offset given for the same queue is an error."""
+    if not isinstance(starting, dict) or not isinstance(ending, dict):
+        return
+    for topic, per in starting.items():
+        for queue_id, start in per.items():
+            end = ending.get(topic, {}).get(queue_id)
+            if end is not None and start > end >= 0:
+                raise ValueError(
+                    f"option startingOffsets: {topic}/{queue_id} starts at {start}, after its ending offset {end}"
+                )
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    """An option that is a positive integer; None when it is not given."""
+    value = int_option(options, name, None)
+    if value is not None and value <= 0:
+        raise ValueError(f"option {name} must be a positive integer, not {option(options, name)!r}")
+    return value
 
 
 def _json(text: str, name: str) -> dict:
@@ -193,6 +239,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         option(options, "startingOffsets"), "startingOffsets", "latest" if streaming else "earliest"
     )
     ending = parse_offsets(option(options, "endingOffsets"), "endingOffsets", "latest", ending=True)
+    _check_order(starting, ending)
     for name in ("endingOffsets", "endingTimestamp"):
         if streaming and option(options, name) is not None:
             raise ValueError(f"option {name} is for batch reads only: a stream reads on as messages arrive")
@@ -213,12 +260,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         starting_ts=parse_timestamp(option(options, "startingTimestamp"), "startingTimestamp"),
         ending_ts=parse_timestamp(option(options, "endingTimestamp"), "endingTimestamp"),
         tags=tags,
-        partition_bytes=int_option(options, "maxPartitionBytes", DEFAULT_PARTITION_BYTES) or DEFAULT_PARTITION_BYTES,
-        min_partitions=max(1, int_option(options, "minPartitions", 1) or 1),
+        partition_bytes=_positive(options, "maxPartitionBytes") or DEFAULT_PARTITION_BYTES,
+        min_partitions=_positive(options, "minPartitions") or 1,
         fail_on_data_loss=flag_option(options, "failOnDataLoss", True),
-        batch_rows=max(1, int_option(options, "maxRecordsPerBatch", DEFAULT_BATCH_ROWS) or DEFAULT_BATCH_ROWS),
-        max_offsets_per_trigger=int_option(options, "maxOffsetsPerTrigger", None),
+        batch_rows=_positive(options, "maxRecordsPerBatch") or DEFAULT_BATCH_ROWS,
+        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
     )
-    if opts.max_offsets_per_trigger is not None and opts.max_offsets_per_trigger <= 0:
-        raise ValueError("option maxOffsetsPerTrigger must be positive")
     return opts
