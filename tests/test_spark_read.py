@@ -112,6 +112,14 @@ def test_user_schema_reads_only_those_columns(spark, store, everything):  # noqa
         reader(spark).schema("nope string").load(str(store)).collect()
 
 
+def test_user_schema_with_non_nullable_columns_is_refused(spark, store):  # noqa: F811
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("topic", StringType(), False), StructField("queueOffset", LongType(), False)])
+    with pytest.raises(Exception, match="declare topic, queueOffset without NOT NULL"):
+        reader(spark).schema(schema).load(str(store)).collect()
+
+
 def test_partitions_are_large_and_configurable(spark, store, everything):  # noqa: F811
     assert reader(spark).load(str(store)).rdd.getNumPartitions() == 1
     df = reader(spark, maxPartitionBytes="4000").load(str(store))

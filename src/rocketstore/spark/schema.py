@@ -55,7 +55,8 @@ def arrow_schema(columns: list[str] | tuple[str, ...] = COLUMN_NAMES) -> pa.Sche
 def requested_columns(schema: object) -> list[str]:
     """The columns of a user-given schema (``spark.read.schema(...)``), checked against ours.
 
-    A subset of the columns, in any order, is allowed: only those columns are produced.
+    A subset of the columns, in any order, is allowed: only those columns are produced. Every
+    column is nullable, as in the source's own schema.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -67,6 +68,9 @@ def requested_columns(schema: object) -> list[str]:
         if not field.type.equals(ARROW_TYPES[field.name]):
             raise ValueError(f"column {field.name!r} is {ARROW_TYPES[field.name]}, not {field.type}")
         names.append(field.name)
+    strict = [field.name for field in wanted if not field.nullable]
+    if strict:  # Spark would find out only when a task returns its first batch
+        raise ValueError(f"rocketstore's columns are nullable: declare {', '.join(strict)} without NOT NULL")
     return names
 
 
