@@ -990,6 +990,37 @@ def test_keys_with_several_spaces_are_indexed_token_by_token(make_store):
     assert store.query_message("KeyTopic", " ").messages == []
 
 
+def test_a_uniq_key_with_spaces_is_one_index_key(make_store, tmp_path, store_config, rmqread):
+    """UNIQ_KEY is indexed whole (``topic#uniq``), only KEYS is split on spaces (spec 8.5): record by
+    record, in bulk dispatch (ASCII and not) and when the index is rebuilt from the log."""
+    root = tmp_path / "store"
+    store = make_store()
+    put_ok(store, Message("U", b"one", keys=" k1  k2 ", properties={"UNIQ_KEY": "u 1"}))
+    assert store.wait_for_dispatch()  # alone: record by record
+    for mark in ("", "é"):  # more than dispatch.SMALL records: the bulk path
+        batch = [Message("U", f"b{i}{mark}".encode(), properties={"UNIQ_KEY": f"b {i}{mark}"}) for i in range(20)]
+        assert store.put_batch(batch).status == PutMessageStatus.PUT_OK
+
+    def check(store: MessageStore) -> None:
+        assert store.wait_for_dispatch()
+        hits = {k: [m.body for m in store.query_message("U", k).messages] for k in ("u 1", "k1", "k2", "b 3", "b 3é")}
+        assert hits == {"u 1": [b"one"], "k1": [b"one"], "k2": [b"one"], "b 3": [b"b3"], "b 3é": [b"b3\xc3\xa9"]}
+        for part in ("u", "1", "b", "3", "3é"):
+            assert store.query_message("U", part).messages == [], part
+
+    check(store)
+    store.shutdown()
+    assert rmqread("check", root, store_config).returncode == 0
+    shutil.rmtree(root / "index")
+    (root / "abort").touch()
+    store = make_store()
+    assert not store.last_exit_ok
+    check(store)
+    store.shutdown()
+    done = rmqread("check", root, store_config)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_index_disabled(make_store, store_config, tmp_path):
     store = make_store(config=store_config.copy(messageIndexEnable=False))
     put_ok(store, Message("T", b"x", keys="k"))

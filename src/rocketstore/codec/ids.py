@@ -95,11 +95,12 @@ def java_hashes(strings: list[str]) -> np.ndarray:
     return out.view(np.int32)
 
 
-def token_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def token_hashes(texts: list[str], split: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """hashCode of every space-separated token of every text, in order.
 
     Returns (hashes as uint32, index of the text each token came from, token lengths in UTF-16
-    units). Empty tokens are skipped, as RocketMQ's ``split(" ")`` does for index keys.
+    units). Empty tokens are skipped, as RocketMQ's ``split(" ")`` does for index keys. With
+    ``split`` False each non-empty text is one token, spaces and all (UNIQ_KEYs, spec 8.5).
     """
     n = len(texts)
     if not n:
@@ -107,12 +108,12 @@ def token_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.uint32), empty, empty
     joined = "".join(texts)
     if not joined.isascii():
-        tokens = [(i, t) for i, text in enumerate(texts) for t in text.split(" ") if t]
+        tokens = [(i, t) for i, text in enumerate(texts) for t in (text.split(" ") if split else (text,)) if t]
         hashes = np.array([java_hash(t) & _MASK32 for _, t in tokens], dtype=np.uint32)
         owners = np.array([i for i, _ in tokens], dtype=np.int64)
         lengths = np.array([len(t.encode("utf-16-be", "surrogatepass")) // 2 for _, t in tokens], dtype=np.int64)
         return hashes, owners, lengths
-    if " " not in joined:  # one token per text (UNIQ_KEYs, single keys): no boundary search
+    if not split or " " not in joined:  # one token per text (UNIQ_KEYs, single keys): no boundary search
         units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
         ends = np.cumsum(lengths)

@@ -300,7 +300,7 @@ def _properties(
 
     uniq = values(_UNIQ)
     keys = values(_KEYS)
-    records.index_tokens = (_tokens(flat, *uniq), _tokens(flat, *keys))
+    records.index_tokens = (_tokens(flat, *uniq, split=False), _tokens(flat, *keys))
     if strings:
         records.uniqs = _strings(flat, *uniq)
         records.keys = _strings(flat, *keys)
@@ -331,14 +331,15 @@ def _all_ascii(units: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.nda
     return high[stop] - high[start] == 0
 
 
-def _tokens(flat: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple:
-    """Index tokens (space-separated words) of each record's value: (hashes, lengths, owners)."""
+def _tokens(flat: np.ndarray, start: np.ndarray, stop: np.ndarray, split: bool = True) -> tuple:
+    """Index tokens (space-separated words; with ``split`` False the whole value, as for UNIQ_KEY)
+    of each record's value: (hashes, lengths, owners)."""
     rows = np.flatnonzero(start >= 0)
     if not len(rows):
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(0, dtype=np.uint32), empty, empty
     units, s, e = _compact(flat, start[rows], stop[rows])
-    if not (units == 32).any():  # one token per value: the common case
+    if not split or not (units == 32).any():  # one token per value: the common case
         t_start, t_stop, owner = s, e, rows
     else:
         word = units != 32

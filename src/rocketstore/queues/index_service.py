@@ -48,7 +48,10 @@ def index_keys(records: Records) -> tuple[np.ndarray, np.ndarray]:
     if records.index_tokens is not None:
         tokens = [(h, o, ln) for h, ln, o in records.index_tokens]
     else:
-        tokens = [token_hashes([t or "" for t in texts]) for texts in (records.uniqs, records.keys)]
+        tokens = [
+            token_hashes([t or "" for t in texts], split)
+            for texts, split in ((records.uniqs, False), (records.keys, True))
+        ]
     parts = []
     for (hashes, owners, lengths), rank in zip(tokens, (0, 1), strict=True):
         if len(hashes):
