@@ -207,9 +207,9 @@ def test_import_of_an_export_keeps_every_message(tmp_path: Path) -> None:
     before, after = jsonl(exported.read_text("utf-8")), jsonl(again.stdout)
     assert len(before) == len(after) == 1555
     for old, new in zip(before, after, strict=True):
-        if "UNIQ_KEY" not in old["properties"]:  # the store gives a message without one a UNIQ_KEY
-            assert len(new["properties"].pop("UNIQ_KEY")) == 32
+        # stored as it was: no UNIQ_KEY is added to a message without one, the record is as long
         assert {k: new[k] for k in KEPT} == {k: old[k] for k in KEPT}
+        assert new["storeSize"] == old["storeSize"]
         assert new["sysFlag"] & 0x70D == old["sysFlag"] & 0x70D  # compression and transaction bits
         assert new["preparedTransactionOffset"] == old["preparedTransactionOffset"]
         assert new["queueOffset"] == old["queueOffset"]  # the queues start at 0 in both stores

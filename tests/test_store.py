@@ -483,6 +483,34 @@ def test_concurrent_puts_get_unique_consecutive_offsets(make_store, tmp_path, st
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_a_batchs_common_properties_are_checked(make_store):
+    """``put_batch(properties=...)`` goes into every record: its names and values are checked as
+    a Message's are, and what each message has for itself (tags, keys, UNIQ_KEY, a delay) cannot
+    be set there (the queue's tags code and the index would disagree with the record)."""
+    store = make_store()
+    batch = [Message("T", b"a", tags="x", keys="k1"), Message("T", b"b")]
+    for bad in ({"DELAY": "3"}, {"TAGS": "y"}, {"KEYS": "kb"}, {"UNIQ_KEY": "u"}, {"X": "a\x02TAGS\x01zz"}, {"": "v"}):
+        with pytest.raises(InvalidMessageError):
+            store.put_batch(batch, properties=bad)
+    assert store.max_phy_offset == 0
+    assert store.put_batch(batch, properties={"CLUSTER": "c"}).ok
+    assert store.wait_for_dispatch()
+    got = store.get_message("g", "T", 0, 0).messages
+    assert [(m.tags, m.properties["CLUSTER"]) for m in got] == [("x", "c"), (None, "c")]
+
+
+def test_properties_changed_in_place_are_checked_at_put(make_store):
+    """``Message.properties`` may be changed in place, after the constructor's checks: a put
+    refuses what would not read back as the same properties."""
+    store = make_store()
+    for name, value in (("X", "v\x02TAGS\x01evil"), ("", "q"), ("Y", ""), ("Z", 5)):
+        message = Message("T", b"x", tags="a")
+        message.properties[name] = value
+        assert store.put(message).status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert store.put_batch([message, Message("T", b"y")]).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_phy_offset == 0
+
+
 # ================================================================== B. mapped files and their queues
 
 

@@ -17,6 +17,7 @@ from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
 from rocketstore.codec.message import Message
+from rocketstore.codec.message import _checked_properties as checked_properties
 from rocketstore.codec.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY, WAIT, encode_properties
 from rocketstore.codec.scan import delay_of_level
 from rocketstore.codec.topic import SCHEDULE_TOPIC
@@ -31,8 +32,16 @@ _ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 _time_ns = time.time_ns
 
 _NO_EXTRA = (None, None, None, 0, 0, 0)
+_PER_MESSAGE = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY})  # not for a batch's common properties
 
 FlushHandler = Callable[[AppendResult], PutMessageStatus]  # waits for the SYNC flush of a put
+
+
+def _well_formed(text: str, props: dict[str, str]) -> bool:
+    """Whether ``text`` (``props`` encoded) reads back as ``props``: every name and value non-empty,
+    and no separator inside one (exactly one \\x01 per property, one \\x02 between two)."""
+    n = len(props)
+    return text.count("\x01") == n and text.count("\x02") == n - 1 and all(props) and all(props.values())
 
 
 def plain_properties(tags: str | None, keys: str | None, uniq: str) -> str:
@@ -75,15 +84,20 @@ class MessagePreparer:
         if type(placed) is PutResult:
             return placed
         message, queue_id = placed
-        prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000)
+        prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000, new_uniq=schedule)
         if type(prepared) is PutResult:
             return prepared
         if prepared[1] + rec.END_FILE_MIN_BLANK_LENGTH > self.config.mapped_file_size_commit_log:  # as CommitLog.append
             return PutResult.refused(_ILLEGAL, f"a {prepared[1]}-byte record cannot fit a commit-log segment")
         return None
 
-    def _prepare(self, message: Message, queue_id: int, now: int, extra_props: str = "") -> tuple:
-        """A prepared record (``record.prepare``), or a PutResult refusing the message."""
+    def _prepare(
+        self, message: Message, queue_id: int, now: int, extra_props: str = "", *, new_uniq: bool = True
+    ) -> tuple:
+        """A prepared record (``record.prepare``), or a PutResult refusing the message.
+
+        A message without a ``UNIQ_KEY`` gets one, as RocketMQ's producers give it, unless
+        ``new_uniq`` is false (a message stored as it was: import, redelivery)."""
         config = self.config
         body = message.body
         if len(body) > config.max_message_size:
@@ -93,8 +107,15 @@ class MessagePreparer:
         props = message.properties
         extra = message._extra or _NO_EXTRA
         uniq = props.get(UNIQ_KEY)
-        text = encode_properties(props) if props else ""
-        if uniq is None:
+        try:
+            text = encode_properties(props) if props else ""
+        except TypeError:  # a name or value that is not text
+            text = "\x01"
+        if props and not _well_formed(text, props):  # the dict may have been changed in place
+            return PutResult.refused(
+                _ILLEGAL, "property names and values must be non-empty text without \\x01 or \\x02"
+            )
+        if uniq is None and new_uniq:
             uniq = self.uniq_keys.next(now)
             text = f"{text}\x02UNIQ_KEY\x01{uniq}" if text else f"UNIQ_KEY\x01{uniq}"
         if extra_props:
@@ -271,7 +292,7 @@ class MessageWriter(MessagePreparer):
         placed = self.placed(message, queue_id, schedule=schedule)
         if type(placed) is PutResult:
             return placed
-        return self._put_prepared(*placed, wait)
+        return self._put_prepared(*placed, wait, new_uniq=schedule)
 
     def _topic_head(self, topic: str) -> bytes | None:
         """The topic length byte and topic of V1 records (cached), None for a topic needing V2."""
@@ -281,11 +302,11 @@ class MessageWriter(MessagePreparer):
         head = self._topic_heads[topic] = bytes((len(raw),)) + raw
         return head
 
-    def _put_prepared(self, message: Message, queue_id: int, wait: bool = True) -> PutResult:
+    def _put_prepared(self, message: Message, queue_id: int, wait: bool = True, *, new_uniq: bool = True) -> PutResult:
         topic = message.topic
         if topic not in self._topic_heads:
             self._topic_head(topic)
-        prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000)
+        prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000, new_uniq=new_uniq)
         if type(prepared) is PutResult:
             return prepared
         return self._append(topic, queue_id, [prepared], (message,), wait)
@@ -315,7 +336,14 @@ class MessageWriter(MessagePreparer):
                     return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
                 if m._props is not None and m._props.get("DELAY", "0") not in ("0", ""):
                     return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
-        extra = encode_properties(properties) if properties else ""
+        extra = ""
+        if properties:
+            properties = checked_properties(properties)
+            fixed = sorted(set(properties) & _PER_MESSAGE)
+            if fixed:
+                names = ", ".join(fixed)
+                raise InvalidMessageError(f"a batch's common properties cannot set {names}: set it per message")
+            extra = encode_properties(properties)
         now = _time_ns() // 1_000_000
         head = self._topic_heads.get(topic) or self._topic_head(topic)
         if plain and head is not None and not self.config.enabled_append_prop_crc:
