@@ -9,7 +9,7 @@ import pytest
 
 from rocketstore import Message, MessageStore
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import MessageNotFoundError
+from rocketstore.errors import InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.fastjson import loads as fastjson_loads
 from rocketstore.results import PutMessageStatus
 
@@ -105,3 +105,23 @@ def test_a_message_already_retried_sixteen_times_goes_straight_to_the_dlq(store:
     retry = store.send_back("G", store.look_message_by_offset(put.commit_log_offset))
     record = store.look_message_by_offset(retry.commit_log_offset)
     assert record.topic == SCHEDULE_TOPIC and record.properties["DELAY"] == "18"  # 3 + 15, capped
+
+
+def test_a_sent_back_message_does_not_wait_for_a_flush(make_store, store_config) -> None:
+    """RocketMQ's broker clears waitStoreMsgOK on a sent-back message: its record says WAIT=false,
+    and under SYNC_FLUSH the send-back does not wait for the flush."""
+    store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", flushIntervalCommitLog=600_000))
+    first = store.put(Message("Orders", b"pay"))
+    store.flush_service.stop()  # nothing is flushed from here on: a waiting put would time out
+    result = store.send_back("G", first.commit_log_offset, delay_level=-1)
+    assert result.status == PutMessageStatus.PUT_OK
+    assert store.look_message_by_offset(result.commit_log_offset).properties["WAIT"] == "false"
+    store.flush_service.start()  # the flush dispatch waits for under SYNC_FLUSH, for the shutdown
+
+
+def test_a_group_whose_dead_letter_topic_is_too_long_is_refused_before_anything_changes(store) -> None:
+    first = store.put(Message("Orders", b"pay"))
+    group = "g" * 125  # %DLQ% + 125 characters is over the 127 a topic may have
+    with pytest.raises(InvalidTopicError):
+        store.send_back(group, first.commit_log_offset, delay_level=-1)
+    assert group not in store.subscription_groups.subscription_group_table

@@ -8,7 +8,7 @@ schedule topic), or, once it has been retried ``maxReconsumeTimes`` times, in ``
 from __future__ import annotations
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC
+from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 RETRY_QUEUE_NUMS = 1  # retryQueueNums of a subscription group
@@ -33,8 +33,9 @@ def send_back_message(
 
     Same body, flag, sysFlag and born information; the store's own host; ``reconsumeTimes`` + 1;
     ``RETRY_TOPIC`` (the first topic) and ``ORIGIN_MESSAGE_ID`` (the first msgId) kept across
-    retries. Past ``max_reconsume_times``, or for a negative ``delay_level``, the dead-letter topic
-    with ``DELAY=0``; otherwise the retry topic with ``DELAY`` = ``delay_level`` or 3 + reconsumeTimes.
+    retries; ``WAIT=false``, as the broker sets it. Past ``max_reconsume_times``, or for a
+    negative ``delay_level``, the dead-letter topic with ``DELAY=0``; otherwise the retry topic
+    with ``DELAY`` = ``delay_level`` or 3 + reconsumeTimes.
     """
     props = dict(original.properties)
     if RETRY_TOPIC not in props:
@@ -47,5 +48,6 @@ def send_back_message(
         props[DELAY] = str(delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times)
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         props[ORIGIN_MESSAGE_ID] = original.msg_id
+    props[WAIT] = "false"  # RocketMQ's broker does not wait for a flush of a sent-back message
     message = original.copy_to(topic, props, reconsume_times=original.reconsume_times + 1)
     return message, 0

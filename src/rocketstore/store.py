@@ -378,12 +378,12 @@ class MessageStore:
             original = self.look_message_by_offset(int(message))
             if original is None:
                 raise MessageNotFoundError(f"no message at commit-log offset {message}")
-        self.subscription_groups.ensure(group)
         if max_reconsume_times is None:
             max_reconsume_times = self.subscription_groups.retry_max_times(group)
         elif max_reconsume_times < 0:
             max_reconsume_times = DEFAULT_RETRY_MAX_TIMES
         again, queue_id = send_back_message(original, group, max_reconsume_times, delay_level)
+        self.subscription_groups.ensure(group)  # after the checks: a refused group leaves no entry
         if self.topics.ensure(again.topic, queue_id, queue_nums=RETRY_QUEUE_NUMS):
             self.topics.persist()
         return self.writer.put_general(again, queue_id)
