@@ -31,7 +31,7 @@ from rocketstore.codec.ids import (
     offset_msg_id,
     tags_code,
 )
-from rocketstore.codec.properties import decode_properties, encode_properties, split_keys
+from rocketstore.codec.properties import decode_properties, encode_properties, property_value, split_keys
 from rocketstore.errors import RecordError
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queue import PRE_BLANK
@@ -647,6 +647,9 @@ def test_stored_message_reads_a_533_properties_string():
         "KEYS\x01k1 k2\x02TAGS\x01a\x02",  # the 5.x form: a trailing separator
         "TAGS\x01\x02KEYS\x01k",  # an empty value
         "UNIQ_KEY\x01u\x02KEYS\x01k\x02TAGS\x01",
+        "TAGS\x01a\x02KEYS\x01k\x02TAGS\x01\x02KEYS\x01",  # a later empty value keeps the earlier one
+        "UNIQ_KEY\x01u\x02UNIQ_KEY\x01\x02TAGS\x01\x02",
+        "DELAY\x013\x02DELAY\x01",
         "",
     ],
 )
@@ -655,6 +658,9 @@ def test_stored_property_getters_agree_with_the_full_parse(text):
     lazy = rec.decode(raw)
     full = decode_properties(text)
     assert (lazy.tags, lazy.keys, lazy.uniq_key) == (full.get("TAGS"), full.get("KEYS"), full.get("UNIQ_KEY"))
+    for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY"):  # DELAY: found in bytes by log scans
+        value = property_value(b"\x02" + text.encode(), f"\x02{name}\x01".encode())
+        assert value == (full[name].encode() if name in full else None), name
 
 
 # ================================================================== a real store, read back independently

@@ -192,7 +192,7 @@ def _checked_properties(properties: dict[str, str]) -> dict[str, str]:
 
 def _stored_property(name: str, doc: str) -> property:
     """A read-only property for one property of a stored message, found in the record's bytes
-    without parsing them all (the last one wins, as in RocketMQ's property map)."""
+    without parsing them all (the last non-empty one wins, as in RocketMQ's property map)."""
     marker = f"\x02{name}\x01".encode()
 
     def get(self: StoredMessage) -> str | None:
@@ -204,7 +204,9 @@ def _stored_property(name: str, doc: str) -> property:
         if not found:
             return None
         value = after.partition(b"\x02")[0]
-        return value.decode("utf-8", "replace") if value else None
+        if value:
+            return value.decode("utf-8", "replace")
+        return self.properties.get(name)  # RocketMQ skips an empty value: an earlier one may hold
 
     return property(get, doc=doc)
 

@@ -57,15 +57,17 @@ def is_valid_property_text(text: str) -> bool:
 
 
 def property_value(props: bytes, marker: bytes) -> bytes | None:
-    """The last value of the property introduced by ``marker`` (``b"\\x02NAME\\x01"``), or None.
+    """The last non-empty value of the property ``marker`` (``b"\\x02NAME\\x01"``) introduces, or None.
 
     ``props`` must start with a 0x02 so the first property matches too. Empty values count as
-    absent, as in RocketMQ's parser.
+    absent, as in RocketMQ's parser: an earlier value then holds.
     """
     i = props.rfind(marker)
-    if i < 0:
-        return None
-    i += len(marker)
-    j = props.find(b"\x02", i)
-    value = props[i:j] if j >= 0 else props[i:]
-    return value or None
+    while i >= 0:
+        k = i + len(marker)
+        j = props.find(b"\x02", k)
+        value = props[k:j] if j >= 0 else props[k:]
+        if value:
+            return value
+        i = props.rfind(marker, 0, i)  # markers cannot overlap: their only 0x02 is the first byte
+    return None
