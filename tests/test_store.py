@@ -25,6 +25,7 @@ import pytest
 
 import specreader
 from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import index_key_hash, java_hash
 from rocketstore.errors import (
     CorruptStoreError,
@@ -105,6 +106,19 @@ def test_write_and_read_back_20_messages_with_ipv4_and_ipv6_hosts(make_store):
             assert stored.sys_flag == (0x10 if born.startswith("[") else 0) | (0x20 if host.startswith("[") else 0)
             assert len(stored.msg_id) == (56 if host.startswith("[") else 32)
             assert result.msg_id == stored.msg_id
+
+
+def test_host_ports_outside_0_to_65535_are_refused(make_store):
+    """A port is a Java InetSocketAddress port (0..65535); reading keeps whatever a record holds."""
+    store = make_store()
+    for host in ("1.2.3.4:65536", "1.2.3.4:3000000000", "[::1]:4294967295", "1.2.3.4:-1"):
+        for where in ("born_host", "store_host"):
+            with pytest.raises(InvalidMessageError):
+                store.put(Message("T", b"x", **{where: host}))
+    r = put_ok(store, Message("T", b"x", born_host="1.2.3.4:65535", store_host="[::1]:0"))
+    stored = store.look_message_by_offset(r.commit_log_offset)
+    assert (stored.born_host, stored.store_host) == ("1.2.3.4:65535", "[0:0:0:0:0:0:0:1]:0")
+    assert format_host(bytes([1, 2, 3, 4]) + (3000000000).to_bytes(4, "big")) == "1.2.3.4:-1294967296"
 
 
 def test_look_message_by_offset_first_last_and_end(make_store):

@@ -24,10 +24,10 @@ def parse_host(text: str) -> bytes:
                 raise ValueError
         packed = ipaddress.ip_address(addr).packed
         number = int(port)
-        if not 0 <= number <= 0xFFFFFFFF:
+        if not 0 <= number <= 0xFFFF:  # a Java InetSocketAddress port
             raise ValueError
     except ValueError:
-        raise InvalidMessageError(f"not a host address of the form ip:port or [ipv6]:port: {text!r}") from None
+        raise InvalidMessageError(f"not a host address ip:port or [ipv6]:port (port 0..65535): {text!r}") from None
     return packed + number.to_bytes(4, "big")
 
 
