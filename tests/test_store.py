@@ -234,6 +234,33 @@ def test_bad_message_arguments(make_store):
         store.put_batch([])
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"reconsume_times": 2**31},
+        {"reconsume_times": -(2**31) - 1},
+        {"reconsume_times": 2**40},
+        {"born_timestamp": 2**63},
+        {"born_timestamp": 2**70},
+        {"prepared_transaction_offset": -(2**63) - 1},
+        {"prepared_transaction_offset": -(2**64)},
+        {"reconsume_times": "3"},
+    ],
+    ids=repr,
+)
+def test_fixed_width_fields_out_of_their_java_range_are_refused(make_store, field):
+    """reconsumeTimes is a Java int, bornTimestamp and preparedTransactionOffset longs: anything
+    else is an InvalidMessageError when the message is made, and the store is left as it was."""
+    store = make_store()
+    with pytest.raises(InvalidMessageError):
+        store.put(Message("T", b"x", **field))
+    edges = {"reconsume_times": 2**31 - 1, "born_timestamp": 2**63 - 1, "prepared_transaction_offset": -(2**63)}
+    r = put_ok(store, Message("T", b"x", **edges))
+    assert r.commit_log_offset == 0
+    stored = store.look_message_by_offset(0)
+    assert (stored.reconsume_times, stored.born_timestamp, stored.prepared_transaction_offset) == tuple(edges.values())
+
+
 def test_open_arguments(tmp_path, store_config):
     with pytest.raises(FileNotFoundError):
         MessageStore.open(tmp_path / "nothing", store_config, read_only=True)

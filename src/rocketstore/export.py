@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from rocketstore.codec import record as rec
-from rocketstore.codec.message import StoredMessage, message_from_json
+from rocketstore.codec.message import JAVA_INT, JAVA_LONG, StoredMessage, check_range, message_from_json
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK
 from rocketstore.errors import InvalidMessageError, RecordError
@@ -89,14 +89,14 @@ def export_jsonl(store: MessageStore, out: IO[str], progress: Any = None) -> int
     return count
 
 
-# Export fields stored in fixed-width record fields: (name, lowest, highest); JSON allows any number.
+# Export fields stored in fixed-width record fields: (name, (lowest, highest)); JSON allows any number.
 _INT_FIELDS = (
-    ("queueId", 0, 2**31 - 1),
-    ("flag", -(2**31), 2**31 - 1),
-    ("sysFlag", -(2**31), 2**31 - 1),
-    ("bornTimestamp", -(2**63), 2**63 - 1),
-    ("reconsumeTimes", -(2**31), 2**31 - 1),
-    ("preparedTransactionOffset", -(2**63), 2**63 - 1),
+    ("queueId", (0, JAVA_INT[1])),
+    ("flag", JAVA_INT),
+    ("sysFlag", JAVA_INT),
+    ("bornTimestamp", JAVA_LONG),
+    ("reconsumeTimes", JAVA_INT),
+    ("preparedTransactionOffset", JAVA_LONG),
 )
 
 
@@ -112,7 +112,7 @@ class ImportLineError(InvalidMessageError):
 
 def _check_int_fields(obj: dict[str, Any]) -> None:
     """InvalidMessageError unless every integer field is an integer that fits its record field."""
-    for name, low, high in _INT_FIELDS:
+    for name, bounds in _INT_FIELDS:
         value = obj.get(name)
         if value is None:
             continue
@@ -122,8 +122,7 @@ def _check_int_fields(obj: dict[str, Any]) -> None:
             number = int(value)
         except (ValueError, TypeError, OverflowError):
             raise InvalidMessageError(f"{name} must be an integer, not {value!r}") from None
-        if not low <= number <= high:
-            raise InvalidMessageError(f"{name} {value!r} is out of range ({low} .. {high})")
+        check_range(name, number, bounds, value)
 
 
 def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: Any = None) -> int:

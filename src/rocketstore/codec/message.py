@@ -26,6 +26,20 @@ from rocketstore.codec.topic import topic_text as _topic_text
 from rocketstore.codec.topic import validate_topic
 from rocketstore.errors import InvalidMessageError
 
+# the (lowest, highest) of Java's int and long: the record's 4- and 8-byte number fields
+JAVA_INT = (-(2**31), 2**31 - 1)
+JAVA_LONG = (-(2**63), 2**63 - 1)
+
+
+def check_range(name: str, value: int, bounds: tuple[int, int], given: object = None) -> None:
+    """InvalidMessageError unless ``value`` is an int within ``bounds`` (its record field's Java
+    width); ``given`` is what the caller was given, if not ``value`` itself (for the message)."""
+    low, high = bounds
+    if type(value) is not int:
+        raise InvalidMessageError(f"{name} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise InvalidMessageError(f"{name} {value if given is None else given!r} is out of range ({low} .. {high})")
+
 
 class Message:
     """A message to store.
@@ -101,6 +115,12 @@ class Message:
         ):
             self._extra = None
         else:
+            if born_timestamp is not None:
+                check_range("born_timestamp", born_timestamp, JAVA_LONG)
+            if reconsume_times:
+                check_range("reconsume_times", reconsume_times, JAVA_INT)
+            if prepared_transaction_offset:
+                check_range("prepared_transaction_offset", prepared_transaction_offset, JAVA_LONG)
             self._extra = (
                 born_timestamp,
                 born_host,
