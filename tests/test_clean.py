@@ -426,3 +426,50 @@ def test_inspect_shows_disk_ratios_and_the_next_deletion(tmp_path: Path) -> None
     assert nxt["deletesAt"] >= nxt["expiresAt"]
     text = CliRunner().invoke(cli, ["inspect", str(tmp_path / "s"), *settings])
     assert "disk" in text.output and "next deletion" in text.output
+
+
+def test_queue_files_left_by_a_crash_after_segment_deletion_go_in_the_first_round(tmp_path: Path) -> None:
+    """Segments deleted, then the process gone before the queues and index followed: the next
+    open's first round still drops what lies below the log's minimum (RocketMQ starts its
+    lastPhysicalMinOffset at 0; starting at the minimum found at open left them for good)."""
+    store = MessageStore.open(tmp_path / "s", clean_config(deleteWhen=now_is_delete_time()))
+    try:
+        fill(store, 20)
+        age(segment_files(store)[:10], hours=2)
+        store.clean_service.stop()
+        assert store.clean_service.delete_expired_files(None, manual=True).commit_log_files == 10
+        queue_files = len(cq_files(store))
+    finally:
+        store.shutdown()
+    store = MessageStore.open(tmp_path / "s", clean_config())
+    try:
+        assert len(cq_files(store)) == queue_files
+        run = store.clean_expired_files(manually=False)
+        assert run.commit_log_files == 0 and run.consume_queue_files == 2 and run.index_files > 0
+        assert cq_files(store)[0] == f"{8 * 20:020d}"
+    finally:
+        store.shutdown()
+
+
+def test_a_queue_file_held_while_it_was_deleted_goes_in_a_later_round(tmp_path: Path) -> None:
+    """A consume-queue file a reader held when its round came (a hanged file) is destroyed by a
+    later round, and that round goes on with the other files (it failed on the unmapped file)."""
+    store = MessageStore.open(tmp_path / "s", clean_config(deleteWhen=now_is_delete_time()))
+    try:
+        fill(store, 20)
+        files = segment_files(store)
+        age(files[:5], hours=2)
+        cq = store.queues.find("CleanTopic", 0)
+        held = cq.queue.files[0]
+        assert held.hold()  # a reader is on it
+        assert store.clean_service.run_once().commit_log_files == 5
+        assert held in cq.queue.files and not held.available
+        held.release()  # the reader is done: the mapping goes, the file is still listed
+        age(files[5:10], hours=2)
+        run = store.clean_service.run_once()
+        assert run.commit_log_files == 5
+        assert run.consume_queue_files == 2
+        assert held not in cq.queue.files and not os.path.exists(held.path)
+        assert cq_files(store)[0] == f"{8 * 20:020d}"
+    finally:
+        store.shutdown()

@@ -332,10 +332,12 @@ class ConsumeQueue:
         doomed = []
         files = self.queue.files
         for mapped in files[:-1]:
-            last = mapped.read(mapped.file_size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
-            phy = UNIT.unpack(last)[0] if len(last) == CQ_STORE_UNIT_SIZE else -1
-            if phy >= min_phy:
-                break
+            if mapped.available:
+                last = mapped.read(mapped.file_size - CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+                phy = UNIT.unpack(last)[0] if len(last) == CQ_STORE_UNIT_SIZE else -1
+                if phy >= min_phy:
+                    break
+            # else: doomed by an earlier round but held then (hanged): destroyed again now
             if not mapped.destroy(60000):
                 break
             doomed.append(mapped)

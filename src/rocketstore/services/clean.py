@@ -89,7 +89,9 @@ class CleanService(Service):
         self.manual_delete_times = 0
         self.full_paths: frozenset[str] = frozenset()
         self.last_check: DiskCheck | None = None
-        self._last_min_offset = commit_log.min_offset()
+        # 0, as RocketMQ's lastPhysicalMinOffset: the first round after an open also drops queue and
+        # index files a crash left behind between deleting segments and cleaning up after them
+        self._last_min_offset = 0
         self._last_redelete = time.monotonic()
         self._round = threading.Lock()
         self._round_done = threading.Condition()
