@@ -692,6 +692,18 @@ def test_atomic_write_keeps_old_content_in_bak(tmp_path) -> None:
     assert _read(str(path) + ".bak") == '{"v":2}'
 
 
+def test_a_damaged_file_never_replaces_a_good_backup(tmp_path) -> None:
+    """The main file damaged (the store loaded the backup): the next write must not copy the
+    damage over the backup, or a crash before the rename would leave no good copy at all."""
+    path = tmp_path / "x.json"
+    write_json_file(path, '{"v":1}')
+    write_json_file(path, '{"v":2}')
+    path.write_bytes(b'{"v":')  # torn
+    write_json_file(path, '{"v":3}')
+    assert _read(path) == '{"v":3}'
+    assert _read(str(path) + ".bak") == '{"v":1}'
+
+
 def test_bak_fallback_when_main_is_corrupt(tmp_path) -> None:
     path = tmp_path / "consumerOffset.json"
     mgr = ConsumerOffsetManager(path)

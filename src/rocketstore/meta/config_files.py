@@ -104,6 +104,14 @@ def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, A
         raise _Undecodable(f"unexpected content: {exc}") from exc
 
 
+def _readable_config(path: str) -> bool:
+    try:
+        _read_config(path, None)
+    except _Undecodable:
+        return False
+    return True
+
+
 def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> Any:
     """Read a config file like ``ConfigManager.load``: ``path``, else ``path + ".bak"``.
 
@@ -156,7 +164,8 @@ def _write_synced(path: str, data: bytes) -> None:
 def write_json_file(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
 
-    ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any) is copied to
+    ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any, and if it
+    reads as a config file: a damaged one must not replace a good backup) is copied to
     ``path + ".bak"`` and fsynced; then ``.tmp`` replaces ``path`` atomically and the directory is
     fsynced. The parent directory is created when missing.
     """
@@ -170,7 +179,7 @@ def write_json_file(path: str | os.PathLike[str], text: str) -> None:
             previous: bytes | None = f.read()
     except FileNotFoundError:
         previous = None
-    if previous is not None:
+    if previous is not None and _readable_config(path):
         _write_synced(path + ".bak", previous)
     os.replace(tmp, path)
     with contextlib.suppress(OSError):  # e.g. Windows cannot open a directory
