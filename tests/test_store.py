@@ -530,7 +530,8 @@ def test_a_batchs_common_properties_are_checked(make_store):
     be set there (the queue's tags code and the index would disagree with the record)."""
     store = make_store()
     batch = [Message("T", b"a", tags="x", keys="k1"), Message("T", b"b")]
-    for bad in ({"DELAY": "3"}, {"TAGS": "y"}, {"KEYS": "kb"}, {"UNIQ_KEY": "u"}, {"X": "a\x02TAGS\x01zz"}, {"": "v"}):
+    common = ({"DELAY": "3"}, {"TAGS": "y"}, {"KEYS": "kb"}, {"UNIQ_KEY": "u"})
+    for bad in (*common, {"X": "a\x02TAGS\x01zz"}, {"": "v"}, {"X": ""}):
         with pytest.raises(InvalidMessageError):
             store.put_batch(batch, properties=bad)
     assert store.max_phy_offset == 0

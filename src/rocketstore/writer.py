@@ -16,8 +16,7 @@ from rocketstore.codec import sysflag as sf
 from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
-from rocketstore.codec.message import Message
-from rocketstore.codec.message import _checked_properties as checked_properties
+from rocketstore.codec.message import Message, checked_properties
 from rocketstore.codec.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY, WAIT, encode_properties
 from rocketstore.codec.scan import delay_of_level
 from rocketstore.codec.topic import SCHEDULE_TOPIC

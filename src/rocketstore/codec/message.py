@@ -92,7 +92,7 @@ class Message:
         self._tags = tags
         self._keys = keys
         if properties:
-            props = _checked_properties(properties)
+            props = checked_properties(properties)
             if tags is not None:
                 props[TAGS] = tags
             if keys is not None:
@@ -194,13 +194,17 @@ def _joined_keys(keys: Iterable[str]) -> str:
     return " ".join(keys)
 
 
-def _checked_properties(properties: dict[str, str]) -> dict[str, str]:
+def checked_properties(properties: dict[str, str]) -> dict[str, str]:
+    """A copy of ``properties`` once every name and value is checked (InvalidMessageError):
+    non-empty text without the separators (an empty value would not read back: RocketMQ's
+    parser drops it)."""
     props = dict(properties)
     for name, value in props.items():
         if (
             type(name) is not str
             or type(value) is not str
             or not name
+            or not value
             or not is_valid_property_text(name)
             or not is_valid_property_text(value)
         ):
