@@ -473,3 +473,22 @@ def test_a_queue_file_held_while_it_was_deleted_goes_in_a_later_round(tmp_path: 
         assert cq_files(store)[0] == f"{8 * 20:020d}"
     finally:
         store.shutdown()
+
+
+def test_a_key_query_skips_an_index_file_cleanup_is_deleting(tmp_path: Path) -> None:
+    """An index file still held when cleanup deleted it stays listed, unmapped once released:
+    a query by key stops there (its entries lie below the log's minimum) instead of reading a
+    closed mapping; the newer files still answer."""
+    store = MessageStore.open(tmp_path / "s", clean_config(deleteWhen=now_is_delete_time()))
+    try:
+        fill(store, 20)
+        age(segment_files(store)[:10], hours=2)
+        oldest = store.index.files[0]
+        assert oldest.mapped.hold()  # a query is in it
+        assert store.clean_service.run_once().commit_log_files == 10
+        assert oldest in store.index.files and not oldest.mapped.available
+        oldest.mapped.release()  # the query is done: the mapping goes
+        assert [m.keys for m in store.query_message("CleanTopic", "k-0").messages] == []
+        assert [m.keys for m in store.query_message("CleanTopic", "k-19").messages] == ["k-19"]
+    finally:
+        store.shutdown()

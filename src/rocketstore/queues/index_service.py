@@ -257,8 +257,13 @@ class IndexService:
         out: list[int] = []
         key_hash = topic_key_hash(topic, key)
         for index in reversed(self.files):
-            if index.is_time_matched(begin, end):
-                index.select_phy_offsets(key_hash, max_num, begin, end, out)
+            if not index.mapped.hold():  # being deleted by cleanup: its entries are below the log
+                break
+            try:
+                if index.is_time_matched(begin, end):
+                    index.select_phy_offsets(key_hash, max_num, begin, end, out)
+            finally:
+                index.mapped.release()
             if index.begin_timestamp < begin or len(out) >= max_num:
                 break
         return out
