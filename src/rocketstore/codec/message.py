@@ -103,9 +103,9 @@ class Message:
         if flag and (type(flag) is not int or not -(2**31) <= flag < 2**31):
             raise InvalidMessageError(f"flag {flag!r} is not a Java int")
         self.flag = flag
-        if sys_flag and sys_flag & ~sf.PRODUCER_BITS:
+        if sys_flag and (type(sys_flag) is not int or sys_flag & ~sf.PRODUCER_BITS):
             raise InvalidMessageError(
-                f"sysFlag {sys_flag:#x}: only the compression, multi-tags and transaction bits are given by producers"
+                f"sysFlag {sys_flag!r}: an int with only the compression, multi-tags and transaction bits"
             )
         if (
             born_timestamp is None
