@@ -234,6 +234,12 @@ def test_bad_message_arguments(make_store):
         store.put_batch([])
 
 
+def test_a_sys_flag_that_is_not_an_int_is_refused() -> None:
+    for bad in (1.5, "1", 0x100):
+        with pytest.raises(InvalidMessageError):
+            Message("T", b"x", sys_flag=bad)
+
+
 @pytest.mark.parametrize(
     "field",
     [
@@ -248,12 +254,6 @@ def test_bad_message_arguments(make_store):
     ],
     ids=repr,
 )
-def test_a_sys_flag_that_is_not_an_int_is_refused() -> None:
-    for bad in (1.5, "1", 0x100):
-        with pytest.raises(InvalidMessageError):
-            Message("T", b"x", sys_flag=bad)
-
-
 def test_fixed_width_fields_out_of_their_java_range_are_refused(make_store, field):
     """reconsumeTimes is a Java int, bornTimestamp and preparedTransactionOffset longs: anything
     else is an InvalidMessageError when the message is made, and the store is left as it was."""
