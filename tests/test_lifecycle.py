@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
 from rocketstore.errors import RocketStoreError, StoreClosedError
+from rocketstore.meta.config_files import ConsumerOffsetManager, TopicConfigManager
 from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
 
 
@@ -204,3 +207,44 @@ def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> N
             call()
     assert os.path.isdir(tmp_path / "store" / "consumequeue" / "T")
     shutil.rmtree(tmp_path / "store")
+
+
+def test_consumer_offsets_and_new_topics_reach_disk_while_the_store_runs(make_store, store_config) -> None:
+    """The broker writes consumerOffset.json every flushConsumerOffsetInterval (5 s): a crash loses
+    at most that much of the committed offsets, not everything since the open."""
+    store = make_store(config=store_config.copy(flushConsumerOffsetInterval=3_600_000))
+    assert store.persist_service.running
+    store.persist_service.run_once()  # a new store's first round writes its (empty) files
+    assert store.put(Message("NewTopic", b"x")).ok
+    store.commit_offset("g1", "NewTopic", 0, 1)
+    assert store.persist_service.run_once() == 2  # a round of its thread: offsets and topics
+    assert store.persist_service.run_once() == 0  # nothing changed since
+    on_disk = ConsumerOffsetManager(os.path.join(store.root, "config", "consumerOffset.json"), writable=False)
+    on_disk.load()
+    assert on_disk.query("g1", "NewTopic", 0) == 1
+    topics = TopicConfigManager(os.path.join(store.root, "config", "topics.json"), writable=False)
+    topics.load()
+    assert topics.find("NewTopic") is not None
+
+
+def test_a_topic_created_just_before_a_crash_is_in_topics_json_after_the_open(tmp_path: Path, store_config) -> None:
+    root = tmp_path / "store"
+    code = (
+        "import os, signal\n"
+        "from rocketstore import Message, MessageStore, StoreConfig\n"
+        f"s = MessageStore.open({str(root)!r}, StoreConfig({store_config.to_dict()!r}))\n"
+        "assert s.put(Message('Fresh', b'x'), 3).ok\n"
+        "s.flush()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert not (root / "config" / "topics.json").exists()
+    store = MessageStore.open(root, store_config)
+    try:
+        assert store.topics.find("Fresh") is not None
+        assert store.get_max_offset_in_queue("Fresh", 3) == 1
+    finally:
+        store.shutdown()
+    topics = TopicConfigManager(os.path.join(root, "config", "topics.json"), writable=False)
+    topics.load()
+    assert topics.find("Fresh") is not None

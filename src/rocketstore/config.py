@@ -132,6 +132,7 @@ _KEYS: tuple[tuple[str, Any], ...] = (
     # schedule
     ("messageDelayLevel", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"),
     ("flushDelayOffsetInterval", 10000),
+    ("flushConsumerOffsetInterval", 5000),  # BrokerConfig: consumerOffset.json and topics.json
     ("enableScheduleMessageStats", True),
     ("enableScheduleAsyncDeliver", False),
     ("scheduleAsyncDeliverMaxPendingLimit", 2000),

@@ -54,6 +54,7 @@ from rocketstore.services.flush import (
     FlushRealTimeService,
     GroupCommitService,
 )
+from rocketstore.services.persist import ConfigPersistService
 from rocketstore.services.reput import ReputService
 from rocketstore.services.schedule import ScheduleMessageService, schedule_report
 from rocketstore.writer import MessageWriter
@@ -184,6 +185,10 @@ class MessageStore:
             )
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 manager.load()
+            if writable:  # a topic created by puts just before a crash: its queues name it
+                for topic, queue_id in self.queues.offset_table():
+                    if self.topics.find(topic) is None:
+                        self.topics.ensure(topic, queue_id)
             self.writer = MessageWriter(self.commit_log, config, self._on_new_queue)
             self.reader = MessageReader(self.commit_log, self.queues, self.index, config)
             self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)
@@ -227,7 +232,10 @@ class MessageStore:
             flush.on_flush_failure = self._on_flush_failure
         self.reput.on_dispatch_failure = self._on_dispatch_failure
         flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
-        self._services = [self.reput, flush, flush_cq]
+        self.persist_service = ConfigPersistService(
+            (self.consumer_offsets, self.topics, self.subscription_groups), config.flush_consumer_offset_interval
+        )
+        self._services = [self.reput, flush, flush_cq, self.persist_service]
         if self.pool is not None:  # commit before flush, at run time and at shutdown
             self.commit_service = CommitRealTimeService(self.commit_log, config, flush)
             self._services.insert(1, self.commit_service)

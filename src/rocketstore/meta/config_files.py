@@ -244,7 +244,7 @@ def _decode_int_map(value: Any, what: str) -> dict[int, int]:
     return {_as_int(k, f"{what} key"): _as_int(v, f"{what} value") for k, v in table.items()}
 
 
-class _ConfigFile(abc.ABC):
+class ConfigFile(abc.ABC):
     """Shared load/persist plumbing (``ConfigManager``); each file's manager supplies the codec."""
 
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
@@ -253,6 +253,7 @@ class _ConfigFile(abc.ABC):
         self._lock = threading.RLock()
         self._persist_lock = threading.Lock()
         self.load_problem: str | None = None  # what the last load found wrong (``read_json_file``)
+        self._written: str | None = None  # the content last loaded or written
 
     @abc.abstractmethod
     def _decode(self, obj: dict[Any, Any]) -> Any:
@@ -276,8 +277,10 @@ class _ConfigFile(abc.ABC):
         with self._lock:
             if state is None:
                 self._reset()
+                self._written = None
                 return False
             self._apply(state)
+            self._written = self.encode()
             return True
 
     def persist(self) -> None:
@@ -288,12 +291,23 @@ class _ConfigFile(abc.ABC):
             with self._lock:
                 text = self.encode()
             write_json_file(self.path, text)
+            self._written = text
+
+    def persist_if_changed(self) -> bool:
+        """``persist`` when the state differs from what was last loaded or written; True if written."""
+        if not self.writable:
+            return False
+        with self._lock:
+            changed = self.encode() != self._written
+        if changed:
+            self.persist()
+        return changed
 
 
 # ----------------------------------------------------------------------------------------- managers
 
 
-class TopicConfigManager(_ConfigFile):
+class TopicConfigManager(ConfigFile):
     """``topics.json``: ``{"dataVersion":{...},"topicConfigTable":{topic:{...}}}``.
 
     ``version`` picks the shape of what this manager creates: ``"4.x"`` (default ``"4.9.8"``) has no
@@ -402,7 +416,7 @@ class TopicConfigManager(_ConfigFile):
             return list(self.topic_config_table)
 
 
-class ConsumerOffsetManager(_ConfigFile):
+class ConsumerOffsetManager(ConfigFile):
     """``consumerOffset.json``: ``offset_table["topic@group"][queue_id] = next offset to consume``.
 
     Written in the 4.9.8 form ``{"offsetTable":{...}}`` (queue ids ascending, bare integer keys);
@@ -463,7 +477,7 @@ class ConsumerOffsetManager(_ConfigFile):
             return list(seen)
 
 
-class DelayOffsetManager(_ConfigFile):
+class DelayOffsetManager(ConfigFile):
     """``delayOffset.json``: delay level -> next consume-queue offset of ``SCHEDULE_TOPIC_XXXX``.
 
     Written in the 4.9.8 form ``{"offsetTable":{1:5,3:12\\n\\t}}`` (levels ascending); a 5.x
@@ -499,7 +513,7 @@ class DelayOffsetManager(_ConfigFile):
             self.offset_table[int(level)] = int(offset)
 
 
-class SubscriptionGroupManager(_ConfigFile):
+class SubscriptionGroupManager(ConfigFile):
     """``subscriptionGroup.json``: ``{"dataVersion":{...},"subscriptionGroupTable":{group:{...}}}``.
 
     New groups get the 4.9.8 fields; groups and top-level fields read from a 5.x file
