@@ -240,6 +240,35 @@ def test_a_torn_tail_is_a_problem_without_abort_and_a_note_with_it(built: Path) 
     agrees_with_rmqread(built, report)
 
 
+def test_a_checkpoint_ahead_of_the_data_is_a_problem_without_abort_and_a_note_with_it(built: Path) -> None:
+    """Timestamps a day past the newest record claim data that is not there (abnormal recovery
+    would start past records it must walk)."""
+    path = built / "checkpoint"
+    fields = struct.unpack(">qqq", read(path, 0, 24))
+    day = 86_400_000
+    patch(path, 0, struct.pack(">qqq", *(value + day for value in fields)))
+    report = verify_store(built, tiny())
+    assert not report.ok
+    for name in ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp"):
+        assert has(report.problems, "checkpoint:", name, "is later than")
+    (built / "abort").touch()
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, "checkpoint:", "physicMsgTimestamp")
+
+
+def test_recovery_brings_a_checkpoint_ahead_of_the_data_back_to_it(built: Path) -> None:
+    """A power cut took records the checkpoint already named: after the abnormal recovery and a
+    clean exit, the checkpoint claims only the data kept."""
+    path = built / "checkpoint"
+    fields = struct.unpack(">qqq", read(path, 0, 24))
+    patch(path, 0, struct.pack(">qqq", *(value + 86_400_000 for value in fields)))
+    (built / "abort").touch()
+    MessageStore.open(built, tiny()).shutdown()
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+
+
 def test_a_truncated_segment_is_a_problem_not_a_traceback(built: Path) -> None:
     path = sorted((built / "commitlog").iterdir())[1]
     os.truncate(path, TINY["mappedFileSizeCommitLog"] - 100)

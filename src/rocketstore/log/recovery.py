@@ -111,9 +111,12 @@ def recover(
         start = min(start, _last_file_starting_at_or_before(files, dispatch_from))
     report.start_file = files[start].file_name
     before = {key: cq.max_offset_in_queue() for key, cq in queues.table.items()}
+    newest = [0]  # the latest store time of the records kept
 
     def on_records(records: Records) -> None:
         report.records_checked += len(records)
+        if len(records):
+            newest[0] = max(newest[0], int(records.store_ts.max()))
         if records.offsets[-1] < dispatch_from:
             return
         if records.offsets[0] < dispatch_from:
@@ -156,7 +159,19 @@ def recover(
     commit_log.queue.flushed_where = commit_log.queue.committed_where = process_offset
     commit_log.queue.truncate_dirty_files(process_offset)
     commit_log.confirm_offset = process_offset
+    _claim_only_what_is_kept(checkpoint, index, newest[0])
     return report
+
+
+def _claim_only_what_is_kept(checkpoint: StoreCheckpoint, index: IndexService | None, newest: int) -> None:
+    """After a cut the checkpoint may name store times of records that are gone (written before a
+    power cut took them); it is brought back to the data kept, so that the next abnormal recovery
+    starts early enough and ``verify`` finds it consistent."""
+    if newest:
+        checkpoint.physic_msg_timestamp = min(checkpoint.physic_msg_timestamp, newest)
+        checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, newest)
+    if index is not None and index.files:
+        checkpoint.index_msg_timestamp = min(checkpoint.index_msg_timestamp, max(f.end_timestamp for f in index.files))
 
 
 def _reindex(commit_log: CommitLog, index: IndexService, start: int, end: int, delay_millis: tuple[int, ...]) -> None:

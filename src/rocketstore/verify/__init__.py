@@ -11,7 +11,8 @@ The store is mapped as it is on disk (read-only, no recovery) and audited:
 4. the index: headers, slot table and chains, every entry against its record, and a hash query
    (by slot chain, as ``IndexFile.selectPhyOffset`` walks it) for every key of every record;
 5. the config files (topics, consumer and delay offsets, subscription groups): each one usable,
-   or else what loading falls back to (its backup's older state, or nothing).
+   or else what loading falls back to (its backup's older state, or nothing);
+6. the checkpoint: no timestamp later than the data it claims is flushed.
 
 Damage that a crash leaves and recovery repairs (a torn record at the end of the log, queue
 units past the log end, records not dispatched yet, index files newer than the checkpoint) is a
@@ -29,6 +30,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
 from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
+from rocketstore.verify.checkpoint import check_checkpoint
 from rocketstore.verify.commit_log import LogColumns, SegmentScan, check_commit_log, join_segments, scan_segment
 from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
@@ -83,6 +85,7 @@ def verify_store(
         check_queues(store, log, report)
         check_index(store, log, report)
         check_config_files(store, report)
+        check_checkpoint(store, log, report)
     finally:
         store.shutdown()
     return report
