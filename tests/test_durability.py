@@ -263,3 +263,33 @@ def test_warm_mapped_files_are_on_disk_ahead_of_the_writer(make_store, store_con
         assert store.wait_for_dispatch(10)
         found = store.get_message("consumer", "Warm", 0, 0, 1)
         assert [m.body for m in found.messages] == [b"w" * 100]
+
+
+def test_with_the_pool_nothing_is_dispatched_before_it_is_committed(make_store, store_config: StoreConfig) -> None:
+    """Readers see a pool-backed segment only up to its committed position (spec 13.3); a queue
+    unit for a record not committed yet made pulls answer MESSAGE_WAS_REMOVING and consumers
+    skip it. Dispatch waits for the commit, which wakes it."""
+    store = make_store(
+        config=store_config.copy(
+            transientStorePoolEnable=True,
+            transientStorePoolSize=2,
+            commitIntervalCommitLog=3_600_000,
+            commitCommitLogThoroughInterval=3_600_000,
+        )
+    )
+    store.commit_service.stop()  # the test commits by hand
+    for i in range(30):  # past the first 4 KiB segment
+        assert store.put(Message("Pooled", b"m%02d" % i + b"x" * 200)).ok
+    assert len(store.commit_log.queue.files) >= 2
+    assert store.get_max_offset_in_queue("Pooled", 0) == 0
+    assert store.get_message("g", "Pooled", 0, 0).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
+    for _ in range(len(store.commit_log.queue.files)):  # one commit covers one segment
+        store.commit_service.run_once(0)
+    assert store.wait_for_dispatch()
+    got, offset = [], 0
+    while offset < 30:
+        result = store.get_message("g", "Pooled", 0, offset)
+        assert result.status == GetMessageStatus.FOUND, result.status
+        got += [m.body[:3] for m in result.messages]
+        offset = result.next_begin_offset
+    assert got == [b"m%02d" % i for i in range(30)]

@@ -238,6 +238,7 @@ class MessageStore:
         self._services = [self.reput, flush, flush_cq, self.persist_service]
         if self.pool is not None:  # commit before flush, at run time and at shutdown
             self.commit_service = CommitRealTimeService(self.commit_log, config, flush)
+            self.commit_service.on_committed = self.reput.wake
             self._services.insert(1, self.commit_service)
         # retention and disk watermarks; stopped first, so that nothing is deleted during shutdown
         self.clean_service = CleanService(
@@ -286,6 +287,8 @@ class MessageStore:
     def _dispatch_end_offset(self) -> int:
         if self.config.is_sync_flush and not self.config.read_un_committed:
             return self.commit_log.flushed_where
+        if self.pool is not None:  # readers see committed bytes only (spec 13.3): dispatch no further
+            return self.commit_log.queue.committed_where
         return self.commit_log.max_offset()
 
     def _redeliver(self, message: Message, queue_id: int) -> PutResult:

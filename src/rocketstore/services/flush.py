@@ -76,6 +76,7 @@ class CommitRealTimeService(Service):
         self.config = config
         self.flush = flush
         self._last_thorough = time.monotonic()
+        self.on_committed: Callable[[], None] | None = None  # wakes the reput service
 
     def run_once(self, least_pages: int | None = None) -> bool:
         """Commit what is ready; True when nothing advanced."""
@@ -93,6 +94,8 @@ class CommitRealTimeService(Service):
                 break
         if queue.committed_where > before:
             self.flush.wake()
+            if self.on_committed is not None:
+                self.on_committed()
             return False
         return True
 
