@@ -167,6 +167,24 @@ def test_delay_offsets_persist_reload_and_are_corrected(tmp_path: Path, store_co
         assert store.delay_offsets.get(2) == 0  # below the start: its min offset
 
 
+def test_an_offset_for_a_level_without_a_queue_is_corrected_to_zero(tmp_path: Path, store_config: StoreConfig) -> None:
+    """A level with an offset but no queue has an empty one (findOrCreateConsumeQueue): its offset
+    goes back to 0, or the first messages of that level would never be delivered."""
+    path = tmp_path / "store"
+    config = store_config.copy(messageDelayLevel="1s 2s")
+    MessageStore.open(path, config).shutdown()
+    (path / "config" / "delayOffset.json").write_text('{"offsetTable":{1:3}}')
+    with MessageStore.open(path, config) as store:
+        assert store.delay_offsets.get(1) == 0
+        service = _stopped(store)
+        for i in range(5):
+            store.put(Message("Orders", b"m%d" % i, properties={"DELAY": "1"}), 1)
+        store.wait_for_dispatch()
+        service.run_once(now=2**62)
+        store.wait_for_dispatch()
+        assert store.get_max_offset_in_queue("Orders", 1) == 5
+
+
 def test_the_service_thread_delivers_on_time(make_store, store_config) -> None:
     """No clock tricks: the running service delivers a 1 s delay after about a second."""
     store = make_store(config=store_config.copy(messageDelayLevel="1s"))

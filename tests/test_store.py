@@ -1868,3 +1868,48 @@ def test_store_after_recovery_and_more_writes_passes_rmqread_check(make_store, t
     done = rmqread("check", root, store_config)
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(our_export(root, store_config)) == 2 * (60 + 18 + 3 + 1)
+
+
+def test_an_unfiltered_pull_scans_past_records_being_removed(make_store, store_config):
+    """Between a cleanup round's two steps (segments gone, queues not corrected yet) a pull from
+    a unit whose record is gone scans on as RocketMQ does (up to 16,000 bytes of units, rolling
+    to the next segment), with or without a tag filter, instead of stopping at maxMsgNums units."""
+    store = make_store(config=store_config.copy(mappedFileSizeConsumeQueue=2000))
+    for _ in range(60):
+        put_ok(store, Message("T", b"x" * 60, tags="a"))
+    assert store.wait_for_dispatch()
+    cq = store.queues.find("T", 0)
+    first_kept = next(q for q in range(60) if cq.get_unit(q)[0] >= 4096)
+    assert store.commit_log.queue.delete_expired_by_time(0, 0, 0, True, 1) == 1  # the log's step only
+    for tags in (None, "a"):
+        got = store.get_message("g", "T", 0, first_kept - 2, 4, tags=tags)
+        assert got.status == GetMessageStatus.FOUND, (tags, got.status)
+        assert [m.queue_offset for m in got.messages] == list(range(first_kept, first_kept + 4))
+
+
+def test_a_slave_keeps_the_consumers_offset_unless_it_checks_offsets(make_store, store_config, tmp_path):
+    """nextOffsetCorrection: on a SLAVE with offsetCheckInSlave false the next offset is the one
+    asked for (a slave behind its master must not reset consumers)."""
+    store = make_store()
+    for _ in range(5):
+        put_ok(store, Message("T", b"x"))
+    store.shutdown()
+    slave = make_store(config=store_config.copy(brokerRole="SLAVE"))
+    assert slave.get_message("g", "T", 0, -3).next_begin_offset == -3
+    assert slave.get_message("g", "T", 0, 9).next_begin_offset == 9
+    assert slave.get_message("g", "T", 1, 7).next_begin_offset == 7  # an empty queue
+    slave.shutdown()
+    checking = make_store(config=store_config.copy(brokerRole="SLAVE", offsetCheckInSlave=True))
+    assert checking.get_message("g", "T", 0, -3).next_begin_offset == 0
+    assert checking.get_message("g", "T", 0, 9).next_begin_offset == 5
+
+
+def test_suggest_pulling_from_slave_looks_at_every_unit_examined(make_store, store_config):
+    """suggestPullingFromSlave follows the last unit looked at, even when the filter kept none."""
+    store = make_store(config=store_config.copy(accessMessageInMemoryMaxRatio=0))
+    for _ in range(3):
+        put_ok(store, Message("T", b"x", tags="a"))
+    assert store.wait_for_dispatch()
+    got = store.get_message("g", "T", 0, 0, tags="c")
+    assert got.status == GetMessageStatus.NO_MATCHED_MESSAGE
+    assert got.suggest_pulling_from_slave

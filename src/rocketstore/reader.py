@@ -55,14 +55,18 @@ class MessageReader:
         cq = self.queues.find(topic, queue_id)
         min_offset = cq.min_offset_in_queue() if cq else 0
         max_offset = cq.max_offset_in_queue() if cq else 0
+        # nextOffsetCorrection: a slave that does not check offsets keeps the consumer's own
+        keep = self.config.broker_role == "SLAVE" and not self.config.offset_check_in_slave
         if max_offset == 0:
-            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset)
+            return GetResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], offset if keep else 0, min_offset, max_offset)
         if offset < min_offset:
-            return GetResult(GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset)
+            next_offset = offset if keep else min_offset
+            return GetResult(GetMessageStatus.OFFSET_TOO_SMALL, [], next_offset, min_offset, max_offset)
         if offset == max_offset:
             return GetResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, [], offset, min_offset, max_offset)
         if offset > max_offset:
-            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset)
+            next_offset = offset if keep else max_offset
+            return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], next_offset, min_offset, max_offset)
 
         config = self.config
         wanted = tag_hashes(tags)
@@ -70,7 +74,8 @@ class MessageReader:
         want_units = max_filter_units if wanted is not None else min(max_filter_units, max(max_nums, 1))
         data = cq.read_units(offset, min(want_units, max_offset - offset))
         if not data:
-            return GetResult(GetMessageStatus.OFFSET_FOUND_NULL, [], cq.roll_next_file(offset), min_offset, max_offset)
+            next_offset = offset if keep else cq.roll_next_file(offset)
+            return GetResult(GetMessageStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
         commit_log = self.commit_log
         max_phy = commit_log.max_offset()
         memory = _TOTAL_RAM * config.access_message_in_memory_max_ratio // 100
@@ -80,6 +85,9 @@ class MessageReader:
             fast = self._pull_prefix(phys, sizes, max_nums, offset, min_offset, max_offset, max_phy, memory)
             if fast is not None:
                 return fast
+        if want_units < max_filter_units:  # records missing or on disk: scan as far as RocketMQ does
+            data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
+            phys, sizes, codes = unit_columns(data)
         units = zip(phys, sizes, codes, strict=True)
         return self._pull_units(units, max_nums, wanted, offset, min_offset, max_offset, max_phy, memory)
 
@@ -141,6 +149,7 @@ class MessageReader:
         next_file_start = -1
         last_phy = 0
         for phy, size, code in units:
+            last_phy = phy  # maxPhyOffsetPulling: every unit looked at, the one ending the batch too
             if messages:  # isTheBatchFull
                 count = len(messages)
                 if count >= max_nums or total + size > _MAX_PULL_SIZE:
@@ -166,10 +175,9 @@ class MessageReader:
                 continue
             messages.append(message)
             total += size
-            last_phy = phy
             next_file_start = -1
             status = GetMessageStatus.FOUND
-        suggest = bool(messages) and max_phy - last_phy > memory
+        suggest = max_phy - last_phy > memory
         return GetResult(status, messages, next_offset, min_offset, max_offset, suggest)
 
     # -- lookups ---------------------------------------------------------------------------------

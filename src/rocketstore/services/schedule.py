@@ -59,16 +59,15 @@ def correct_delay_offsets(
     offsets: DelayOffsetManager, queues: ConsumeQueueStore, levels: int
 ) -> dict[int, tuple[int, int]]:
     """Bring each level's offset into its queue's ``[min, max]`` (``correctDelayOffset``); the
-    changes as ``{level: (old, new)}``. Levels without an offset or a queue are left alone."""
+    changes as ``{level: (old, new)}``. Levels without an offset are left alone; a level without a
+    queue has an empty one (``findOrCreateConsumeQueue``): its offset goes back to 0."""
     changed = {}
     for level in range(1, levels + 1):
         if level not in offsets.offset_table:
             continue
         cq = queues.find(SCHEDULE_TOPIC, level - 1)
-        if cq is None:
-            continue
         old = offsets.get(level)
-        new = _within_queue(old, cq)
+        new = _within_queue(old, cq) if cq is not None else 0
         if new != old:
             log.warning("delay level %d: offset %d corrected to %d (queue bounds)", level, old, new)
             offsets.set(level, new)
