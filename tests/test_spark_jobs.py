@@ -140,3 +140,37 @@ def test_rebuild_command_and_spark_submit(spark, vectors, tmp_path):  # noqa: F8
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout[proc.stdout.index("{") :])["ok"] is True
+
+
+def _first_record_of_segment(store: Path, index: int) -> tuple[Path, bytearray]:
+    seg = sorted((store / "commitlog").iterdir())[index]
+    return seg, bytearray(seg.read_bytes())
+
+
+def test_rebuild_dispatches_past_a_bad_crc_as_reput_does(spark, tmp_path):  # noqa: F811
+    """A flipped body byte mid-log: every record is queued, and the next open keeps every segment."""
+    store = make_store(tmp_path / "store", 400)
+    before = _export(store)
+    seg, data = _first_record_of_segment(store, 1)
+    data[88] ^= 0xFF  # the first body byte of the segment's first record (V1 header: 88 bytes)
+    seg.write_bytes(bytes(data))
+    segments = sorted(p.name for p in (store / "commitlog").iterdir())
+    result = jobs.rebuild(spark, str(store), small_config())
+    assert result["records"] == 400 and result["units"] == 400 and result["segmentsAfterEnd"] == 0
+    with MessageStore.open(store, small_config()):  # recovery walks from where the queues end
+        pass
+    assert sorted(p.name for p in (store / "commitlog").iterdir()) == segments
+    assert [r["commitLogOffset"] for r in _export(store)] == [r["commitLogOffset"] for r in before]
+
+
+def test_rebuild_refuses_a_broken_record_with_data_after_it(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 400)
+    seg, data = _first_record_of_segment(store, 1)
+    data[4:8] = b"\x01\x02\x03\x04"  # the magic code: no scan gets past this record
+    seg.write_bytes(bytes(data))
+    queues = {str(p): p.read_bytes() for p in (store / "consumequeue").rglob("0*") if p.is_file()}
+    done = CliRunner().invoke(cli, ["spark", "rebuild", str(store), *SETS, "--json"])
+    assert done.exit_code == 2, done.output
+    assert "later segment(s) hold data" in done.output
+    assert {str(p): p.read_bytes() for p in (store / "consumequeue").rglob("0*") if p.is_file()} == queues  # untouched
+    assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]

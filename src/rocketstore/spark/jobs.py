@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rocketstore.config import StoreConfig, delay_level_millis
+from rocketstore.errors import CorruptStoreError
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.files.syscalls import fsync_dir
@@ -88,9 +89,9 @@ def session(master: str | None = None, app_name: str = "rocketstore-job") -> Any
 # -- rebuild --------------------------------------------------------------------------------------
 
 
-def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[int, ...], check_crc: bool) -> list[dict]:
-    """A task: scan whole segments as recovery does; store per segment the consume-queue units
-    and index entries (npz) and report where the scan stopped."""
+def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[int, ...]) -> list[dict]:
+    """A task: scan whole segments as the store's dispatch (reput) does, without CRC checks; store
+    per segment the consume-queue units and index entries (npz) and report where the scan stopped."""
     from rocketstore.codec.records import Records
     from rocketstore.log.walk import walk_segment
 
@@ -99,9 +100,7 @@ def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[in
         mapped = MappedFile.open(seg.path, seg.base, seg.size, "cow")
         found: list[Records] = []
         try:
-            stop, reason = walk_segment(
-                mapped, 0, seg.size, found.append, check_crc=check_crc, delay_millis=delay_millis
-            )
+            stop, reason = walk_segment(mapped, 0, seg.size, found.append, check_crc=False, delay_millis=delay_millis)
         finally:
             mapped.mm.close()
         topics: dict[str, int] = {}
@@ -137,8 +136,11 @@ def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[in
 def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     """Rebuild ``consumequeue/`` and ``index/`` from the commit log: segments are scanned in
     parallel, the results written in log order into a new folder and swapped in by renames,
-    all under the store's lock (no writer may run meanwhile). The commit log is not changed."""
-    from rocketstore.codec.scan import STOP_BLANK
+    all under the store's lock (no writer may run meanwhile). The commit log is not changed.
+
+    Records are dispatched as the store's reput does (no CRC checks); a log whose scan stops short
+    of a segment's end while later segments hold data is refused (CorruptStoreError)."""
+    from rocketstore.codec.scan import STOP_BLANK, STOP_END
 
     started = time.perf_counter()
     root = os.path.abspath(path)
@@ -153,12 +155,12 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
         os.makedirs(parts_dir)
         groups = group_segments(segments, spark.sparkContext.defaultParallelism)
         delay = delay_level_millis(config.message_delay_level)
-        crc = config.check_crc_on_recover
         results: list[dict] = []
         if groups:
             rdd = spark.sparkContext.parallelize(groups, len(groups))
-            results = rdd.flatMap(lambda g: _scan_for_rebuild(g, parts_dir, delay, crc)).collect()
+            results = rdd.flatMap(lambda g: _scan_for_rebuild(g, parts_dir, delay)).collect()
         results.sort(key=lambda r: r["base"])
+        _refuse_records_past_the_end(results, STOP_BLANK, STOP_END)
         scanned = time.perf_counter()
         new_root = os.path.join(work, "store")
         summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK)
@@ -182,6 +184,26 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         lock.release()
+
+
+def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end: int) -> None:
+    """Raise CorruptStoreError when a segment's scan stops short of its end-of-file marker (a record
+    that fails its checks, or zeros) while a later segment holds data: the rebuilt queues would end
+    there, and the next open's recovery would cut the log there and delete the later segments.
+    (Where the last segment with data stops, a torn tail, is the end of the log.)"""
+    for i, r in enumerate(results):
+        if r["reason"] == stop_blank:
+            continue
+        later = [x for x in results[i + 1 :] if x["stop"] > 0 or x["reason"] != stop_end]
+        if later:
+            what = "zeros" if r["reason"] == stop_end else "a record that fails its checks"
+            raise CorruptStoreError(
+                f"the commit log has {what} at offset {r['base'] + r['stop']}, and {len(later)} later "
+                f"segment(s) hold data (the first at offset {later[0]['base']}): the rebuilt queues would "
+                "end there and the next open would cut the log there, deleting those segments; nothing "
+                "was changed (see `rocketstore verify`)"
+            )
+        return
 
 
 def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[dict], stop_blank: int) -> dict:
