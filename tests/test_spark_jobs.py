@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from conftest import copy_store
-from rocketstore import MessageStore
+from rocketstore import Message, MessageStore
 from rocketstore.cli.main import cli
 from rocketstore.errors import StoreNotFoundError
 from rocketstore.spark import jobs
@@ -174,3 +176,28 @@ def test_rebuild_refuses_a_broken_record_with_data_after_it(spark, tmp_path):  #
     assert "later segment(s) hold data" in done.output
     assert {str(p): p.read_bytes() for p in (store / "consumequeue").rglob("0*") if p.is_file()} == queues  # untouched
     assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
+
+
+def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):  # noqa: F811
+    """Early/0's ten records went with the first segment: the rebuilt queue still ends at 10."""
+    store = tmp_path / "store"
+    with MessageStore.open(store, small_config()) as s:
+        for i in range(10):
+            s.put(Message("Early", b"e" * 500, keys=[f"e{i}"]), 0).raise_for_status()
+        for i in range(60):
+            s.put(Message("Late", b"l" * 400), i % 2).raise_for_status()
+        s.wait_for_dispatch()
+    first = sorted((store / "commitlog").iterdir())[0]
+    old = time.time() - 10 * 3600
+    os.utime(first, (old, old))
+    with MessageStore.open(store, small_config(fileReservedTime=1)) as s:
+        s.clean_expired_files()
+    result = jobs.rebuild(spark, str(store), small_config())
+    assert result["queuesCarriedOver"] == 1
+    with MessageStore.open(store, small_config()) as s:
+        cq = s.queues.find("Early", 0)
+        assert cq is not None and (cq.min_offset_in_queue(), cq.max_offset_in_queue()) == (10, 10)
+        assert s.put(Message("Early", b"next"), 0).queue_offset == 10
+        s.wait_for_dispatch()
+        assert [m.body for m in s.get_message("g", "Early", 0, 10, 32).messages] == [b"next"]
+    assert verify_store(store, small_config()).ok

@@ -33,7 +33,7 @@ from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import require_store
-from rocketstore.queues.consume_queue import UNIT_DTYPE
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, PRE_BLANK, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService, index_entries
 
@@ -241,6 +241,7 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
         if r["reason"] != stop_blank:
             end = r["base"] + r["stop"]
             break
+    carried = _carry_over_queues(root, config, queues)
     queues.flush(0)
     queues.close()
     if index is not None:
@@ -259,8 +260,36 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
         "units": units,
         "logEnd": end,
         "queues": len(queues.table),
+        "queuesCarriedOver": carried,
         "segmentsAfterEnd": len(ignored),
     }
+
+
+def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore) -> int:
+    """Recreate each queue of the old ``consumequeue/`` that got no unit (retention removed all its
+    records) at its old max offset, as filler units, so that its offsets go on where they were;
+    returns how many."""
+    old = ConsumeQueueStore(root, config.cq_file_size, "cow")
+    old.load()
+    carried = 0
+    try:
+        for key, cq in old.table.items():
+            if key in queues.table:
+                continue
+            cq.recover()
+            top = cq.max_offset_in_queue()
+            if top <= 0:
+                continue
+            new = queues.find_or_create(*key)
+            expect = top * CQ_STORE_UNIT_SIZE
+            mapped = new.queue.last_mapped_file(expect - CQ_STORE_UNIT_SIZE)  # the file of the last filler
+            new.min_logic_offset = expect
+            new.queue.flushed_where = new.queue.committed_where = mapped.file_from_offset
+            mapped.append(PRE_BLANK * ((expect - mapped.file_from_offset) // CQ_STORE_UNIT_SIZE))
+            carried += 1
+    finally:
+        old.close()
+    return carried
 
 
 # -- export ----------------------------------------------------------------------------------------
