@@ -28,6 +28,7 @@ from spark_conftest import (
     small_config,
     sort_key,
     spark,  # noqa: F401 - the session fixture
+    write_messages,
 )
 
 pytestmark = pytest.mark.spark
@@ -201,3 +202,16 @@ def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):
         s.wait_for_dispatch()
         assert [m.body for m in s.get_message("g", "Early", 0, 10, 32).messages] == [b"next"]
     assert verify_store(store, small_config()).ok
+
+
+def test_parquet_export_keeps_numeric_topic_names_apart(spark, tmp_path):  # noqa: F811
+    """Topics "7" and "07": Spark would read the partition column back as the int 7."""
+    store = tmp_path / "store"
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 30, topics=("7", "07", "0123"))
+        s.wait_for_dispatch()
+    result = jobs.export_parquet(
+        spark, str(store), str(tmp_path / "out"), {k: str(v) for k, v in SMALL_GEOMETRY.items()}
+    )
+    assert result["topics"] == {"0123": 10, "07": 10, "7": 10} and result["messages"] == 30
+    assert spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled") == "true"  # restored

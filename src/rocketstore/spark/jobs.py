@@ -294,6 +294,8 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
 
 # -- export ----------------------------------------------------------------------------------------
 
+_INFER_PARTITION_TYPES = "spark.sql.sources.partitionColumnTypeInference.enabled"
+
 
 def export_parquet(
     spark: Any,
@@ -321,7 +323,13 @@ def export_parquet(
     started = time.perf_counter()
     df.write.mode(mode).partitionBy("topic").parquet(out)
     seconds = time.perf_counter() - started
-    rows = spark.read.parquet(out).groupBy("topic").agg(F.count("*").alias("messages")).collect()
+    # topic as written, a string: Spark would infer "7" and "07" as the int 7
+    saved = spark.conf.get(_INFER_PARTITION_TYPES)
+    spark.conf.set(_INFER_PARTITION_TYPES, "false")
+    try:
+        rows = spark.read.parquet(out).groupBy("topic").agg(F.count("*").alias("messages")).collect()
+    finally:
+        spark.conf.set(_INFER_PARTITION_TYPES, saved)
     per_topic = {r["topic"]: r["messages"] for r in sorted(rows, key=lambda r: r["topic"])}
     return {
         "store": os.path.abspath(path),
