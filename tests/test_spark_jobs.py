@@ -215,3 +215,14 @@ def test_parquet_export_keeps_numeric_topic_names_apart(spark, tmp_path):  # noq
     )
     assert result["topics"] == {"0123": 10, "07": 10, "7": 10} and result["messages"] == 30
     assert spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled") == "true"  # restored
+
+
+def test_rebuild_removes_the_work_folder_of_a_killed_rebuild(spark, tmp_path):  # noqa: F811
+    store = make_store(tmp_path / "store", 60)
+    stale = store / ".rebuild-0badc0de"
+    (stale / "parts").mkdir(parents=True)
+    (stale / "old-index").mkdir()
+    assert any("did not finish" in n for n in verify_store(store, small_config()).notes)
+    jobs.rebuild(spark, str(store), small_config())
+    assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
+    assert verify_store(store, small_config()).notes == []

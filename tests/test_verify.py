@@ -547,3 +547,10 @@ def test_a_put_into_the_schedule_topic_gets_the_delivery_time_as_tags_code(tmp_p
     report = verify_store(tmp_path / "s", tiny())
     assert unit[2] == result.store_timestamp + 5000  # level 2 = 5 s
     assert report.ok, report.problems
+
+
+def test_a_killed_rebuilds_work_folder_is_a_note(built: Path) -> None:
+    (built / ".rebuild-0badc0de" / "parts").mkdir(parents=True)
+    report = verify_store(built, tiny())
+    assert report.ok
+    assert has(report.notes, ".rebuild-0badc0de", "did not finish")

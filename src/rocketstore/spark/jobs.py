@@ -39,6 +39,7 @@ from rocketstore.queues.index_service import IndexService, index_entries
 
 log = logging.getLogger(__name__)
 PART_BYTES = 256 << 20
+REBUILD_PREFIX = ".rebuild-"  # the work folder of a rebuild, in the store root
 
 
 @dataclass
@@ -148,8 +149,9 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     require_store(root, config)  # never build queues and an index into a folder that is no store
     lock = StoreLock(root)
     lock.acquire()
-    work = os.path.join(root, f".rebuild-{uuid.uuid4().hex[:8]}")
+    work = os.path.join(root, f"{REBUILD_PREFIX}{uuid.uuid4().hex[:8]}")
     try:
+        _remove_stale_work(root)
         segments = list_segments(root, config)
         parts_dir = os.path.join(work, "parts")
         os.makedirs(parts_dir)
@@ -184,6 +186,15 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         lock.release()
+
+
+def _remove_stale_work(root: str) -> None:
+    """Delete the work folders of rebuilds that were killed (call only with the store locked)."""
+    for name in os.listdir(root):
+        full = os.path.join(root, name)
+        if name.startswith(REBUILD_PREFIX) and os.path.isdir(full) and not os.path.islink(full):
+            log.warning("rebuild: removing %s, left by a rebuild that did not finish", full)
+            shutil.rmtree(full)
 
 
 def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end: int) -> None:

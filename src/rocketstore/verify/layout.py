@@ -57,6 +57,10 @@ def check_layout(root: str, config: StoreConfig, report: VerifyReport) -> set[st
                     f"maxIndexNum={config.max_index_num} give {size}",
                 )
 
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if name.startswith(".rebuild-") and os.path.isdir(os.path.join(root, name)):
+            report.note(f"{name}: left by a Spark rebuild that did not finish (the next rebuild removes it)")
+
     checkpoint = os.path.join(root, "checkpoint")
     if os.path.isfile(checkpoint) and os.path.getsize(checkpoint) < 24:
         problem(checkpoint, f"{os.path.getsize(checkpoint)} bytes, fewer than its three timestamps")
