@@ -10,6 +10,7 @@ from rocketstore.cli.common import (
     Common,
     check_commit_log,
     kv_table,
+    max_problems_option,
     open_store,
     out_console,
     print_json,
@@ -41,13 +42,7 @@ def _log_bytes(opts: Common) -> int:
 
 @click.command()
 @store_options()
-@click.option(
-    "--max-problems",
-    type=click.IntRange(min=0),
-    default=100,
-    show_default=True,
-    help="List at most N problems (and N notes); all are counted.",
-)
+@max_problems_option
 @click.pass_context
 def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
     """Check every record's CRC and offset, every consume-queue unit and every index entry against

@@ -91,6 +91,15 @@ EXTERNAL_HELP = (
 )
 
 
+max_problems_option = click.option(
+    "--max-problems",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="List at most N problems (and N notes); all are counted.",
+)  # verify and spark verify
+
+
 def store_options(
     *, must_exist: bool = True, writes: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -23,6 +23,7 @@ from rocketstore.cli.common import (
     is_inside,
     kv_table,
     lost_log,
+    max_problems_option,
     out_console,
     print_json,
     say,
@@ -109,13 +110,7 @@ def rebuild(opts: Common, master: str) -> None:
 @spark.command()
 @store_options()
 @_spark_options
-@click.option(
-    "--max-problems",
-    type=click.IntRange(min=0),
-    default=100,
-    show_default=True,
-    help="List at most N problems (and N notes); all are counted.",
-)
+@max_problems_option
 @click.pass_context
 def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> None:
     """Check CRCs, records, queue units and index entries (CRC scan in parallel); exit status 1
