@@ -311,22 +311,19 @@ class MessageStore:
         if writer is None:
             return
         with self._flags_lock:
-            self._set_refusal(writer)
-
-    def _set_refusal(self, writer: MessageWriter) -> None:
-        if self._closed:
-            writer.refusal = self._raise_closed
-        elif self.config.broker_role == "SLAVE":
-            writer.refusal = lambda: PutResult.refused(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts"
-            )
-        elif self.running_flags & NOT_WRITEABLE_BITS:
-            flags = self.running_flags
-            writer.refusal = lambda: PutResult.refused(
-                PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writeable (running flags {flags})"
-            )
-        else:
-            writer.refusal = None
+            if self._closed:
+                writer.refusal = self._raise_closed
+            elif self.config.broker_role == "SLAVE":
+                writer.refusal = lambda: PutResult.refused(
+                    PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts"
+                )
+            elif self.running_flags & NOT_WRITEABLE_BITS:
+                flags = self.running_flags
+                writer.refusal = lambda: PutResult.refused(
+                    PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writeable (running flags {flags})"
+                )
+            else:
+                writer.refusal = None
 
     def _raise_closed(self) -> PutResult:
         raise StoreClosedError(f"{self.root} is shut down")
@@ -512,8 +509,8 @@ class MessageStore:
                 pass
         while not queue.flush(0):
             pass
-        if self.commit_log.queue.store_timestamp:
-            self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
+        if queue.store_timestamp:
+            self.checkpoint.physic_msg_timestamp = queue.store_timestamp
         dispatched = self.checkpoint.logics_dispatched_timestamp
         self.queues.flush(0)
         if self.index is not None:
