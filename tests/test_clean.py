@@ -113,13 +113,13 @@ def test_delete_by_time_deletes_at_most_10_files_per_run_and_queues_follow(tmp_p
         assert index_before >= 7
 
         # six hours on, every file has expired, but it is not a deleteWhen hour: nothing happens
-        assert store.clean_service.run_once(time.time() + 6 * HOUR).commit_log_files == 0
+        assert store.services.clean.run_once(time.time() + 6 * HOUR).commit_log_files == 0
 
-        first = store.clean_service.run_once()
+        first = store.services.clean.run_once()
         assert (first.triggered_by, first.commit_log_files) == ("time", 10)
-        second = store.clean_service.run_once()
+        second = store.services.clean.run_once()
         assert second.commit_log_files == 5
-        assert store.clean_service.run_once().commit_log_files == 0
+        assert store.services.clean.run_once().commit_log_files == 0
         for path in files[:15]:
             assert not os.path.exists(path)
         assert segment_files(store) == files[15:]
@@ -157,11 +157,11 @@ def test_only_a_leading_run_is_deleted_and_several_hours_are_accepted(tmp_path: 
         fill(store, 12)
         files = segment_files(store)
         age(files[:4] + files[5:10], hours=2)  # file 4 is young: it stops the run
-        assert store.clean_service.run_once().commit_log_files == 4
+        assert store.services.clean.run_once().commit_log_files == 4
         assert segment_files(store) == files[4:]
-        assert store.clean_service.run_once().commit_log_files == 0
-        assert store.clean_service.is_time_to_delete(time.time() + 3 * HOUR)
-        assert not store.clean_service.is_time_to_delete(time.time() + 6 * HOUR)
+        assert store.services.clean.run_once().commit_log_files == 0
+        assert store.services.clean.is_time_to_delete(time.time() + 3 * HOUR)
+        assert not store.services.clean.is_time_to_delete(time.time() + 6 * HOUR)
 
 
 def test_young_files_stay_and_the_newest_file_always_stays(tmp_path: Path) -> None:
@@ -182,7 +182,7 @@ def test_manual_delete_outside_delete_when(tmp_path: Path) -> None:
         fill(store, 30)
         files = segment_files(store)
         age(files[:25], hours=2)
-        service = store.clean_service
+        service = store.services.clean
         assert service.run_once().commit_log_files == 0  # not the hour, the disk is fine
         rounds = service.rounds
         service.execute_delete_files_manually()  # wakes the service: its thread deletes a batch
@@ -238,7 +238,7 @@ def test_a_hanged_file_is_destroyed_forcibly_later(tmp_path: Path) -> None:
         assert mapped.hold()  # a reader that never lets go
         mapped.shutdown(0)  # a delete attempt made it unavailable
         assert os.path.exists(files[0])
-        run = store.clean_service.run_once()  # nothing expired: only the hanged file is redone
+        run = store.services.clean.run_once()  # nothing expired: only the hanged file is redone
         assert run.hanged_files == 1
         assert not os.path.exists(files[0])
         assert segment_files(store) == files[1:]
@@ -261,12 +261,12 @@ def test_delete_by_space_removes_expired_files_only(loop_fs, tmp_path: Path) -> 
         fill(store, 20)
         files = segment_files(store)
         age(files[:12], hours=2)
-        assert store.clean_service.run_once().commit_log_files == 0  # 40 % not reached yet
+        assert store.services.clean.run_once().commit_log_files == 0  # 40 % not reached yet
         ballast(fs.mount, 0.5, fs)
-        first = store.clean_service.run_once()
+        first = store.services.clean.run_once()
         assert (first.triggered_by, first.commit_log_files) == ("space", 10)
-        assert store.clean_service.run_once().commit_log_files == 2  # the young ones stay
-        assert store.clean_service.run_once().commit_log_files == 0
+        assert store.services.clean.run_once().commit_log_files == 2  # the young ones stay
+        assert store.services.clean.run_once().commit_log_files == 0
         assert segment_files(store) == files[12:]
         assert not store.running_flags & DISK_FULL
 
@@ -278,14 +278,14 @@ def test_past_the_forcible_ratio_young_files_go_too(loop_fs) -> None:
         fill(store, 15)
         files = segment_files(store)
         ballast(fs.mount, 0.6, fs)
-        run = store.clean_service.run_once()
+        run = store.services.clean.run_once()
         assert (run.triggered_by, run.commit_log_files) == ("space", 10)
-        assert store.clean_service.run_once().commit_log_files == 4
+        assert store.services.clean.run_once().commit_log_files == 4
         assert segment_files(store) == files[14:]  # never the newest
     forbidden = clean_config(diskSpaceCleanForciblyRatio=50, cleanFileForciblyEnable=False)
     with MessageStore.open(fs.mount / "t", forbidden) as store:
         fill(store, 5)
-        assert store.clean_service.run_once().commit_log_files == 0
+        assert store.services.clean.run_once().commit_log_files == 0
 
 
 def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -> None:
@@ -355,8 +355,8 @@ def test_several_commit_log_folders(loop_fs, tmp_path: Path) -> None:
         assert set(spread) == set(paths)  # round robin over the folders
 
         ballast(disks[0].mount, 0.92, disks[0])  # the first folder is full
-        store.clean_service.check_disk()
-        assert store.clean_service.full_paths == {paths[0]}
+        store.services.clean.check_disk()
+        assert store.services.clean.full_paths == {paths[0]}
         assert not store.running_flags & DISK_FULL  # the others have room
         fill(store, 6, start=6)
         new = [os.path.dirname(p) for p in segment_files(store)[6:]]
@@ -366,12 +366,12 @@ def test_several_commit_log_folders(loop_fs, tmp_path: Path) -> None:
 
         for d in disks[1:]:
             ballast(d.mount, 0.92, d)
-        store.clean_service.check_disk()
+        store.services.clean.check_disk()
         assert store.running_flags & DISK_FULL
         assert store.put(Message("CleanTopic", BODY)).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
         for d in disks:
             os.unlink(d.mount / "ballast")
-        store.clean_service.check_disk()
+        store.services.clean.check_disk()
         assert not store.running_flags & DISK_FULL
         assert store.put(Message("CleanTopic", BODY)).status == PutMessageStatus.PUT_OK
     with MessageStore.open(tmp_path / "s", config, read_only=True) as again:
@@ -385,11 +385,11 @@ def test_the_clean_service_runs_in_the_store(tmp_path: Path) -> None:
         fill(store, 8)
         files = segment_files(store)
         age(files[:5], hours=2)
-        service = store.clean_service
+        service = store.services.clean
         assert service.wait_for_round(service.rounds + 1, timeout=10)  # the thread ran a round itself
         assert segment_files(store) == files[5:]
-        assert store.clean_service.running
-    assert not store.clean_service.running
+        assert store.services.clean.running
+    assert not store.services.clean.running
 
 
 def test_delete_topics_and_clean_unused_topics(tmp_path: Path) -> None:
@@ -436,8 +436,8 @@ def test_queue_files_left_by_a_crash_after_segment_deletion_go_in_the_first_roun
     try:
         fill(store, 20)
         age(segment_files(store)[:10], hours=2)
-        store.clean_service.stop()
-        assert store.clean_service.delete_expired_files(None, manual=True).commit_log_files == 10
+        store.services.clean.stop()
+        assert store.services.clean.delete_expired_files(None, manual=True).commit_log_files == 10
         queue_files = len(cq_files(store))
     finally:
         store.shutdown()
@@ -462,11 +462,11 @@ def test_a_queue_file_held_while_it_was_deleted_goes_in_a_later_round(tmp_path: 
         cq = store.queues.find("CleanTopic", 0)
         held = cq.queue.files[0]
         assert held.hold()  # a reader is on it
-        assert store.clean_service.run_once().commit_log_files == 5
+        assert store.services.clean.run_once().commit_log_files == 5
         assert held in cq.queue.files and not held.available
         held.release()  # the reader is done: the mapping goes, the file is still listed
         age(files[5:10], hours=2)
-        run = store.clean_service.run_once()
+        run = store.services.clean.run_once()
         assert run.commit_log_files == 5
         assert run.consume_queue_files == 2
         assert held not in cq.queue.files and not os.path.exists(held.path)
@@ -485,7 +485,7 @@ def test_a_key_query_skips_an_index_file_cleanup_is_deleting(tmp_path: Path) -> 
         age(segment_files(store)[:10], hours=2)
         oldest = store.index.files[0]
         assert oldest.mapped.hold()  # a query is in it
-        assert store.clean_service.run_once().commit_log_files == 10
+        assert store.services.clean.run_once().commit_log_files == 10
         assert oldest in store.index.files and not oldest.mapped.available
         oldest.mapped.release()  # the query is done: the mapping goes
         assert [m.keys for m in store.query_message("CleanTopic", "k-0").messages] == []

@@ -44,7 +44,7 @@ def written_bytes(path: Path) -> int:
 
 def test_group_commit_serves_many_waiters_with_one_fsync(make_store, store_config: StoreConfig) -> None:
     store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", mappedFileSizeCommitLog=1 << 20))
-    service = store.flush_service
+    service = store.services.flush
     results: list = []
     barrier = threading.Barrier(16)
 
@@ -98,7 +98,7 @@ def test_parked_waiters_that_time_out_leave_the_group_and_nothing_is_lost(
     assert len(results) == 400
     assert {r.status for r in results} <= {PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT}
     assert PutMessageStatus.FLUSH_DISK_TIMEOUT in {r.status for r in results}
-    assert store.flush_service.waiting == 0
+    assert store.services.flush.waiting == 0
     store.config.sync_flush_timeout = 5000
     assert store.put(Message("Sync", b"last")).status == PutMessageStatus.PUT_OK  # flushes everything before it
     assert store.wait_for_dispatch(10)
@@ -133,7 +133,7 @@ def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_con
             assert f.read(end) == bytes(end)  # nothing in the file yet
         assert store.get_message("g", "Pool", 0, 0).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
 
-        store.commit_service.run_once(0)
+        store.services.commit.run_once(0)
         pos = store.positions()
         assert pos["wrote"] == pos["committed"] == end and pos["flushed"] == 0
         with open(segment, "rb") as f:
@@ -141,7 +141,7 @@ def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_con
         store.wait_for_dispatch()
         assert store.get_max_offset_in_queue("Pool", 0) == 20
 
-        store.flush_service.run_once()
+        store.services.flush.run_once()
         store.commit_log.queue.flush(0)
         assert store.positions()["flushed"] == end
         info = inspect_store(store)["commitLog"]["positions"]
@@ -166,9 +166,9 @@ def test_consume_queue_flush_writes_the_checkpoint(make_store, store_config: Sto
     )
     result = store.put(Message("Cp", b"x"))
     store.wait_for_dispatch()
-    store.flush_service.run_once()
+    store.services.flush.run_once()
     store.commit_log.queue.flush(0)
-    cq_service = next(s for s in store._services if s.name == "flush-consumequeue")
+    cq_service = store.services.flush_consume_queue
     cq_service.run_once(0)
     on_disk = StoreCheckpoint(os.path.join(store.root, "checkpoint"), writable=False)
     assert on_disk.logics_msg_timestamp == result.store_timestamp
@@ -190,7 +190,7 @@ def test_a_checkpoint_written_by_an_index_roll_claims_no_unflushed_units(make_st
     on_disk = StoreCheckpoint(path, writable=False)
     assert on_disk.index_msg_timestamp > 0  # the rolls wrote the checkpoint
     assert on_disk.logics_msg_timestamp == 0  # no consume-queue flush yet
-    cq_service = next(s for s in store._services if s.name == "flush-consumequeue")
+    cq_service = store.services.flush_consume_queue
     cq_service.run_once(0)
     assert StoreCheckpoint(path, writable=False).logics_msg_timestamp == results[-1].store_timestamp
 
@@ -214,7 +214,7 @@ def test_a_thorough_flush_covers_every_consume_queue_file_a_queue_moved_through(
     for _ in range(25):  # to 50 units: the rest of the third file, a fourth and a fifth
         assert store.put(Message("Spread", b"x" * 30)).ok
     assert store.wait_for_dispatch()
-    cq_service = next(s for s in store._services if s.name == "flush-consumequeue")
+    cq_service = store.services.flush_consume_queue
     cq_service.run_once(0)
     files = store.queues.find("Spread", 0).queue.files
     assert [f.flushed_position for f in files] == [200] * 5
@@ -277,14 +277,14 @@ def test_with_the_pool_nothing_is_dispatched_before_it_is_committed(make_store, 
             commitCommitLogThoroughInterval=3_600_000,
         )
     )
-    store.commit_service.stop()  # the test commits by hand
+    store.services.commit.stop()  # the test commits by hand
     for i in range(30):  # past the first 4 KiB segment
         assert store.put(Message("Pooled", b"m%02d" % i + b"x" * 200)).ok
     assert len(store.commit_log.queue.files) >= 2
     assert store.get_max_offset_in_queue("Pooled", 0) == 0
     assert store.get_message("g", "Pooled", 0, 0).status == GetMessageStatus.NO_MESSAGE_IN_QUEUE
     for _ in range(len(store.commit_log.queue.files)):  # one commit covers one segment
-        store.commit_service.run_once(0)
+        store.services.commit.run_once(0)
     assert store.wait_for_dispatch()
     got, offset = [], 0
     while offset < 30:

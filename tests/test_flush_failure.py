@@ -42,8 +42,8 @@ def test_a_failed_async_flush_stops_writes(loop_fs, store_config):
         assert store.put(Message("FlushTopic", b"y" * 1000, tags="TagA")).ok  # ASYNC: stored, not yet flushed
         flushed = store.commit_log.flushed_where
         with pytest.raises(FlushError) as failure:
-            store.flush_service.run_once(0)  # one round of the service, as its thread runs it
-        store.flush_service.on_failure(failure.value)  # what the thread does with an exception
+            store.services.flush.run_once(0)  # one round of the service, as its thread runs it
+        store.services.flush.on_failure(failure.value)  # what the thread does with an exception
         assert store.commit_log.flushed_where == flushed
         assert store.put(Message("FlushTopic", b"z", tags="TagA")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
     finally:

@@ -98,7 +98,7 @@ def test_a_caller_waiting_for_dispatch_is_released_by_shutdown(make_store, store
     """Under SYNC_FLUSH nothing unflushed is dispatched; with the flush stopped a WAIT=false put
     stays undispatched, and a caller waiting without a timeout must not wait for ever."""
     store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", flushIntervalCommitLog=600_000))
-    store.flush_service.stop()
+    store.services.flush.stop()
     assert store.put(Message("T", b"x", properties={"WAIT": "false"})).ok
     assert store.dispatch_behind_bytes() > 0
     answers: list[bool] = []
@@ -180,7 +180,7 @@ def test_a_delayed_message_that_cannot_be_delivered_is_dropped_not_retried_for_e
     assert store.put_as_is(bad, 0).ok
     assert store.put(Message("T", b"good", properties={"DELAY": "1"})).ok
     assert store.wait_for_dispatch()
-    service = store.schedule_service
+    service = store.services.schedule
     service.stop()
     assert service.run_once(now=2**62) == 1
     assert service.levels[1].skipped == 1
@@ -201,7 +201,7 @@ def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> N
         lambda: store.delete_topics(["T"]),
         lambda: store.flush(),
         lambda: store.wait_for_dispatch(),
-        lambda: store.clean_service.run_once(),  # a cleanup round still running in another thread
+        lambda: store.services.clean.run_once(),  # a cleanup round still running in another thread
     ):
         with pytest.raises(StoreClosedError):
             call()
@@ -213,12 +213,12 @@ def test_consumer_offsets_and_new_topics_reach_disk_while_the_store_runs(make_st
     """The broker writes consumerOffset.json every flushConsumerOffsetInterval (5 s): a crash loses
     at most that much of the committed offsets, not everything since the open."""
     store = make_store(config=store_config.copy(flushConsumerOffsetInterval=3_600_000))
-    assert store.persist_service.running
-    store.persist_service.run_once()  # a new store's first round writes its (empty) files
+    assert store.services.persist.running
+    store.services.persist.run_once()  # a new store's first round writes its (empty) files
     assert store.put(Message("NewTopic", b"x")).ok
     store.commit_offset("g1", "NewTopic", 0, 1)
-    assert store.persist_service.run_once() == 2  # a round of its thread: offsets and topics
-    assert store.persist_service.run_once() == 0  # nothing changed since
+    assert store.services.persist.run_once() == 2  # a round of its thread: offsets and topics
+    assert store.services.persist.run_once() == 0  # nothing changed since
     on_disk = ConsumerOffsetManager(os.path.join(store.root, "config", "consumerOffset.json"), writable=False)
     on_disk.load()
     assert on_disk.query("g1", "NewTopic", 0) == 1

@@ -17,7 +17,7 @@ from rocketstore.results import PutMessageStatus
 def _deliver_all(store: MessageStore) -> None:
     """Deliver every delayed message now (the service's thread stopped, a clock far ahead)."""
     store.wait_for_dispatch()
-    store.schedule_service.run_once(now=2**62)
+    store.services.schedule.run_once(now=2**62)
     store.wait_for_dispatch()
 
 
@@ -30,7 +30,7 @@ def _only(store: MessageStore, topic: str):
 @pytest.fixture
 def store(make_store) -> MessageStore:
     store = make_store()
-    store.schedule_service.stop()
+    store.services.schedule.stop()
     return store
 
 
@@ -77,7 +77,7 @@ def test_the_groups_retry_max_times_and_explicit_levels(tmp_path: Path, store_co
         store.subscription_groups.subscription_group_table["Slow"]["retryMaxTimes"] = 1
         store.subscription_groups.persist()
     with MessageStore.open(path, store_config) as store:
-        store.schedule_service.stop()
+        store.services.schedule.stop()
         first = store.look_message_by_offset(store.put(Message("Orders", b"x"), 0).commit_log_offset)
         retry = store.send_back("Slow", first.commit_log_offset, delay_level=1)  # by offset, level 1
         assert store.look_message_by_offset(retry.commit_log_offset).queue_id == 0
@@ -112,11 +112,11 @@ def test_a_sent_back_message_does_not_wait_for_a_flush(make_store, store_config)
     and under SYNC_FLUSH the send-back does not wait for the flush."""
     store = make_store(config=store_config.copy(flushDiskType="SYNC_FLUSH", flushIntervalCommitLog=600_000))
     first = store.put(Message("Orders", b"pay"))
-    store.flush_service.stop()  # nothing is flushed from here on: a waiting put would time out
+    store.services.flush.stop()  # nothing is flushed from here on: a waiting put would time out
     result = store.send_back("G", first.commit_log_offset, delay_level=-1)
     assert result.status == PutMessageStatus.PUT_OK
     assert store.look_message_by_offset(result.commit_log_offset).properties["WAIT"] == "false"
-    store.flush_service.start()  # the flush dispatch waits for under SYNC_FLUSH, for the shutdown
+    store.services.flush.start()  # the flush dispatch waits for under SYNC_FLUSH, for the shutdown
 
 
 def test_a_group_whose_dead_letter_topic_is_too_long_is_refused_before_anything_changes(store) -> None:

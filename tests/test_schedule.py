@@ -30,7 +30,7 @@ def _delayed(topic: str = "Orders", level: str = "3", **kw: object) -> Message:
 
 def _stopped(store: MessageStore):
     """The store's schedule service with its thread stopped: the test drives it with run_once."""
-    service = store.schedule_service
+    service = store.services.schedule
     service.stop()
     return service
 
@@ -189,14 +189,14 @@ def test_the_service_thread_delivers_on_time(make_store, store_config) -> None:
     """No clock tricks: the running service delivers a 1 s delay after about a second."""
     store = make_store(config=store_config.copy(messageDelayLevel="1s"))
     put = store.put(_delayed(level="1"), 1)
-    assert store.schedule_service.wait_delivered(1, timeout=30)
+    assert store.services.schedule.wait_delivered(1, timeout=30)
     got = _real(store)
     assert got.status == GetMessageStatus.FOUND
     assert got.messages[0].store_timestamp >= put.store_timestamp + 1000
-    service = store.schedule_service
+    service = store.services.schedule
     assert service.running
     store.shutdown()  # stops the thread and saves the level's offset
-    assert not service.running and not store.clean_service.running
+    assert not service.running and not store.services.clean.running
     table = fastjson_loads((Path(store.root) / "config" / "delayOffset.json").read_text())["offsetTable"]
     assert {int(k): v for k, v in table.items()} == {1: 1}
 

@@ -714,9 +714,7 @@ def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, 
 
 def _stop_flushing(store: MessageStore) -> None:
     """Stop the commit-log flush service thread (SYNC_FLUSH puts with WAIT=false then stay unflushed)."""
-    service = getattr(store, "flush_service", None) or getattr(store, "_flush_service", None)
-    assert service is not None
-    service.stop()
+    store.services.flush.stop()
 
 
 NO_WAIT = {"WAIT": "false"}

@@ -79,7 +79,7 @@ def _delays_and_retries(store: MessageStore, failed: StoredMessage) -> None:
     for i in range(5):
         store.put(Message("LaterTopic", f"later {i}".encode(), properties={"DELAY": "1"})).raise_for_status()
     store.send_back("demo-group", failed, delay_level=1).raise_for_status()
-    store.schedule_service.wait_delivered(6, timeout=30)
+    store.services.schedule.wait_delivered(6, timeout=30)
     store.wait_for_dispatch()
     waited = time.perf_counter() - started
     retry = store.get_message("demo-group", "%RETRY%demo-group", 0, 0).messages

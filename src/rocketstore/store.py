@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
@@ -45,18 +44,12 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
 from rocketstore.retry import RETRY_QUEUE_NUMS, send_back_message
-from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
+from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
-from rocketstore.services.clean import CleanRun, CleanService, measure_disk, next_deletion
-from rocketstore.services.flush import (
-    CommitRealTimeService,
-    FlushConsumeQueueService,
-    FlushRealTimeService,
-    GroupCommitService,
-)
-from rocketstore.services.persist import ConfigPersistService
+from rocketstore.services.clean import CleanRun, measure_disk, next_deletion
 from rocketstore.services.reput import ReputService
-from rocketstore.services.schedule import ScheduleMessageService, schedule_report
+from rocketstore.services.schedule import schedule_report
+from rocketstore.services.wiring import StoreServices
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
@@ -79,9 +72,7 @@ class MessageStore:
         self._lock = StoreLock(root)
         self.allocator: SegmentAllocator | None = None
         self.reput: ReputService | None = None
-        self.clean_service: CleanService | None = None
-        self.schedule_service: ScheduleMessageService | None = None
-        self._services: list = []
+        self.services = StoreServices(self)  # the threads; none run for a read-only store
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -196,93 +187,14 @@ class MessageStore:
             if not self.read_only:
                 self._update_refusal()
                 self.put = self.writer.put  # the hot path, without the method call
-                self._start_services()
+                self.services.start()
+                self._write_abort()
         except BaseException:
-            self._stop_services_started()
+            self.services.stop_started()
             self._close_files()
             if not self.read_only:
                 self._lock.release()
             raise
-
-    def _stop_services_started(self) -> None:
-        """After a failed open: stop the threads already running (their errors are the open's
-        error's consequences, not news)."""
-        for service in (self.schedule_service, *self._services):
-            if service is not None and service.running:
-                try:
-                    service.stop()
-                except Exception as exc:
-                    log.warning("stopping %s after a failed open: %s", service.name, exc)
-
-    def _start_services(self) -> None:
-        config = self.config
-        # appends wake the reput service, except under SYNC_FLUSH where only a flush can let it on
-        if not config.is_sync_flush or config.read_un_committed:
-            self.commit_log.wake_event = self.reput.wake_event
-        if config.is_sync_flush:
-            flush: FlushRealTimeService | GroupCommitService = GroupCommitService(
-                self.commit_log, self.checkpoint, config
-            )
-            flush.on_flushed = self.reput.wake
-            flush.on_flush_failure = self._on_flush_failure
-            self.writer.flush_handler = self._sync_flush_handler(flush)
-            self.writer.flush_wake = flush.wake
-        else:
-            flush = FlushRealTimeService(self.commit_log, self.checkpoint, config)
-            flush.on_flush_failure = self._on_flush_failure
-        self.reput.on_dispatch_failure = self._on_dispatch_failure
-        flush_cq = FlushConsumeQueueService(self.queues, self.checkpoint, config)
-        self.persist_service = ConfigPersistService(
-            (self.consumer_offsets, self.topics, self.subscription_groups), config.flush_consumer_offset_interval
-        )
-        self._services = [self.reput, flush, flush_cq, self.persist_service]
-        if self.pool is not None:  # commit before flush, at run time and at shutdown
-            self.commit_service = CommitRealTimeService(self.commit_log, config, flush)
-            self.commit_service.on_committed = self.reput.wake
-            self._services.insert(1, self.commit_service)
-        # retention and disk watermarks; stopped first, so that nothing is deleted during shutdown
-        self.clean_service = CleanService(
-            self.commit_log, self.queues, self.index, config, self.root, self.set_running_flags
-        )
-        self.clean_service.check_disk()
-        self._services.insert(0, self.clean_service)
-        for service in self._services:
-            service.start()
-        self.flush_service = flush
-        if config.broker_role != "SLAVE":  # delayed delivery puts: a slave takes no puts
-            self.schedule_service = ScheduleMessageService(
-                self.queues,
-                self.reader.look_message_by_offset,
-                self._redeliver,
-                self.delay_offsets,
-                self.delay_millis,
-                config.flush_delay_offset_interval,
-            )
-            self.schedule_service.start()
-        abort = os.path.join(self.root, "abort")
-        with open(abort, "wb") as f:
-            f.flush()
-            os.fsync(f.fileno())
-
-    def _sync_flush_handler(self, service: GroupCommitService) -> Callable[..., PutMessageStatus]:
-        config = self.config
-        wait_flushed = service.wait_flushed
-
-        def wait_for_flush(result: tuple) -> PutMessageStatus:
-            return wait_flushed(result[1] + result[2], config.sync_flush_timeout / 1000)
-
-        return wait_for_flush
-
-    def _on_dispatch_failure(self, error: BaseException) -> None:
-        """Dispatch keeps failing: consumers see no new message of any topic. Like RocketMQ
-        (makeLogicsQueueError), stop taking puts until the store is reopened."""
-        log.error("dispatch keeps failing (%s): the store stops taking writes", error)
-        self.set_running_flags(set_bits=WRITE_LOGICS_QUEUE_ERROR)
-
-    def _on_flush_failure(self, error: Exception) -> None:
-        """After a failed fsync the kernel may have dropped dirty pages: take no more writes."""
-        log.error("the commit log could not be flushed (%s): the store stops taking writes", error)
-        self.set_running_flags(set_bits=NOT_WRITEABLE)
 
     def _dispatch_end_offset(self) -> int:
         if self.config.is_sync_flush and not self.config.read_un_committed:
@@ -290,10 +202,6 @@ class MessageStore:
         if self.pool is not None:  # readers see committed bytes only (spec 13.3): dispatch no further
             return self.commit_log.queue.committed_where
         return self.commit_log.max_offset()
-
-    def _redeliver(self, message: Message, queue_id: int) -> PutResult:
-        """The schedule service's put: as is (not delayed again), not waiting for a SYNC flush."""
-        return self.writer.put_general(message, queue_id, schedule=False, wait=False)
 
     def _on_new_queue(self, key: tuple[str, int]) -> None:
         self.topics.ensure(*key)
@@ -528,7 +436,7 @@ class MessageStore:
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
         self._readable()
-        clean = self.clean_service
+        clean = self.services.clean
         total = CleanRun()
         while True:
             run = clean.run_once(now, manual=manually)
@@ -564,7 +472,7 @@ class MessageStore:
         """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and
         when the oldest segment is deleted by time."""
         config = self.config
-        check = self.clean_service.last_check if self.clean_service else None
+        check = self.services.clean.last_check if self.services.clean else None
         check = check or measure_disk(config, self.root)
         return {
             "ratios": check.ratios,
@@ -608,19 +516,9 @@ class MessageStore:
                 errors.append(exc)
 
         try:
-            if self.schedule_service is not None:  # stopped while puts are still taken; saves its offsets
-                step(self.schedule_service.stop, "stopping the schedule service")
-            self._update_refusal()
+            self.services.stop(step, self._update_refusal, wait_for_dispatch)
             if self.read_only:
                 return
-            if self.pool is not None:  # puts are refused now: commit every written byte, so dispatch can finish
-                step(self.commit_service.stop, "the last commit")
-            if wait_for_dispatch > 0:
-                step(lambda: self._wait_for_dispatch_at_shutdown(wait_for_dispatch), "waiting for dispatch")
-            for service in self._services:
-                step(service.stop, f"stopping the {service.name} service")
-            if self.clean_service is not None:  # a caller's cleanup round in progress ends first
-                step(self.clean_service.close, "ending cleanup")
             step(self._flush_index_and_checkpoint, "flushing the index and the checkpoint")
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 step(manager.persist, f"writing {os.path.basename(manager.path)}")
@@ -642,21 +540,14 @@ class MessageStore:
         if errors:
             raise RocketStoreError(f"{self.root} did not shut down cleanly: {errors[0]}") from errors[0]
 
+    def _write_abort(self) -> None:
+        """The marker of a store in use: left behind by a crash, it makes the next open recover."""
+        with open(os.path.join(self.root, "abort"), "wb") as f:
+            os.fsync(f.fileno())
+
     def _remove_abort(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.root, "abort"))
-
-    def _wait_for_dispatch_at_shutdown(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for dispatch to catch up; not at all when it cannot: the reput
-        thread is stopped (its on_stop dispatches what is left), failing, or waits for a flush
-        that a failed disk will not make."""
-        deadline = time.monotonic() + seconds
-        reput = self.reput
-        while reput.behind() and time.monotonic() < deadline:
-            if not reput.running or reput.failures or self.running_flags & NOT_WRITEABLE_BITS:
-                return
-            if reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
-                return
 
     def _flush_index_and_checkpoint(self) -> None:
         if self.index is not None:

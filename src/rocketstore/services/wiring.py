@@ -1,0 +1,157 @@
+"""The background services of a writable store: which ones run, how they are wired to the store
+and to each other, and the order they start and stop in (RocketMQ's DefaultMessageStore
+start/shutdown order).
+
+The store's parts stay the store's; this object owns only the threads that work on them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rocketstore.codec.message import Message
+from rocketstore.errors import FlushError
+from rocketstore.results import PutMessageStatus, PutResult
+from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
+from rocketstore.services.base import Service
+from rocketstore.services.clean import CleanService
+from rocketstore.services.flush import (
+    CommitRealTimeService,
+    FlushConsumeQueueService,
+    FlushRealTimeService,
+    GroupCommitService,
+)
+from rocketstore.services.persist import ConfigPersistService
+from rocketstore.services.schedule import ScheduleMessageService
+
+if TYPE_CHECKING:
+    from rocketstore.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+Step = Callable[[Callable[[], object], str], None]  # runs one shutdown step, keeping its failure
+
+
+class StoreServices:
+    """The threads of one open, writable store. ``start`` once; ``stop`` (or ``stop_started``
+    after a failed open) once. Read-only stores run none: their dispatch runs when asked."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.clean: CleanService | None = None
+        self.flush: FlushRealTimeService | GroupCommitService | None = None
+        self.commit: CommitRealTimeService | None = None  # with the transient store pool only
+        self.flush_consume_queue: FlushConsumeQueueService | None = None
+        self.persist: ConfigPersistService | None = None
+        self.schedule: ScheduleMessageService | None = None  # not on a SLAVE
+        self.all: list[Service] = []  # in stop order: cleanup first, so nothing is deleted during shutdown
+
+    def start(self) -> None:
+        """Create, wire and start every service the store's config calls for."""
+        store = self.store
+        config, commit_log, reput = store.config, store.commit_log, store.reput
+        # appends wake the reput service, except under SYNC_FLUSH where only a flush can let it on
+        if not config.is_sync_flush or config.read_un_committed:
+            commit_log.wake_event = reput.wake_event
+        if config.is_sync_flush:
+            flush: FlushRealTimeService | GroupCommitService = GroupCommitService(commit_log, store.checkpoint, config)
+            flush.on_flushed = reput.wake
+            store.writer.flush_handler = self._sync_flush_handler(flush)
+            store.writer.flush_wake = flush.wake
+        else:
+            flush = FlushRealTimeService(commit_log, store.checkpoint, config)
+        flush.on_flush_failure = self._on_flush_failure
+        self.flush = flush
+        reput.on_dispatch_failure = self._on_dispatch_failure
+        self.flush_consume_queue = FlushConsumeQueueService(store.queues, store.checkpoint, config)
+        self.persist = ConfigPersistService(
+            (store.consumer_offsets, store.topics, store.subscription_groups), config.flush_consumer_offset_interval
+        )
+        self.all = [reput, flush, self.flush_consume_queue, self.persist]
+        if store.pool is not None:  # commit before flush, at run time and at shutdown
+            self.commit = CommitRealTimeService(commit_log, config, flush)
+            self.commit.on_committed = reput.wake
+            self.all.insert(1, self.commit)
+        self.clean = CleanService(commit_log, store.queues, store.index, config, store.root, store.set_running_flags)
+        self.clean.check_disk()
+        self.all.insert(0, self.clean)
+        for service in self.all:
+            service.start()
+        if config.broker_role != "SLAVE":  # delayed delivery puts: a slave takes no puts
+            self.schedule = ScheduleMessageService(
+                store.queues,
+                store.reader.look_message_by_offset,
+                self._redeliver,
+                store.delay_offsets,
+                store.delay_millis,
+                config.flush_delay_offset_interval,
+            )
+            self.schedule.start()
+
+    def stop_started(self) -> None:
+        """After a failed open: stop the threads already running (their errors are the open's
+        error's consequences, not news)."""
+        for service in (self.schedule, *self.all):
+            if service is not None and service.running:
+                try:
+                    service.stop()
+                except Exception as exc:
+                    log.warning("stopping %s after a failed open: %s", service.name, exc)
+
+    def stop(self, step: Step, refuse_puts: Callable[[], None], wait_for_dispatch: float) -> None:
+        """Stop every service in shutdown order, each through ``step`` (which keeps a failure
+        and goes on): the schedule service while puts are still taken (it saves its offsets),
+        then ``refuse_puts``, the last commit, up to ``wait_for_dispatch`` seconds for dispatch,
+        every other service, and a caller's cleanup round still in progress."""
+        if self.schedule is not None:
+            step(self.schedule.stop, "stopping the schedule service")
+        refuse_puts()
+        if not self.all:
+            return
+        if self.commit is not None:  # puts are refused now: commit every written byte, so dispatch can finish
+            step(self.commit.stop, "the last commit")
+        if wait_for_dispatch > 0:
+            step(lambda: self._wait_for_dispatch(wait_for_dispatch), "waiting for dispatch")
+        for service in self.all:
+            step(service.stop, f"stopping the {service.name} service")
+        if self.clean is not None:
+            step(self.clean.close, "ending cleanup")
+
+    def _wait_for_dispatch(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for dispatch to catch up; not at all when it cannot: the reput
+        thread is stopped (its on_stop dispatches what is left), failing, or waits for a flush
+        that a failed disk will not make."""
+        deadline = time.monotonic() + seconds
+        store, reput = self.store, self.store.reput
+        while reput.behind() and time.monotonic() < deadline:
+            if not reput.running or reput.failures or store.running_flags & NOT_WRITEABLE_BITS:
+                return
+            if reput.wait_caught_up(min(1.0, max(0.0, deadline - time.monotonic()))):
+                return
+
+    def _sync_flush_handler(self, service: GroupCommitService) -> Callable[[tuple], PutMessageStatus]:
+        config = self.store.config
+        wait_flushed = service.wait_flushed
+
+        def wait_for_flush(result: tuple) -> PutMessageStatus:
+            return wait_flushed(result[1] + result[2], config.sync_flush_timeout / 1000)
+
+        return wait_for_flush
+
+    def _on_dispatch_failure(self, error: BaseException) -> None:
+        """Dispatch keeps failing: consumers see no new message of any topic. Like RocketMQ
+        (makeLogicsQueueError), stop taking puts until the store is reopened."""
+        log.error("dispatch keeps failing (%s): the store stops taking writes", error)
+        self.store.set_running_flags(set_bits=WRITE_LOGICS_QUEUE_ERROR)
+
+    def _on_flush_failure(self, error: FlushError) -> None:
+        """After a failed fsync the kernel may have dropped dirty pages: take no more writes."""
+        log.error("the commit log could not be flushed (%s): the store stops taking writes", error)
+        self.store.set_running_flags(set_bits=NOT_WRITEABLE)
+
+    def _redeliver(self, message: Message, queue_id: int) -> PutResult:
+        """The schedule service's put: as is (not delayed again), not waiting for a SYNC flush."""
+        return self.store.writer.put_general(message, queue_id, schedule=False, wait=False)
