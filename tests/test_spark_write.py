@@ -113,7 +113,7 @@ def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # n
     [
         ({"properties": {"big": "x" * 40000}}, "PROPERTIES_SIZE_EXCEEDED"),
         ({"properties": {"DELAY": "soon"}}, "DELAY must be a delay level"),
-        ({"body": b"x" * 20000}, "cannot fit a commit-log segment"),  # 16 KiB segments
+        ({"body": b"x" * 20000}, "cannot fit a 16384-byte commit-log segment"),
     ],
 )
 def test_a_message_the_store_refuses_fails_the_job_before_any_is_stored(spark, tmp_path, hash_tree, bad, reason):  # noqa: F811

@@ -22,7 +22,7 @@ from rocketstore.codec.scan import delay_of_level
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import InvalidMessageError, RecordError
-from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog
+from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog, too_big_for_segment
 from rocketstore.results import PutMessageStatus, PutResult
 
 MAX_RECORD_EXTRA = 64 * 1024  # a record may be up to maxMessageSize + 64 KiB
@@ -86,9 +86,8 @@ class MessagePreparer:
         prepared = self._prepare(message, queue_id, _time_ns() // 1_000_000, new_uniq=schedule)
         if type(prepared) is PutResult:
             return prepared
-        if prepared[1] + rec.END_FILE_MIN_BLANK_LENGTH > self.config.mapped_file_size_commit_log:  # as CommitLog.append
-            return PutResult.refused(_ILLEGAL, f"a {prepared[1]}-byte record cannot fit a commit-log segment")
-        return None
+        too_big = too_big_for_segment(prepared[1], self.config.mapped_file_size_commit_log)
+        return None if too_big is None else PutResult.refused(_ILLEGAL, too_big)
 
     def _prepare(
         self, message: Message, queue_id: int, now: int, extra_props: str = "", *, new_uniq: bool = True
@@ -267,7 +266,7 @@ class MessageWriter(MessagePreparer):
             )
             if phy < 0:
                 if phy == -2:
-                    return PutResult.refused(_ILLEGAL, f"a {total}-byte record cannot fit a commit-log segment")
+                    return PutResult.refused(_ILLEGAL, too_big_for_segment(total, config.mapped_file_size_commit_log))
                 return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
             status = put_ok
             handler = writer.flush_handler

@@ -49,6 +49,14 @@ def _refused(status: PutMessageStatus, detail: str) -> AppendResult:
     return AppendResult((status, -1, 0, -1, 0, None, detail))
 
 
+def too_big_for_segment(total: int, file_size: int) -> str | None:
+    """Why ``total`` bytes of records cannot go into a ``file_size``-byte segment (records never
+    straddle two, and an end-of-file marker must fit after them); None when they can."""
+    if total + rec.END_FILE_MIN_BLANK_LENGTH > file_size:
+        return f"{total} bytes of records cannot fit a {file_size}-byte commit-log segment"
+    return None
+
+
 class CommitLog:
     """Segments of ``mappedFileSizeCommitLog`` bytes under one or several folders."""
 
@@ -93,11 +101,9 @@ class CommitLog:
             total = items[0][1]
         else:
             total = sum([p[1] for p in items])
-        if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return _refused(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                f"{total} bytes of records cannot fit a {self.file_size}-byte commit-log segment",
-            )
+        too_big = too_big_for_segment(total, self.file_size)
+        if too_big:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, too_big)
         tx = items[0][6] & _TX_MASK
         queued = tx == sf.TRANSACTION_NOT_TYPE or tx == sf.TRANSACTION_COMMIT_TYPE
         handoff = self.handoff
@@ -183,7 +189,7 @@ class CommitLog:
             keys: str | None,
             uniq: str,
         ) -> tuple[int, int, int]:
-            if total + rec.END_FILE_MIN_BLANK_LENGTH > file_size:
+            if total + rec.END_FILE_MIN_BLANK_LENGTH > file_size:  # too_big_for_segment, inlined
                 return -2, -1, born_ts
             acquire()
             try:
@@ -258,11 +264,9 @@ class CommitLog:
         """
         bodies, tails, sizes, crcs, flags, codes, keys, uniqs = columns
         total = sum(sizes)
-        if total + rec.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return _refused(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                f"{total} bytes of records cannot fit a {self.file_size}-byte commit-log segment",
-            )
+        too_big = too_big_for_segment(total, self.file_size)
+        if too_big:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, too_big)
         pack = rec.HEADERS[0].pack
         magic = rec.MESSAGE_MAGIC_CODE
         key = (topic, queue_id)
