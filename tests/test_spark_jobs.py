@@ -214,7 +214,7 @@ def test_parquet_export_keeps_numeric_topic_names_apart(spark, tmp_path):  # noq
         spark, str(store), str(tmp_path / "out"), {k: str(v) for k, v in SMALL_GEOMETRY.items()}
     )
     assert result["topics"] == {"0123": 10, "07": 10, "7": 10} and result["messages"] == 30
-    assert spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled") == "true"  # restored
+    assert spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled") == "true"  # untouched
 
 
 def test_rebuild_removes_the_work_folder_of_a_killed_rebuild(spark, tmp_path):  # noqa: F811

@@ -305,9 +305,6 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
 
 # -- export ----------------------------------------------------------------------------------------
 
-_INFER_PARTITION_TYPES = "spark.sql.sources.partitionColumnTypeInference.enabled"
-
-
 def export_parquet(
     spark: Any,
     path: str,
@@ -334,13 +331,10 @@ def export_parquet(
     started = time.perf_counter()
     df.write.mode(mode).partitionBy("topic").parquet(out)
     seconds = time.perf_counter() - started
-    # topic as written, a string: Spark would infer "7" and "07" as the int 7
-    saved = spark.conf.get(_INFER_PARTITION_TYPES)
-    spark.conf.set(_INFER_PARTITION_TYPES, "false")
-    try:
-        rows = spark.read.parquet(out).groupBy("topic").agg(F.count("*").alias("messages")).collect()
-    finally:
-        spark.conf.set(_INFER_PARTITION_TYPES, saved)
+    # read back with the written schema, so topic stays a string: inferred, "7" and "07" would both
+    # be the int 7 (and the session's settings are not the job's to change)
+    written = spark.read.schema(df.schema).parquet(out)
+    rows = written.groupBy("topic").agg(F.count("*").alias("messages")).collect()
     per_topic = {r["topic"]: r["messages"] for r in sorted(rows, key=lambda r: r["topic"])}
     return {
         "store": os.path.abspath(path),
