@@ -1379,6 +1379,43 @@ def test_recovery_checks_the_body_crc_when_asked(make_store, store_config, tmp_p
         assert not store.look_message_by_offset(offset).body_crc_ok()
 
 
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+@pytest.mark.parametrize("force", [True, False], ids=["prop-crc", "body-crc"])
+def test_force_verify_prop_crc_checks_the_appended_property(make_store, store_config, tmp_path, force, abort):
+    """AppendPropCRCTest through a store: with enabledAppendPropCRC and forceVerifyPropCRC, recovery
+    checks each record's __CRC32# property, which covers the properties too: a flipped tag byte
+    (body CRC intact) ends the log there, and verify names the record. Without forceVerifyPropCRC
+    only the body CRC is checked and the record stays."""
+    from rocketstore.verify import verify_store
+
+    root = tmp_path / "store"
+    config = store_config.copy(enabledAppendPropCRC=True, forceVerifyPropCRC=force, checkCRCOnRecover=True)
+    store = make_store(config=config)
+    results = [put_ok(store, Message("T", b"body-%d" % i, keys=f"k{i}", tags="TagA")) for i in range(20)]
+    assert store.look_message_by_offset(results[-1].commit_log_offset).properties["__CRC32#"]
+    store.shutdown()
+    assert verify_store(root, config).ok
+    last = results[-1]
+    path = root / "commitlog" / f"{last.commit_log_offset - last.commit_log_offset % CL_SIZE:020d}"
+    with open(path, "r+b") as f:
+        f.seek(last.commit_log_offset % CL_SIZE)
+        raw = f.read(last.wrote_bytes)
+        at = last.commit_log_offset % CL_SIZE + raw.rindex(b"TagA")
+        f.seek(at)
+        f.write(b"S")  # TagA -> SagA: a different tag, lengths and body CRC intact
+    problems = verify_store(root, config).problems  # without force: only the unit's tags code differs
+    assert any("__CRC32#" in p for p in map(str, problems)) is force
+    if abort:
+        (root / "abort").touch()
+    store = make_store(config=config)
+    if force:
+        assert store.max_phy_offset == last.commit_log_offset
+        assert store.get_max_offset_in_queue("T", 0) == 19
+    else:
+        assert store.max_phy_offset == last.commit_log_offset + last.wrote_bytes
+        assert store.look_message_by_offset(last.commit_log_offset).tags == "SagA"
+
+
 def _truncate_after_damage(make_store, root: Path) -> tuple[MessageStore, list]:
     store = make_store()
     results = _put_many(store, 30)

@@ -161,6 +161,7 @@ class MessageStore:
                     check_crc=config.check_crc_on_recover,
                     delay_millis=self.delay_millis,
                     message_index_safe=config.message_index_safe,
+                    prop_crc=config.force_verify_prop_crc,
                 )
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())

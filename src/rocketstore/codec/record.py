@@ -163,9 +163,9 @@ def crc_property(crc: int) -> bytes:
     return b"__CRC32#\x01" + digits.encode("ascii") + b"\x02"
 
 
-def check_crc_property(record: bytes) -> bool:
+def check_crc_property(record: bytes | memoryview) -> bool:
     """True when a record's appended ``__CRC32#`` property matches its bytes (forceVerifyPropCRC)."""
-    tail = record[-CRC32_RESERVED_LEN:]
+    tail = bytes(record[-CRC32_RESERVED_LEN:])
     if len(record) <= CRC32_RESERVED_LEN or not tail.startswith(b"__CRC32#\x01") or tail[-1:] != b"\x02":
         return False
     digits = tail[9:19]

@@ -118,11 +118,15 @@ def scan_records(
     base_offset: int,
     *,
     check_crc: bool,
+    prop_crc: bool = False,
     delay_millis: tuple[int, ...] = (),
     limit: int | None = None,
     strings: bool = False,
 ) -> tuple[Records, int, int]:
     """The records of ``buf[pos:end]``; no record starts at or after ``limit`` (default ``end``).
+
+    ``check_crc`` checks every record's body CRC or, with ``prop_crc`` (forceVerifyPropCRC), its
+    appended ``__CRC32#`` property instead (spec 3.5, 3.6); a record failing it is a bad record.
 
     ``base_offset`` is the commit-log offset of ``buf[0]``. Returns (records, stop position,
     reason): the stop position is just after the last good record, or at the end-of-file marker.
@@ -135,7 +139,8 @@ def scan_records(
         return Records(), stop, reason
     data = np.frombuffer(buf, dtype=np.uint8)
     try:
-        return _columns(buf, data, starts, stop, reason, base_offset, check_crc, delay_millis, strings)
+        crc = (_PROPERTY_CRC if prop_crc else _BODY_CRC) if check_crc else None
+        return _columns(buf, data, starts, stop, reason, base_offset, crc, delay_millis, strings)
     finally:
         del data  # a view of an mmap must not outlive the call (the mapping could not be closed)
 
@@ -147,7 +152,7 @@ def _columns(
     stop: int,
     reason: int,
     base_offset: int,
-    check_crc: bool,
+    crc: int | None,
     delay_millis: tuple[int, ...],
     strings: bool,
 ) -> tuple[Records, int, int]:
@@ -177,18 +182,10 @@ def _columns(
     if not ok.all():
         n = int(np.argmin(ok))
         stop, reason = starts[n], STOP_BAD
-    crcs = g.int(at[:n] + 8, 4) if check_crc else None
-    if crcs is not None:
-        view = memoryview(buf)
-        try:
-            for i, (b, e, want) in enumerate(
-                zip(body_at[:n].tolist(), topic_len_at[:n].tolist(), crcs.tolist(), strict=True)
-            ):
-                if crc32(view[b:e]) & 0x7FFFFFFF != want:
-                    n, stop, reason = i, starts[i], STOP_BAD
-                    break
-        finally:
-            view.release()
+    if crc is not None:
+        failed = _first_crc_failure(buf, crc, at[:n], ends[:n], body_at[:n], topic_len_at[:n], g)
+        if failed is not None:
+            n, stop, reason = failed, starts[failed], STOP_BAD
     records = Records()
     if n == 0:
         return records, stop, reason
@@ -204,6 +201,36 @@ def _columns(
     records.topics = _topics(data, topic_at, topic_len)
     _properties(records, buf, data, props_at, props_len, delay_millis, strings)
     return records, stop, reason
+
+
+_BODY_CRC, _PROPERTY_CRC = 1, 2
+
+
+def _first_crc_failure(
+    buf: bytes | memoryview,
+    crc: int,
+    at: np.ndarray,
+    ends: np.ndarray,
+    body_at: np.ndarray,
+    body_end: np.ndarray,
+    g: _Gather,
+) -> int | None:
+    """The index of the first record whose body CRC (or, for ``_PROPERTY_CRC``, appended
+    ``__CRC32#`` property) does not match its bytes; None when all do."""
+    view = memoryview(buf)
+    try:
+        if crc == _PROPERTY_CRC:  # a record without the property fails too
+            for i, (a, e) in enumerate(zip(at.tolist(), ends.tolist(), strict=True)):
+                if not rec.check_crc_property(view[a:e]):
+                    return i
+            return None
+        wanted = g.int(at + 8, 4).tolist()
+        for i, (b, e, want) in enumerate(zip(body_at.tolist(), body_end.tolist(), wanted, strict=True)):
+            if crc32(view[b:e]) & 0x7FFFFFFF != want:
+                return i
+        return None
+    finally:
+        view.release()
 
 
 def _topics(data: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> list[str]:

@@ -74,8 +74,12 @@ def recover(
     check_crc: bool,
     delay_millis: tuple[int, ...],
     message_index_safe: bool = False,
+    prop_crc: bool = False,
 ) -> RecoveryReport:
-    """Recover the commit log and the queues in place (or in memory, for a copy-on-write store)."""
+    """Recover the commit log and the queues in place (or in memory, for a copy-on-write store).
+
+    ``check_crc`` (checkCRCOnRecover) checks each record's body CRC, or with ``prop_crc``
+    (forceVerifyPropCRC) its ``__CRC32#`` property; the log ends before the first that fails."""
     queues.recover()
     max_phy_cq = queues.max_physic_offset()
     files = commit_log.queue.files
@@ -129,7 +133,7 @@ def recover(
     while i < len(files):
         mapped = files[i]
         pos, reason = walk_segment(
-            mapped, 0, mapped.file_size, on_records, check_crc=check_crc, delay_millis=delay_millis
+            mapped, 0, mapped.file_size, on_records, check_crc=check_crc, prop_crc=prop_crc, delay_millis=delay_millis
         )
         process_offset = mapped.file_from_offset + pos
         report.bytes_checked += pos

@@ -18,6 +18,7 @@ def walk_segment(
     on_records: Callable[[Records], None] | None,
     *,
     check_crc: bool,
+    prop_crc: bool = False,
     delay_millis: tuple[int, ...] = (),
     window: int = WINDOW,
 ) -> tuple[int, int]:
@@ -38,6 +39,7 @@ def walk_segment(
                 end,
                 mapped.file_from_offset,
                 check_crc=check_crc,
+                prop_crc=prop_crc,
                 delay_millis=delay_millis,
                 limit=min(end, pos + window),
             )

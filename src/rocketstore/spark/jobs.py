@@ -305,6 +305,7 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
 
 # -- export ----------------------------------------------------------------------------------------
 
+
 def export_parquet(
     spark: Any,
     path: str,

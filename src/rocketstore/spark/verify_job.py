@@ -19,14 +19,16 @@ from rocketstore.spark.jobs import Segment, group_segments, list_segments
 from rocketstore.store import MessageStore
 
 
-def _scan_group(group: list[Segment], delay_millis: tuple[int, ...], max_listed: int | None) -> list[v.SegmentScan]:
+def _scan_group(
+    group: list[Segment], delay_millis: tuple[int, ...], max_listed: int | None, prop_crc: bool
+) -> list[v.SegmentScan]:
     """A task: each segment of the group scanned with CRC checks, as ``rocketstore verify`` does."""
     out = []
     for seg in group:
         mapped = MappedFile.open(seg.path, seg.base, seg.size, "cow")
         mapped.set_positions(seg.size)
         try:
-            out.append(v.scan_segment(mapped, delay_millis, max_listed))
+            out.append(v.scan_segment(mapped, delay_millis, max_listed, prop_crc=prop_crc))
         finally:
             mapped.mm.close()
     return out
@@ -41,10 +43,11 @@ def verify(
         segments = list_segments(store.root, store.config)
         scans: list[v.SegmentScan] = []
         if segments:
-            delay = store.delay_millis
+            delay, prop_crc = store.delay_millis, store.config.force_verify_prop_crc
             groups = group_segments(segments, spark.sparkContext.defaultParallelism)
             rdd = spark.sparkContext.parallelize(groups, len(groups))
-            scans = sorted(rdd.flatMap(lambda g: _scan_group(g, delay, max_problems)).collect(), key=lambda x: x.base)
+            found = rdd.flatMap(lambda g: _scan_group(g, delay, max_problems, prop_crc)).collect()
+            scans = sorted(found, key=lambda x: x.base)
         return v.join_segments([seg.path for seg in segments], scans.__getitem__, report)
 
     return v.verify_store(path, config, max_problems=max_problems, check_log=check_log)

@@ -184,18 +184,21 @@ def scan_segment(
     delay_millis: tuple[int, ...],
     max_listed: int | None = None,
     progress: Callable[[int], None] | None = None,
+    *,
+    prop_crc: bool = False,
 ) -> SegmentScan:
-    """Scan a whole segment with CRC checks (``progress(n)`` as ``n`` more bytes are read)."""
+    """Scan a whole segment with CRC checks (``progress(n)`` as ``n`` more bytes are read): the
+    body CRCs, or with ``prop_crc`` (forceVerifyPropCRC) the ``__CRC32#`` properties, as recovery."""
     findings = VerifyReport(store="", max_listed=max_listed)
     collector = _Collector(findings)
-    pos, reason = _scan_records(mapped, collector, delay_millis, progress)
+    pos, reason = _scan_records(mapped, collector, delay_millis, progress, prop_crc)
     base = mapped.file_from_offset
     scan = SegmentScan(mapped.path, base, mapped.file_size, pos, reason, collector.result(base, base + pos), findings)
     if reason == STOP_BLANK:
         scan.blank_size = _INT.unpack(mapped.read(pos, 4))[0]
         scan.dirty_after = _nonzero(mapped, pos + 8)
     elif reason == STOP_BAD:
-        scan.why, claimed = _diagnose(mapped, pos)
+        scan.why, claimed = _diagnose(mapped, pos, prop_crc)
         scan.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
     else:
         scan.dirty_after = _nonzero(mapped, pos)
@@ -207,6 +210,7 @@ def _scan_records(
     collector: _Collector,
     delay_millis: tuple[int, ...],
     progress: Callable[[int], None] | None = None,
+    prop_crc: bool = False,
 ) -> tuple[int, int]:
     """Every record of a segment, window by window; (stop position, reason) as ``scan_records`` gives."""
     if not mapped.hold():
@@ -221,6 +225,7 @@ def _scan_records(
                 end,
                 mapped.file_from_offset,
                 check_crc=True,
+                prop_crc=prop_crc,
                 delay_millis=delay_millis,
                 limit=min(end, pos + _WINDOW),
                 strings=True,
@@ -237,7 +242,7 @@ def _scan_records(
         mapped.release()
 
 
-def _diagnose(mapped: MappedFile, pos: int) -> tuple[str, int]:
+def _diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str, int]:
     """Why the record at ``pos`` fails, and how many bytes it claims (0 when unknown)."""
     room = mapped.file_size - pos
     if room < 8:
@@ -253,8 +258,10 @@ def _diagnose(mapped: MappedFile, pos: int) -> tuple[str, int]:
         msg = rec.decode(raw)
     except RecordError as exc:
         return f"a malformed record: {exc}", total
+    if prop_crc and not rec.check_crc_property(raw):
+        return "its __CRC32# property is missing or does not match the record (forceVerifyPropCRC)", total
     actual = crc32(msg.body) & 0x7FFFFFFF
-    if msg.body_len > 0 and actual != msg.body_crc:
+    if not prop_crc and msg.body_len > 0 and actual != msg.body_crc:
         return f"body CRC {msg.body_crc}, the body gives {actual}", total
     return f"a record that fails the reader's checks (TOTALSIZE {total})", total
 
@@ -263,9 +270,11 @@ def check_commit_log(
     store: MessageStore, report: VerifyReport, progress: Callable[[int], None] | None = None
 ) -> LogColumns:
     files = store.commit_log.queue.files
-    delay = store.delay_millis
+    delay, prop_crc = store.delay_millis, store.config.force_verify_prop_crc
     return join_segments(
-        [f.path for f in files], lambda i: scan_segment(files[i], delay, report.max_listed, progress), report
+        [f.path for f in files],
+        lambda i: scan_segment(files[i], delay, report.max_listed, progress, prop_crc=prop_crc),
+        report,
     )
 
 
