@@ -1939,6 +1939,22 @@ def test_a_slave_keeps_the_consumers_offset_unless_it_checks_offsets(make_store,
     assert checking.get_message("g", "T", 0, 9).next_begin_offset == 5
 
 
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_sync_master_answers_slave_not_available(make_store, store_config, flush):
+    """A SYNC_MASTER with no slave in sync stores the message but answers SLAVE_NOT_AVAILABLE, as
+    RocketMQ's handleHA does (no slave can connect to this store); WAIT=false is not asked."""
+    store = make_store(config=store_config.copy(brokerRole="SYNC_MASTER", flushDiskType=flush))
+    single = store.put(Message("T", b"one", tags="a", keys="k1"))
+    batch = store.put_batch([Message("T", b"two"), Message("T", b"three")])
+    general = store.put(Message("T", b"four", properties={"p": "v"}))
+    unwaited = store.put(Message("T", b"five", properties=NO_WAIT))
+    assert [r.status for r in (single, batch, general)] == [PutMessageStatus.SLAVE_NOT_AVAILABLE] * 3
+    assert unwaited.status == PutMessageStatus.PUT_OK
+    assert store.wait_for_dispatch()
+    got = store.get_message("g", "T", 0, 0)
+    assert [m.body for m in got.messages] == [b"one", b"two", b"three", b"four", b"five"]
+
+
 def test_suggest_pulling_from_slave_looks_at_every_unit_examined(make_store, store_config):
     """suggestPullingFromSlave follows the last unit looked at, even when the filter kept none."""
     store = make_store(config=store_config.copy(accessMessageInMemoryMaxRatio=0))

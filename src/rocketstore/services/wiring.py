@@ -64,6 +64,8 @@ class StoreServices:
         else:
             flush = FlushRealTimeService(commit_log, store.checkpoint, config)
         flush.on_flush_failure = self._on_flush_failure
+        if config.broker_role == "SYNC_MASTER":
+            store.writer.flush_handler = _no_slave(store.writer.flush_handler)
         self.flush = flush
         reput.on_dispatch_failure = self._on_dispatch_failure
         self.flush_consume_queue = FlushConsumeQueueService(store.queues, store.checkpoint, config)
@@ -155,3 +157,16 @@ class StoreServices:
     def _redeliver(self, message: Message, queue_id: int) -> PutResult:
         """The schedule service's put: as is (not delayed again), not waiting for a SYNC flush."""
         return self.store.writer.put_general(message, queue_id, schedule=False, wait=False)
+
+
+def _no_slave(flushed: Callable[[tuple], PutMessageStatus] | None) -> Callable[[tuple], PutMessageStatus]:
+    """A SYNC_MASTER's put answer: stored (and flushed, under SYNC_FLUSH) but never replicated,
+    since no slave can connect to this store. RocketMQ answers SLAVE_NOT_AVAILABLE when no slave
+    is in sync (CommitLog.handleHA / submitReplicaRequest); a put with WAIT=false is not asked."""
+    ok, no_slave = PutMessageStatus.PUT_OK, PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+    def answer(result: tuple) -> PutMessageStatus:
+        status = ok if flushed is None else flushed(result)
+        return no_slave if status is ok else status
+
+    return answer
