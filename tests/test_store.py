@@ -28,6 +28,7 @@ from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatu
 from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import index_key_hash, java_hash
 from rocketstore.errors import (
+    ConfigError,
     CorruptStoreError,
     InvalidMessageError,
     InvalidTopicError,
@@ -1953,6 +1954,31 @@ def test_a_sync_master_answers_slave_not_available(make_store, store_config, flu
     assert store.wait_for_dispatch()
     got = store.get_message("g", "T", 0, 0)
     assert [m.body for m in got.messages] == [b"one", b"two", b"three", b"four", b"five"]
+
+
+def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
+    make_store, store_config, tmp_path, hash_tree
+):
+    """enableLmq (multi-dispatch to %LMQ% queues) and BatchCQ topics are not supported: a writable
+    open says so before recovery touches anything; a read-only open still reads the store."""
+    root = tmp_path / "store"
+    store = make_store()
+    put_ok(store, Message("Plain", b"x"))
+    store.shutdown()
+    (root / "abort").touch()  # as after a crash: the next writable open would recover
+    before = hash_tree(root)
+    with pytest.raises(ConfigError, match="enableLmq"):
+        MessageStore.open(root, store_config, enableLmq=True)
+    assert hash_tree(root) == before
+    topics = json.loads((root / "config" / "topics.json").read_text())
+    topics["topicConfigTable"]["Plain"]["attributes"] = {"queue.type": "BatchCQ"}
+    (root / "config" / "topics.json").write_text(json.dumps(topics))
+    before = hash_tree(root)
+    with pytest.raises(ConfigError, match="Plain use BatchCQ"):
+        MessageStore.open(root, store_config)
+    assert hash_tree(root) == before
+    with MessageStore.open(root, store_config, read_only=True, enableLmq=True) as reader:
+        assert [m.body for m in reader.get_message("g", "Plain", 0, 0).messages] == [b"x"]
 
 
 def test_suggest_pulling_from_slave_looks_at_every_unit_examined(make_store, store_config):

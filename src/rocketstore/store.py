@@ -18,6 +18,7 @@ from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import (
+    ConfigError,
     FlushError,
     MessageNotFoundError,
     ReadOnlyStoreError,
@@ -113,6 +114,20 @@ class MessageStore:
             self._lock.acquire()
         try:
             self.last_exit_ok = not os.path.exists(os.path.join(root, "abort"))
+            config_dir = os.path.join(root, "config")
+            writable = not self.read_only
+            self.topics = TopicConfigManager(os.path.join(config_dir, "topics.json"), writable=writable)
+            self.consumer_offsets = ConsumerOffsetManager(
+                os.path.join(config_dir, "consumerOffset.json"), writable=writable
+            )
+            self.delay_offsets = DelayOffsetManager(os.path.join(config_dir, "delayOffset.json"), writable=writable)
+            self.subscription_groups = SubscriptionGroupManager(
+                os.path.join(config_dir, "subscriptionGroup.json"), writable=writable
+            )
+            for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
+                manager.load()
+            if writable:
+                self._refuse_unsupported()  # before recovery changes anything
             if not self.read_only:
                 self.allocator = SegmentAllocator(warm=config.warm_maped_file_enable)
             self.pool: TransientStorePool | None = None
@@ -165,18 +180,6 @@ class MessageStore:
                 )
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())
-            config_dir = os.path.join(root, "config")
-            writable = not self.read_only
-            self.topics = TopicConfigManager(os.path.join(config_dir, "topics.json"), writable=writable)
-            self.consumer_offsets = ConsumerOffsetManager(
-                os.path.join(config_dir, "consumerOffset.json"), writable=writable
-            )
-            self.delay_offsets = DelayOffsetManager(os.path.join(config_dir, "delayOffset.json"), writable=writable)
-            self.subscription_groups = SubscriptionGroupManager(
-                os.path.join(config_dir, "subscriptionGroup.json"), writable=writable
-            )
-            for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
-                manager.load()
             if writable:  # a topic created by puts just before a crash: its queues name it
                 for topic, queue_id in self.queues.offset_table():
                     if self.topics.find(topic) is None:
@@ -196,6 +199,18 @@ class MessageStore:
             if not self.read_only:
                 self._lock.release()
             raise
+
+    def _refuse_unsupported(self) -> None:
+        """ConfigError for RocketMQ features a writable store would get wrong rather than refuse
+        (reading such a store is fine)."""
+        if self.config.enable_lmq:
+            raise ConfigError(
+                "enableLmq: light message queues (INNER_MULTI_DISPATCH to %LMQ% queues) are not supported;"
+                " their messages would be stored but never dispatched to those queues"
+            )
+        batch = self.topics.batch_cq_topics()
+        if batch:
+            raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
 
     def _dispatch_end_offset(self) -> int:
         if self.config.is_sync_flush and not self.config.read_un_committed:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -165,11 +164,6 @@ def _check_export(
         )
 
 
-def _data_files(folder: str) -> bool:
-    """True when ``folder`` holds a file Spark wrote data into (not ``_SUCCESS``, no hidden file)."""
-    return any(not name.startswith(("_", ".")) for _dir, _dirs, files in os.walk(folder) for name in files)
-
-
 @spark.command()
 @store_options()
 @_spark_options
@@ -192,25 +186,18 @@ def export(
     from rocketstore.spark.schema import config_options
 
     spark_session = _session(master, "export")
-    started = time.perf_counter()
-    try:
-        with _spark_errors("the export failed"):
-            result = export_parquet(
-                spark_session,
-                opts.store,
-                out,
-                config_options(opts.config),
-                begin=begin,
-                end=end,
-                topics=topics,
-                mode="overwrite" if overwrite else "errorifexists",
-            )
-    except CommandError as exc:
-        if "UNABLE_TO_INFER_SCHEMA" not in exc.message or _data_files(out):
-            raise
-        # nothing selected: Spark wrote only _SUCCESS and cannot read a schema back from it
-        seconds = round(time.perf_counter() - started, 3)
-        result = {"store": opts.root, "parquet": out, "messages": 0, "topics": {}, "seconds": seconds}
+    with _spark_errors("the export failed"):
+        result = export_parquet(
+            spark_session,
+            opts.store,
+            out,
+            config_options(opts.config),
+            begin=begin,
+            end=end,
+            topics=topics,
+            mode="overwrite" if overwrite else "errorifexists",
+        )
+    if not result["messages"]:  # Spark wrote only _SUCCESS
         warn(f"no message selected: {out} holds no data")
     if opts.as_json:
         print_json(result)

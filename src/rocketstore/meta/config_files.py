@@ -410,6 +410,15 @@ class TopicConfigManager(ConfigFile):
             cfg = self.topic_config_table.get(topic)
             return copy.deepcopy(cfg) if cfg is not None else None
 
+    def batch_cq_topics(self) -> list[str]:
+        """Topics whose ``queue.type`` attribute (RocketMQ 5) asks for a BatchCQ consume queue."""
+        return [
+            topic
+            for topic, cfg in self.topic_config_table.items()
+            if isinstance(cfg.get("attributes"), dict)
+            and any(cfg["attributes"].get(k) == "BatchCQ" for k in ("queue.type", "+queue.type"))
+        ]
+
     def topics(self) -> list[str]:
         """Topic names, in table order."""
         with self._lock:
