@@ -245,3 +245,21 @@ def test_power_loss_leaves_a_consistent_store(tmp_path: Path, seed: int) -> None
         assert recovered.wait_for_dispatch()
     report = verify_store(str(snapshot), StoreConfig(GEOMETRY))
     assert report.ok, report.problems[:5]
+
+
+def test_a_crash_while_a_segment_is_made_leaves_nothing_in_its_folder(tmp_path):
+    """A process SIGKILLed after a new segment was allocated at full size but before it got its
+    name leaves no file in the folder: RocketMQ fails to load a folder holding anything that is
+    not a full-size segment (spec 2.3)."""
+    folder = tmp_path / "commitlog"
+    folder.mkdir()
+    code = (
+        "import os, signal\n"
+        "from rocketstore.files.mapped_file import MappedFile\n"
+        "os.link = os.rename = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # dies just before naming\n"
+        f"MappedFile.create({str(folder / ('0' * 20))!r}, 0, 1 << 20)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert os.listdir(folder) == []

@@ -46,6 +46,35 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+_tmpfile_works = bool(_O_TMPFILE) and os.path.isdir("/proc/self/fd")
+
+
+def _name(fd: int, path: str) -> None:
+    """Link the unnamed file ``fd`` in as ``path``: linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N,
+    which needs no privilege (os.link only uses linkat when given a directory descriptor)."""
+    proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.link(f"self/fd/{fd}", path, src_dir_fd=proc, follow_symlinks=True)
+    finally:
+        os.close(proc)
+
+
+def _unnamed_file(folder: str) -> int | None:
+    """A descriptor of a new unnamed file in ``folder``'s file system (O_TMPFILE), or None when
+    the system or that file system has none (then it is not tried again)."""
+    global _tmpfile_works
+    if not _tmpfile_works:
+        return None
+    try:
+        return os.open(folder, _O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            _tmpfile_works = False
+            return None
+        raise
+
+
 class MappedFile:
     """A segment file mapped in memory, with its positions and a reference count (spec 14.5)."""
 
@@ -83,16 +112,22 @@ class MappedFile:
     def create(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
         """A new, zero-filled segment of ``file_size`` bytes (OSError, e.g. ENOSPC, on failure).
 
-        The file is made at full size under a temporary name (``*.creating``) and then renamed,
-        so a crash in between leaves no short file under a segment's name.
+        The file is made at full size before it gets its name: as an unnamed file (O_TMPFILE)
+        linked in when complete, so a crash leaves nothing in the segment's folder (RocketMQ fails
+        to load a folder holding any file that is not a full-size segment); where the file
+        system has no unnamed files, under a temporary name (``*.creating``, removed by the next
+        open) renamed when complete.
         """
         if mode == "cow":
             mm = mmap.mmap(-1, file_size)
             return cls(path, file_from_offset, file_size, mm, -1, mode)
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, "the segment already exists", path)
-        temp = path + CREATING_SUFFIX
-        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = _unnamed_file(os.path.dirname(path))
+        temp = None if fd is not None else path + CREATING_SUFFIX
+        if temp is not None:
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        named = False
         try:
             try:
                 os.posix_fallocate(fd, 0, file_size)
@@ -100,13 +135,18 @@ class MappedFile:
                 if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                     raise
                 os.ftruncate(fd, file_size)
-            os.rename(temp, path)
+            if temp is None:
+                _name(fd, path)
+            else:
+                os.rename(temp, path)
+            named = True
             mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
-            for leftover in (temp, path):
-                with contextlib.suppress(OSError):
-                    os.unlink(leftover)
+            for leftover in (temp, path if named else None):  # never a file of the same name made meanwhile
+                if leftover is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
             raise
         return cls(path, file_from_offset, file_size, mm, fd, mode)
 
