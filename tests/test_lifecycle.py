@@ -234,6 +234,8 @@ def test_a_topic_created_just_before_a_crash_is_in_topics_json_after_the_open(tm
         "from rocketstore import Message, MessageStore, StoreConfig\n"
         f"s = MessageStore.open({str(root)!r}, StoreConfig({store_config.to_dict()!r}))\n"
         "assert s.put(Message('Fresh', b'x'), 3).ok\n"
+        "assert s.put(Message('Fresh', b'y'), 6).ok\n"
+        "assert s.put(Message('Later', b'z', properties={'DELAY': '2'})).ok\n"
         "s.flush()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -247,4 +249,6 @@ def test_a_topic_created_just_before_a_crash_is_in_topics_json_after_the_open(tm
         store.shutdown()
     topics = TopicConfigManager(os.path.join(root, "config", "topics.json"), writable=False)
     topics.load()
-    assert topics.find("Fresh") is not None
+    fresh, schedule = topics.find("Fresh"), topics.find("SCHEDULE_TOPIC_XXXX")
+    assert fresh is not None and fresh["readQueueNums"] == fresh["writeQueueNums"] == 7  # queues 0..6
+    assert schedule is not None and schedule["readQueueNums"] == 18  # as RocketMQ registers it

@@ -180,10 +180,13 @@ class MessageStore:
                 )
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())
-            if writable:  # a topic created by puts just before a crash: its queues name it
+            if writable:  # topics created by puts just before a crash: their queues name them
+                missing: dict[str, int] = {}
                 for topic, queue_id in self.queues.offset_table():
                     if self.topics.find(topic) is None:
-                        self.topics.ensure(topic, queue_id)
+                        missing[topic] = max(queue_id, missing.get(topic, 0))
+                for topic, queue_id in missing.items():  # every queue found, not only the first
+                    self.topics.ensure(topic, queue_id)
             self.writer = MessageWriter(self.commit_log, config, self._on_new_queue)
             self.reader = MessageReader(self.commit_log, self.queues, self.index, config)
             self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)

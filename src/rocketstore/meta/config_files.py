@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta import fastjson
@@ -52,6 +53,7 @@ _TOPIC_CLASS_DEFAULTS: dict[str, Any] = {
 }
 _TOPIC_INT_FIELDS = ("perm", "readQueueNums", "topicSysFlag", "writeQueueNums")
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+SCHEDULE_TOPIC_QUEUE_NUM = 18  # TopicConfigManager's SCHEDULE_TOPIC_XXXX: one queue per delay level
 
 # SubscriptionGroupConfig 4.9.8 fields and defaults (groupName added per group).
 _GROUP_DEFAULTS: dict[str, Any] = {
@@ -370,12 +372,15 @@ class TopicConfigManager(ConfigFile):
     def ensure(self, topic: str, queue_id: int, *, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> bool:
         """Make sure ``topic`` exists with a queue ``queue_id``; True (and a new dataVersion) if changed.
 
-        A new topic gets ``max(queue_nums, queue_id + 1)`` read and write queues, perm 6; an existing
-        one grows readQueueNums/writeQueueNums to ``queue_id + 1`` when smaller. Call ``persist``
-        afterwards to write the change.
+        A new topic gets ``max(queue_nums, queue_id + 1)`` read and write queues (SCHEDULE_TOPIC_XXXX
+        at least 18, as RocketMQ registers it), perm 6; an existing one grows
+        readQueueNums/writeQueueNums to ``queue_id + 1`` when smaller. Call ``persist`` afterwards
+        to write the change.
         """
         if queue_id < 0:
             raise ValueError(f"queue id must not be negative: {queue_id}")
+        if topic == SCHEDULE_TOPIC:
+            queue_nums = max(queue_nums, SCHEDULE_TOPIC_QUEUE_NUM)
         need = queue_id + 1
         with self._lock:
             cfg = self.topic_config_table.get(topic)
