@@ -1417,6 +1417,16 @@ def test_force_verify_prop_crc_checks_the_appended_property(make_store, store_co
         assert store.look_message_by_offset(last.commit_log_offset).tags == "SagA"
 
 
+def test_an_incoming_crc_property_is_replaced_by_the_stores_own(make_store, store_config):
+    """enabledAppendPropCRC: a __CRC32# property the message brings is dropped first (spec 3.6),
+    so the record holds one, the store's, at its end."""
+    store = make_store(config=store_config.copy(enabledAppendPropCRC=True))
+    sent = put_ok(store, Message("T", b"x", properties={"__CRC32#": "1234567890", "a": "b"}))
+    stored = store.look_message_by_offset(sent.commit_log_offset)
+    assert stored.properties_raw.count(b"__CRC32#") == 1 and stored.properties_raw.endswith(b"\x02")
+    assert stored.properties["__CRC32#"] != "1234567890" and stored.properties["a"] == "b"
+
+
 def _truncate_after_damage(make_store, root: Path) -> tuple[MessageStore, list]:
     store = make_store()
     results = _put_many(store, 30)

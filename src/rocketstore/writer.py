@@ -17,7 +17,17 @@ from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
 from rocketstore.codec.message import Message, checked_properties
-from rocketstore.codec.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TAGS, UNIQ_KEY, WAIT, encode_properties
+from rocketstore.codec.properties import (
+    DELAY,
+    KEYS,
+    PROPERTY_CRC32,
+    REAL_QID,
+    REAL_TOPIC,
+    TAGS,
+    UNIQ_KEY,
+    WAIT,
+    encode_properties,
+)
 from rocketstore.codec.scan import delay_of_level
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig, delay_level_millis
@@ -103,6 +113,8 @@ class MessagePreparer:
                 _ILLEGAL, f"the body is {len(body)} bytes; maxMessageSize is {config.max_message_size}"
             )
         props = message.properties
+        if config.enabled_append_prop_crc and PROPERTY_CRC32 in props:  # the store appends its own (spec 3.6)
+            props = {k: v for k, v in props.items() if k != PROPERTY_CRC32}
         extra = message._extra or _NO_EXTRA
         uniq = props.get(UNIQ_KEY)
         try:
