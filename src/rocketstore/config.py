@@ -444,9 +444,12 @@ def delay_level_millis(levels: str) -> tuple[int, ...]:
     """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
     units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
     try:
-        return tuple(int(item[:-1]) * units[item[-1]] for item in levels.split())
+        millis = tuple(int(item[:-1]) * units[item[-1]] for item in levels.split())
     except (KeyError, ValueError, IndexError):
         raise ConfigError(f"messageDelayLevel {levels!r}: levels are numbers with a unit s, m, h or d") from None
+    if not millis:
+        raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
+    return millis
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -19,6 +19,10 @@ class InvalidTopicError(RocketStoreError, ValueError):
     """A topic name RocketMQ would refuse (it becomes a directory name)."""
 
 
+class InvalidGroupError(RocketStoreError, ValueError):
+    """A consumer group name RocketMQ would refuse (Validators.checkGroup)."""
+
+
 class InvalidMessageError(RocketStoreError, ValueError):
     """A message that cannot be stored as given (wrong types, bad property names, ...)."""
 

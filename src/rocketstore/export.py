@@ -147,6 +147,8 @@ def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: An
             raise ImportLineError(number, f"not UTF-8 ({exc})", count) from None
         except (ValueError, TypeError) as exc:  # InvalidMessageError and InvalidTopicError too
             raise ImportLineError(number, str(exc), count) from None
+        except RecursionError:
+            raise ImportLineError(number, "JSON nested too deeply", count) from None
         if not result.ok:
             raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
         count += 1

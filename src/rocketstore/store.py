@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.topic import validate_topic
+from rocketstore.codec.topic import validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import (
     ConfigError,
@@ -308,6 +308,7 @@ class MessageStore:
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
         self._readable()
+        validate_group(group)
         original = message
         if not isinstance(message, StoredMessage):
             original = self.look_message_by_offset(int(message))
@@ -404,12 +405,14 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes (persisted in consumerOffset.json)."""
         self._readable()
+        validate_group(group)
         validate_topic(topic)
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset of ``group``, -1 when it has none."""
         self._readable()
+        validate_group(group)
         return self.consumer_offsets.query(group, topic, queue_id)
 
     # -- dispatch ----------------------------------------------------------------------------------

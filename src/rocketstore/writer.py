@@ -28,8 +28,8 @@ from rocketstore.codec.properties import (
     WAIT,
     encode_properties,
 )
-from rocketstore.codec.scan import delay_of_level
-from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.codec.scan import delay_of_level, java_int
+from rocketstore.codec.topic import SCHEDULE_TOPIC, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog, too_big_for_segment
@@ -82,6 +82,7 @@ class MessagePreparer:
             raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
         if type(message) is not Message:
             raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
+        validate_topic(message.topic)  # it may have been set after the Message was made
         if schedule and message._props is not None and DELAY in message._props:
             return self._delayed(message, queue_id)
         return message, queue_id
@@ -131,6 +132,9 @@ class MessagePreparer:
         if extra_props:
             text = f"{text}\x02{extra_props}"
         topic = message.topic
+        if topic == SCHEDULE_TOPIC and DELAY in props and java_int(props[DELAY]) is None:
+            # RocketMQ parses it when it reads the record back: it would end the log here
+            return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {props[DELAY]!r}")
         topic_bytes = self._topic_bytes.get(topic)
         if topic_bytes is None:
             topic_bytes = self._topic_bytes[topic] = topic.encode("utf-8")
@@ -181,9 +185,8 @@ class MessagePreparer:
         message already in the schedule topic) come back unchanged."""
         props = message._props
         text = props[DELAY]
-        try:
-            level = int(text)
-        except ValueError:
+        level = java_int(text)
+        if level is None:
             return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
         if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
             return message, queue_id
@@ -243,7 +246,10 @@ class MessageWriter(MessagePreparer):
             ):
                 return general(message, queue_id)
             topic = message.topic
-            head = heads.get(topic)
+            try:
+                head = heads.get(topic)
+            except TypeError:  # an unhashable topic, set after the Message was made
+                return general(message, queue_id)
             body = message.body
             if head is None or len(body) > config.max_message_size or config.enabled_append_prop_crc:
                 return general(message, queue_id)
@@ -335,9 +341,10 @@ class MessageWriter(MessagePreparer):
             if type(m) is not Message:
                 raise InvalidMessageError(f"put_batch takes Messages, not {type(m).__name__}")
         topic = messages[0].topic
-        if len({m.topic for m in messages}) > 1:
-            other = next(m.topic for m in messages if m.topic != topic)
-            raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {other!r}")
+        validate_topic(topic)  # it may have been set after the Messages were made
+        for m in messages:
+            if m.topic != topic:
+                raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {m.topic!r}")
         # plain: tags and keys alone (the common batch), checked in one pass over each field
         plain = self._plain and {m._extra is None and m._props is None for m in messages} == {True}
         if not plain:

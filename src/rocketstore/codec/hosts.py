@@ -15,6 +15,8 @@ from rocketstore.errors import InvalidMessageError
 @lru_cache(maxsize=4096)
 def parse_host(text: str) -> bytes:
     """``"10.0.0.1:5000"`` or ``"[2001:db8::1]:5000"`` -> 8 or 20 bytes (address + port)."""
+    if type(text) is not str:
+        raise InvalidMessageError(f"a host address is a str ip:port or [ipv6]:port, not {text!r}")
     try:
         if text.startswith("["):
             addr, _, port = text[1:].partition("]:")

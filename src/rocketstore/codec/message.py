@@ -71,22 +71,22 @@ class Message:
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
     ) -> None:
-        if topic not in _known_topics:
+        if type(topic) is not str or topic not in _known_topics:
             validate_topic(topic)
         self.topic = topic
         if type(body) is not bytes:
             body = _as_bytes(body)
         self.body = body
         if tags:
-            if type(tags) is not str or "\x01" in tags or "\x02" in tags:
-                raise InvalidMessageError(f"tags must be a str without \\x01 or \\x02, not {tags!r}")
+            if type(tags) is not str or not is_valid_property_text(tags):
+                raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
         else:
             tags = None
         if keys:
             if type(keys) is not str:
                 keys = _joined_keys(keys)
-            if "\x01" in keys or "\x02" in keys:
-                raise InvalidMessageError(f"keys must not hold \\x01 or \\x02: {keys!r}")
+            if not is_valid_property_text(keys):
+                raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
         else:
             keys = None
         self._tags = tags
@@ -100,10 +100,10 @@ class Message:
             self._props = props
         else:
             self._props = None
-        if flag and (type(flag) is not int or not -(2**31) <= flag < 2**31):
+        if type(flag) is not int or not -(2**31) <= flag < 2**31:
             raise InvalidMessageError(f"flag {flag!r} is not a Java int")
         self.flag = flag
-        if sys_flag and (type(sys_flag) is not int or sys_flag & ~sf.PRODUCER_BITS):
+        if type(sys_flag) is not int or sys_flag & ~sf.PRODUCER_BITS:
             raise InvalidMessageError(
                 f"sysFlag {sys_flag!r}: an int with only the compression, multi-tags and transaction bits"
             )
@@ -117,10 +117,11 @@ class Message:
         else:
             if born_timestamp is not None:
                 check_range("born_timestamp", born_timestamp, JAVA_LONG)
-            if reconsume_times:
-                check_range("reconsume_times", reconsume_times, JAVA_INT)
-            if prepared_transaction_offset:
-                check_range("prepared_transaction_offset", prepared_transaction_offset, JAVA_LONG)
+            check_range("reconsume_times", reconsume_times, JAVA_INT)
+            check_range("prepared_transaction_offset", prepared_transaction_offset, JAVA_LONG)
+            for name, host in (("born_host", born_host), ("store_host", store_host)):
+                if host is not None and type(host) is not str:
+                    raise InvalidMessageError(f"{name} is a str ip:port or [ipv6]:port, not {host!r}")
             self._extra = (
                 born_timestamp,
                 born_host,
@@ -180,17 +181,22 @@ class Message:
 
 def _as_bytes(body: object) -> bytes:
     if isinstance(body, str):
-        return body.encode("utf-8")
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidMessageError(f"a str body must be UTF-8 text: {exc}") from None
     if isinstance(body, (bytearray, memoryview)):
         return bytes(body)
     raise InvalidMessageError(f"a message body is bytes, not {type(body).__name__}")
 
 
 def _joined_keys(keys: Iterable[str]) -> str:
+    if not isinstance(keys, Iterable):
+        raise InvalidMessageError(f"keys are a str or a list of str, not {keys!r}")
     keys = list(keys)
     for k in keys:
-        if type(k) is not str or " " in k:
-            raise InvalidMessageError(f"each key is a str without spaces, not {k!r}")
+        if type(k) is not str or not k or " " in k:
+            raise InvalidMessageError(f"each key is a non-empty str without spaces, not {k!r}")
     return " ".join(keys)
 
 
@@ -413,10 +419,24 @@ def message_from_json(obj: dict[str, Any]) -> Message:
     properties = obj.get("properties") or {}
     if not isinstance(properties, dict):
         raise InvalidMessageError("properties must be a JSON object")
+    for name, value in properties.items():
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {value!r}")
+    properties = dict(properties)
+    for name, field in ((TAGS, "tags"), (KEYS, "keys")):  # the export's own columns, when given alone
+        value = obj.get(field)
+        if value is None or value == properties.get(name):
+            continue
+        if name in properties or not isinstance(value, str):
+            raise InvalidMessageError(f"{field} {value!r} does not agree with the properties' {name}")
+        properties[name] = value
+    for field in ("bornHost", "storeHost"):
+        if obj.get(field) is not None and (not isinstance(obj[field], str) or not obj[field]):
+            raise InvalidMessageError(f"{field} must be an ip:port string, not {obj[field]!r}")
     return Message(
         obj.get("topic"),  # type: ignore[arg-type]
         body,
-        properties={str(k): str(v) for k, v in properties.items()},
+        properties=properties,
         flag=int(obj.get("flag") or 0),
         born_timestamp=_opt_int(obj, "bornTimestamp"),
         born_host=obj.get("bornHost"),

@@ -52,8 +52,17 @@ def split_keys(keys: str | None) -> list[str]:
 
 
 def is_valid_property_text(text: str) -> bool:
-    """True when a name or value can be stored without breaking the separators."""
-    return NAME_VALUE_SEPARATOR not in text and PROPERTY_SEPARATOR not in text
+    """True when a name or value can be stored: no separator inside, and UTF-8 text (no lone
+    surrogate, which would fail when the record is encoded)."""
+    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def property_value(props: bytes, marker: bytes) -> bytes | None:

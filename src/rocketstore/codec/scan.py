@@ -12,6 +12,7 @@ strings and hashed where they lie, so no Python object is made per record beyond
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -54,13 +55,24 @@ _SPAN = {n: np.arange(n, dtype=np.int64) for n in (2, 4, 8)}
 _BE = {2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 
 
+_JAVA_INT_TEXT = re.compile(r"[+-]?\d+")  # \d: Unicode decimal digits, as Java's Character.digit
+
+
+def java_int(text: str | bytes | None) -> int | None:
+    """``Integer.parseInt(text)``: a sign and decimal digits within Java's int range; None where
+    Java throws (spaces, underscores, other characters, out of range)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if text is None or not _JAVA_INT_TEXT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**31) <= value < 2**31 else None
+
+
 def delay_of_level(level_text: str | bytes | None, delay_millis: tuple[int, ...]) -> int | None:
     """Milliseconds a DELAY level stands for (capped at the highest level); None for no delay."""
-    if level_text is None:
-        return None
-    try:
-        level = int(level_text)
-    except ValueError:
+    level = java_int(level_text)
+    if level is None:
         return None
     level = min(level, len(delay_millis))
     if level <= 0:

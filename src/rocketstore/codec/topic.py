@@ -1,21 +1,23 @@
 """Topic name rules (RocketMQ's TopicValidator): topics become directory names.
 
 A valid topic matches ``^[%|a-zA-Z0-9_-]+$`` and is at most 127 characters long (255 for
-``%RETRY%`` topics, as RocketMQ 5 allows), so no topic can name a parent directory, an absolute
-path or a hidden file.
+``%RETRY%`` topics, as RocketMQ 5's checkBeforePutMessage allows; not for ``%DLQ%`` ones), so no
+topic can name a parent directory, an absolute path or a hidden file. Consumer group names follow the same characters,
+up to 255 (Validators.checkGroup).
 """
 
 from __future__ import annotations
 
 import re
 
-from rocketstore.errors import InvalidTopicError
+from rocketstore.errors import InvalidGroupError, InvalidTopicError
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TOPIC_MAX_LENGTH = 127
 RETRY_TOPIC_MAX_LENGTH = 255  # RocketMQ 5 accepts longer %RETRY% topics (stored as V2 records)
+GROUP_MAX_LENGTH = 255
 _VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
 _known_good: set[str] = set()
 known_topics = _known_good  # topics already validated (a set lookup is the fast path)
@@ -36,8 +38,8 @@ SYSTEM_TOPICS = frozenset(
 
 def validate_topic(topic: object) -> str:
     """Return ``topic`` if RocketMQ accepts it as a topic name, else raise InvalidTopicError."""
-    if topic in _known_good:
-        return topic  # type: ignore[return-value]
+    if type(topic) is str and topic in _known_good:
+        return topic
     if not isinstance(topic, str):
         raise InvalidTopicError(f"a topic is a str, not {type(topic).__name__}")
     if not topic:
@@ -50,6 +52,21 @@ def validate_topic(topic: object) -> str:
     if len(_known_good) < 100_000:
         _known_good.add(topic)
     return topic
+
+
+def validate_group(group: object) -> str:
+    """Return ``group`` if RocketMQ accepts it as a consumer group name, else raise
+    InvalidGroupError: not blank, at most 255 characters of ``[%|a-zA-Z0-9_-]`` (it names the
+    group's retry and dead-letter topics, and offsets are kept under ``topic@group``)."""
+    if not isinstance(group, str):
+        raise InvalidGroupError(f"a consumer group is a str, not {type(group).__name__}")
+    if not group.strip():
+        raise InvalidGroupError("the consumer group is blank")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidGroupError(f"the group is {len(group)} characters long; at most {GROUP_MAX_LENGTH} are allowed")
+    if not _VALID.fullmatch(group):
+        raise InvalidGroupError(f"the group {group!r} has characters other than letters, digits, '%', '|', '_' and '-'")
+    return group
 
 
 def is_system_topic(topic: str) -> bool:

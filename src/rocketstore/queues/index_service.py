@@ -11,8 +11,9 @@ import numpy as np
 
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.ids import prefixed_hashes, token_hashes, topic_key_hash, topic_prefix_hash
+from rocketstore.codec.message import JAVA_INT
 from rocketstore.codec.records import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ, Records
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import ConfigError, CorruptStoreError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.mapped_file import remove_leftover
 from rocketstore.meta.checkpoint import StoreCheckpoint
@@ -90,6 +91,11 @@ class IndexService:
         checkpoint: StoreCheckpoint,
         max_msgs_num_batch: int = 64,
     ) -> None:
+        if index_file_size(slot_num, index_num) > JAVA_INT[1]:  # RocketMQ's IndexFile size is an int
+            raise ConfigError(
+                f"maxHashSlotNum {slot_num} and maxIndexNum {index_num} make a "
+                f"{index_file_size(slot_num, index_num)}-byte index file; at most {JAVA_INT[1]} bytes"
+            )
         self.dir = os.path.join(store_root, "index")
         self.slot_num = slot_num
         self.index_num = index_num

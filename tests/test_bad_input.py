@@ -1,0 +1,168 @@
+"""Bad input gets a typed error (or RocketMQ's refusal status) and leaves the store as it was:
+messages, groups, import lines and settings that RocketMQ would refuse, or that would break the
+store or RocketMQ's reading of it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rocketstore import Message, MessageStore, PutMessageStatus
+from rocketstore.errors import ConfigError, InvalidGroupError, InvalidMessageError, InvalidTopicError
+from rocketstore.export import ImportLineError, import_jsonl
+from rocketstore.verify import verify_store
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+
+
+@pytest.mark.parametrize("delay", [" 3", "3 ", "1_0", "2147483648", "3.0", "+", ""])
+def test_a_schedule_topic_record_needs_a_delay_java_can_parse(make_store, delay):
+    """RocketMQ reads DELAY of a SCHEDULE_TOPIC_XXXX record with Integer.parseInt when it
+    recovers: a record it cannot parse would end the log there, and every message after it
+    would be lost. Such a record is refused, through put and put_as_is alike."""
+    store = make_store()
+    props = {"DELAY": delay, "REAL_TOPIC": "T", "REAL_QID": "0"} if delay else {"REAL_TOPIC": "T"}
+    message = Message(SCHEDULE, b"x", properties={**props, "DELAY": delay} if delay else props)
+    for result in (store.put(message, 2), store.put_as_is(message, 2)):
+        assert result.status == PutMessageStatus.MESSAGE_ILLEGAL if delay else result.ok
+    assert store.put(Message("T", b"y", properties={"DELAY": " 3"})).status == PutMessageStatus.MESSAGE_ILLEGAL
+
+
+def test_a_delay_in_unicode_digits_is_a_level_as_java_reads_it(make_store, tmp_path, store_config):
+    """Integer.parseInt takes any Unicode decimal digits: "\u0663" is level 3, when the message is
+    put and when the scan rebuilds its consume-queue unit (the delivery time) from the log."""
+    store = make_store()
+    sent = store.put_as_is(Message(SCHEDULE, b"x", properties={"DELAY": "\u0663", "REAL_TOPIC": "T"}), 2)
+    assert sent.ok and store.wait_for_dispatch()
+    unit_tags = store.queues.find(SCHEDULE, 2).get_unit(0)[2]
+    assert unit_tags == sent.store_timestamp + 10_000  # level 3 of the default table: 10 s
+    store.shutdown()
+    assert verify_store(tmp_path / "store", store_config).ok
+
+
+@pytest.mark.parametrize("topic", ["../../escaped", "a" * 300, "", ["T"], None])
+def test_a_topic_set_after_the_message_was_made_is_checked_at_put(make_store, tmp_path, store_config, topic):
+    """Message.topic is an attribute: a topic changed after construction is checked when the
+    message is put, so it can neither name a folder outside the store nor one too long to make."""
+    store = make_store()
+    assert store.put(Message("T", b"first")).ok
+    bad = Message("T", b"x")
+    bad.topic = topic
+    with pytest.raises(InvalidTopicError):
+        store.put(bad)
+    with pytest.raises(InvalidTopicError):
+        store.put_as_is(bad)
+    with pytest.raises(InvalidTopicError):
+        store.put_batch([bad])
+    with pytest.raises(InvalidMessageError, match="one topic"):
+        store.put_batch([Message("T", b"ok"), bad])
+    assert store.wait_for_dispatch()
+    store.shutdown()
+    assert sorted(p.name for p in (tmp_path / "store" / "consumequeue").iterdir()) == ["T"]
+    assert verify_store(tmp_path / "store", store_config).ok
+
+
+@pytest.mark.parametrize("group", ["", "  ", "a@b", "bad\ud800group", "g/../x", "g" * 256, 7])
+def test_group_names_are_checked_as_rocketmq_checks_them(make_store, tmp_path, store_config, group):
+    """Validators.checkGroup: not blank, at most 255 characters of [%|a-zA-Z0-9_-]. A bad name
+    would break topic@group keys, or consumerOffset.json for every group (a lone surrogate cannot
+    be written), or name retry topics that cannot exist."""
+    store = make_store()
+    sent = store.put(Message("T", b"x"))
+    store.commit_offset("good-group", "T", 0, 1)
+    with pytest.raises(InvalidGroupError):
+        store.commit_offset(group, "T", 0, 1)
+    with pytest.raises(InvalidGroupError):
+        store.query_offset(group, "T", 0)
+    with pytest.raises(InvalidGroupError):
+        store.send_back(group, sent.commit_log_offset)
+    store.shutdown()  # the offsets file is still written
+    again = MessageStore.open(tmp_path / "store", store_config)
+    try:
+        assert again.query_offset("good-group", "T", 0) == 1
+        assert again.subscription_groups.find("") is None
+    finally:
+        again.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"flag": None}, InvalidMessageError),
+        ({"flag": ""}, InvalidMessageError),
+        ({"flag": 0.0}, InvalidMessageError),
+        ({"flag": True}, InvalidMessageError),
+        ({"sys_flag": None}, InvalidMessageError),
+        ({"born_host": "10.0.0.1:1", "reconsume_times": None}, InvalidMessageError),
+        ({"born_host": 5}, InvalidMessageError),
+        ({"store_host": ["x"]}, InvalidMessageError),
+        ({"keys": 5}, InvalidMessageError),
+        ({"keys": [""]}, InvalidMessageError),
+        ({"keys": ["a", ""]}, InvalidMessageError),
+        ({"tags": "t\ud800"}, InvalidMessageError),
+        ({"keys": "k\udfff"}, InvalidMessageError),
+        ({"properties": {"p": "v\ud800"}}, InvalidMessageError),
+        ({"body": "b\ud800"}, InvalidMessageError),
+        ({"topic": ["T"]}, InvalidTopicError),
+    ],
+)
+def test_message_fields_of_the_wrong_kind_are_refused_when_the_message_is_made(fields, error):
+    """What the record could not hold fails at once with a typed error, not as a struct.error,
+    TypeError or UnicodeEncodeError in the middle of a put."""
+    args = {"topic": "T", "body": b"x", **fields}
+    with pytest.raises(error):
+        Message(**args)
+
+
+def _line(**fields: object) -> str:
+    return json.dumps({"topic": "T", "queueId": 0, "body": "eA==", **fields})
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (_line(properties={"p": None}), "must be a JSON string"),
+        (_line(properties={"p": 5}), "must be a JSON string"),
+        (_line(properties={"p": {"x": 1}}), "must be a JSON string"),
+        (_line(bornHost=5), "bornHost"),
+        (_line(storeHost={}), "storeHost"),
+        (_line(bornHost=""), "bornHost"),
+        (_line(tags="A", properties={"TAGS": "B"}), "does not agree"),
+        ('{"topic": "T", "properties": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+    ],
+)
+def test_an_import_line_of_the_wrong_shape_is_refused_with_its_number(make_store, line, reason):
+    store = make_store()
+    with pytest.raises(ImportLineError, match=f"line 2: .*{reason}") as refused:
+        import_jsonl(store, [_line(), line, _line()])
+    assert refused.value.imported == 1
+    assert store.wait_for_dispatch() and store.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_an_import_line_with_tags_and_keys_columns_alone_keeps_them(make_store):
+    """The export's tags and keys columns, given without a properties object, are the message's
+    TAGS and KEYS (they were dropped)."""
+    store = make_store()
+    assert import_jsonl(store, [_line(tags="TagA", keys="k1 k2")]) == 1
+    assert store.wait_for_dispatch()
+    assert [m.tags for m in store.get_message("g", "T", 0, 0, tags="TagA").messages] == ["TagA"]
+    assert len(store.query_message("T", "k2").messages) == 1
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"messageDelayLevel": ""}, "messageDelayLevel"),
+        ({"messageDelayLevel": "   "}, "messageDelayLevel"),
+        ({"maxHashSlotNum": 2**40}, "maxHashSlotNum"),
+        ({"maxIndexNum": 2**27}, "maxIndexNum"),
+    ],
+)
+def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_config, settings, match):
+    """An empty delay table (every delayed put would fail) and an index file larger than
+    RocketMQ's int size (dispatch would fail on every round) are refused when the store opens."""
+    with pytest.raises(ConfigError, match=match):
+        MessageStore.open(tmp_path / "store", store_config, **settings)
+    reopened = MessageStore.open(tmp_path / "store", store_config)  # the lock was released
+    reopened.shutdown()
