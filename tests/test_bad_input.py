@@ -9,7 +9,13 @@ import json
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
-from rocketstore.errors import ConfigError, InvalidGroupError, InvalidMessageError, InvalidTopicError
+from rocketstore.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    InvalidGroupError,
+    InvalidMessageError,
+    InvalidTopicError,
+)
 from rocketstore.export import ImportLineError, import_jsonl
 from rocketstore.verify import verify_store
 
@@ -166,3 +172,29 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         MessageStore.open(tmp_path / "store", store_config, **settings)
     reopened = MessageStore.open(tmp_path / "store", store_config)  # the lock was released
     reopened.shutdown()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get_message("g", "T", 0, 1.5),
+        lambda s: s.get_message("g", "T", 0, "0"),
+        lambda s: s.get_message("g", "T", 0, 0, max_nums=None),
+        lambda s: s.get_message("g", "T", True, 0),
+        lambda s: s.get_message("g", None, 0, 0),
+        lambda s: s.get_message("g", "T", 0, 0, tags=5),
+        lambda s: s.query_message("T", None),
+        lambda s: s.query_message(None, "k"),
+        lambda s: s.query_message("T", "k", max_num="5"),
+        lambda s: s.look_message_by_offset("0"),
+        lambda s: s.look_message_by_msg_id("zz"),
+        lambda s: s.look_message_by_msg_id(None),
+        lambda s: s.get_offset_in_queue_by_time("T", 0, "now"),
+    ],
+)
+def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):
+    store = make_store()
+    assert store.put(Message("T", b"x", keys="k")).ok
+    with pytest.raises(InvalidArgumentError):
+        call(store)
+    assert store.wait_for_dispatch() and len(store.get_message("g", "T", 0, 0).messages) == 1

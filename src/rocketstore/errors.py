@@ -23,6 +23,10 @@ class InvalidGroupError(RocketStoreError, ValueError):
     """A consumer group name RocketMQ would refuse (Validators.checkGroup)."""
 
 
+class InvalidArgumentError(RocketStoreError, ValueError):
+    """A store call given an argument of the wrong type or form (a str offset, a bad msgId, ...)."""
+
+
 class InvalidMessageError(RocketStoreError, ValueError):
     """A message that cannot be stored as given (wrong types, bad property names, ...)."""
 

@@ -13,6 +13,7 @@ from rocketstore.codec.ids import decode_offset_msg_id, java_hash
 from rocketstore.codec.message import StoredMessage
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
+from rocketstore.errors import InvalidArgumentError
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -26,6 +27,21 @@ try:
     _TOTAL_RAM = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 except (ValueError, OSError):  # pragma: no cover
     _TOTAL_RAM = 8 << 30
+
+
+def _check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> None:
+    """InvalidArgumentError unless each ``name=(value, type)`` holds a value of that type: for
+    int, any integer (numpy's too) but a bool; for str, a str; None where ``type(None)`` is given."""
+    for name, (value, kind) in given.items():
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if value is None and type(None) in kinds:
+            continue
+        if int in kinds and type(value) is not bool and hasattr(type(value), "__index__"):
+            continue
+        if str in kinds and type(value) is str:
+            continue
+        wanted = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+        raise InvalidArgumentError(f"{call}: {name} must be {wanted}, not {value!r}")
 
 
 def tag_hashes(tags: str | None) -> frozenset[int] | None:
@@ -52,6 +68,21 @@ class MessageReader:
         self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None
     ) -> GetResult:
         """Up to ``max_nums`` messages of a queue from ``offset``, filtered by tags (``"a || b"``)."""
+        if (
+            type(offset) is not int
+            or type(queue_id) is not int
+            or type(max_nums) is not int
+            or type(topic) is not str
+            or (tags is not None and type(tags) is not str)
+        ):
+            _check_arguments(  # only when a type is wrong: a pull is a hot path
+                "get_message",
+                topic=(topic, str),
+                queue_id=(queue_id, int),
+                offset=(offset, int),
+                max_nums=(max_nums, int),
+                tags=(tags, (str, type(None))),
+            )
         cq = self.queues.find(topic, queue_id)
         min_offset = cq.min_offset_in_queue() if cq else 0
         max_offset = cq.max_offset_in_queue() if cq else 0
@@ -182,10 +213,15 @@ class MessageReader:
 
     # -- lookups ---------------------------------------------------------------------------------
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        _check_arguments("look_message_by_offset", offset=(commit_log_offset, int), size=(size, (int, type(None))))
         return self.commit_log.read_message(commit_log_offset, size)
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
-        _, offset = decode_offset_msg_id(msg_id)
+        _check_arguments("look_message_by_msg_id", msg_id=(msg_id, str))
+        try:
+            _, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            raise InvalidArgumentError(f"not an offset msgId (32 or 56 hex digits): {msg_id!r}") from None
         return self.commit_log.read_message(offset)
 
     def query_message(
@@ -195,6 +231,14 @@ class MessageReader:
 
         Index hits whose real key differs (hash collisions) are dropped.
         """
+        _check_arguments(
+            "query_message",
+            topic=(topic, str),
+            key=(key, str),
+            max_num=(max_num, int),
+            begin=(begin, int),
+            end=(end, (int, type(None))),
+        )
         end = _LONG_MAX if end is None else end
         if self.index is None:
             return QueryResult([], 0, 0)
@@ -223,6 +267,9 @@ class MessageReader:
 
     # -- offsets and times ----------------------------------------------------------------------
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        _check_arguments(
+            "get_offset_in_queue_by_time", topic=(topic, str), queue_id=(queue_id, int), timestamp=(timestamp, int)
+        )
         cq = self.queues.find(topic, queue_id)
         if cq is None:
             return 0
