@@ -513,7 +513,8 @@ def test_decode_round_trip_every_field(born, store, v2, sys_flag):
         v2=v2,
     )
     raw = rec.render(p, 42, 987654321, STORE_TS)
-    for buf, pos in ((raw, 0), (b"\x00" * 13 + raw + b"\x00" * 5, 13), (memoryview(raw), 0)):
+    # alone, inside a buffer, first of a buffer of two (bytes and memoryview)
+    for buf, pos in ((raw, 0), (b"\x00" * 13 + raw + b"\x00" * 5, 13), (memoryview(raw), 0), (raw + raw, 0)):
         m = rec.decode(buf, pos, check_crc=True)
         assert m.store_size == len(raw)
         assert m.version == (2 if v2 else 1)

@@ -186,12 +186,12 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) ->
     Only the header is unpacked here; the body, topic and properties are taken from the record's
     bytes when a caller asks for them.
     """
-    if pos or type(buf) is not bytes:
-        if len(buf) - pos < 8:
-            raise RecordError(f"no record at {pos}: {len(buf) - pos} bytes left")
-        total = _INT.unpack_from(buf, pos)[0]
-        if total < 91 or pos + total > len(buf):
-            raise RecordError(f"the record at {pos} claims {total} bytes; {len(buf) - pos} are there")
+    if len(buf) - pos < 8:
+        raise RecordError(f"no record at {pos}: {len(buf) - pos} bytes left")
+    total = _INT.unpack_from(buf, pos)[0]
+    if total < 91 or pos + total > len(buf):
+        raise RecordError(f"the record at {pos} claims {total} bytes; {len(buf) - pos} are there")
+    if pos or total != len(buf) or type(buf) is not bytes:  # the record alone, as bytes
         buf = bytes(buf[pos : pos + total])
     message = decode_record(buf)
     if message is None:
