@@ -392,6 +392,12 @@ def test_checkpoint_bytes(tmp_path):
     assert again.physic_msg_timestamp == again.logics_msg_timestamp == STORE_TS
     assert again.min_timestamp() == STORE_TS - 3000
     assert again.min_timestamp_index() == 0
+    # StoreCheckpointTest: the smaller of the two, minus 3 s, whichever it is; never below 0
+    for physic, logics in ((STORE_TS, STORE_TS - 500), (STORE_TS - 700, STORE_TS)):
+        again.physic_msg_timestamp, again.logics_msg_timestamp = physic, logics
+        assert again.min_timestamp() == min(physic, logics) - 3000
+    again.physic_msg_timestamp = 1000
+    assert again.min_timestamp() == 0
 
 
 def test_checkpoint_written_by_a_store(make_store, tmp_path):

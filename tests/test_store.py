@@ -1427,6 +1427,17 @@ def test_an_incoming_crc_property_is_replaced_by_the_stores_own(make_store, stor
     assert stored.properties["__CRC32#"] != "1234567890" and stored.properties["a"] == "b"
 
 
+def test_a_pull_result_counts_its_messages_and_their_bytes(make_store):
+    """GetMessageResultTest: message count and total buffer size of a pull are its records'."""
+    store = make_store()
+    sent = [put_ok(store, Message("T", b"x" * n)) for n in (1, 50, 300, 7)]
+    assert store.wait_for_dispatch()
+    got = store.get_message("g", "T", 0, 1, 2)
+    assert got.message_count == 2 and got.buffer_total_size == sent[1].wrote_bytes + sent[2].wrote_bytes
+    empty = store.get_message("g", "T", 0, 4)
+    assert empty.message_count == 0 and empty.buffer_total_size == 0
+
+
 def _truncate_after_damage(make_store, root: Path) -> tuple[MessageStore, list]:
     store = make_store()
     results = _put_many(store, 30)
