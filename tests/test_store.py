@@ -1438,6 +1438,32 @@ def test_a_pull_result_counts_its_messages_and_their_bytes(make_store):
     assert empty.message_count == 0 and empty.buffer_total_size == 0
 
 
+def test_read_only_commit_log_paths_are_read_but_get_no_new_segment(tmp_path, store_config):
+    """MultiPathMappedFileQueue: a folder moved from storePathCommitLog to
+    readOnlyCommitLogStorePaths keeps its segments readable (without it the log has a gap and the
+    store does not open); new segments go to the writable folders only."""
+    root = tmp_path / "store"
+    first, second = str(tmp_path / "cl-a"), str(tmp_path / "cl-b")
+    with MessageStore.open(root, store_config, storePathCommitLog=f"{first},{second}") as store:
+        sent = [put_ok(store, Message("T", b"x" * 500, keys=f"k{i}")) for i in range(40)]
+    assert os.listdir(second)  # the segments were spread over both folders
+    with pytest.raises(CorruptStoreError):
+        MessageStore.open(root, store_config, storePathCommitLog=first)
+    moved = store_config.copy(storePathCommitLog=first, readOnlyCommitLogStorePaths=second)
+    in_second = sorted(os.listdir(second))
+    with MessageStore.open(root, moved) as store:
+        more = [put_ok(store, Message("T", b"y" * 500, keys=f"n{i}")) for i in range(40)]
+        assert store.wait_for_dispatch()
+        got = [m.body[:1] for m, *_ in iter_queued(store)]
+        assert got == [b"x"] * 40 + [b"y"] * 40
+        assert [m.commit_log_offset for m in store.query_message("T", "k3").messages] == [sent[3].commit_log_offset]
+        assert more[-1].commit_log_offset > sent[-1].commit_log_offset
+    assert sorted(os.listdir(second)) == in_second  # nothing new in the read-only folder
+    from rocketstore.verify import verify_store
+
+    assert verify_store(root, moved).ok
+
+
 def _truncate_after_damage(make_store, root: Path) -> tuple[MessageStore, list]:
     store = make_store()
     results = _put_many(store, 30)

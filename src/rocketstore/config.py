@@ -418,6 +418,19 @@ class StoreConfig:
         return [p.strip() for p in self.store_path_commit_log.split(",") if p.strip()]
 
     @property
+    def commit_log_read_only_paths(self) -> list[str]:
+        """``readOnlyCommitLogStorePaths``: folders whose segments are read (and cleaned) but that
+        get no new segment (comma separated; a folder also in ``storePathCommitLog`` is writable)."""
+        writable = self.commit_log_paths
+        listed = (self.read_only_commit_log_store_paths or "").split(",")
+        return [p.strip() for p in listed if p.strip() and p.strip() not in writable]
+
+    @property
+    def commit_log_folders(self) -> list[str]:
+        """Every folder that may hold commit-log segments: the writable ones, then the read-only ones."""
+        return self.commit_log_paths + self.commit_log_read_only_paths
+
+    @property
     def disk_max_used_space_ratio_clamped(self) -> int:
         return min(95, max(10, self.disk_max_used_space_ratio))
 

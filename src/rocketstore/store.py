@@ -144,6 +144,7 @@ class MessageStore:
                 mode,
                 allocator=self.allocator,
                 pool=self.pool,
+                read_only_paths=config.commit_log_read_only_paths,
             )
             self.queues = ConsumeQueueStore(root, config.cq_file_size, mode)
             self.commit_log.load()

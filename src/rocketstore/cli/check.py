@@ -34,7 +34,7 @@ def _render(report: VerifyReport) -> None:
 def _log_bytes(opts: Common) -> int:
     """The size of the commit-log files (what verify scans), for the progress bar."""
     total = 0
-    for folder in opts.config.copy(storePathRootDir=os.path.abspath(opts.store)).commit_log_paths:
+    for folder in opts.commit_log_paths:
         if os.path.isdir(folder):
             total += sum(e.stat().st_size for e in os.scandir(folder) if e.is_file())
     return total

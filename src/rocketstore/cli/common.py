@@ -57,8 +57,9 @@ class Common:
 
     @property
     def commit_log_paths(self) -> list[str]:
-        """The commit-log folders of STORE as the config places them (``storePathCommitLog`` may move them)."""
-        return self.config.copy(storePathRootDir=self.root).commit_log_paths
+        """The commit-log folders of STORE as the config places them (``storePathCommitLog`` may move
+        them; ``readOnlyCommitLogStorePaths`` adds folders that are read but get no new segment)."""
+        return self.config.copy(storePathRootDir=self.root).commit_log_folders
 
 
 def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -> StoreConfig:

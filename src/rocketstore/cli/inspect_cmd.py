@@ -36,7 +36,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
     recovery = store.recovery
     dropped = set(recovery.dropped_files) if recovery else set()
     files = []
-    for folder in store.config.commit_log_paths:
+    for folder in store.config.commit_log_folders:
         if not os.path.isdir(folder):
             continue
         for name in sorted(os.listdir(folder)):

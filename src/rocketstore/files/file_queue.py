@@ -21,7 +21,8 @@ _NAME = re.compile(r"\d{20}")
 
 
 class MappedFileQueue:
-    """Segments of ``file_size`` bytes in one folder, or spread over several (multi-path)."""
+    """Segments of ``file_size`` bytes in one folder, or spread over several (multi-path); segments
+    in ``read_only_paths`` are loaded with the others, but no new segment goes there."""
 
     def __init__(
         self,
@@ -32,8 +33,10 @@ class MappedFileQueue:
         path_is_full: Callable[[str], bool] | None = None,
         allocator: object | None = None,
         pool: object | None = None,
+        read_only_paths: list[str] | None = None,
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
+        self.read_only_paths = [p for p in read_only_paths or [] if p not in self.paths]
         self.file_size = file_size
         self.mode = mode
         self.files: list[MappedFile] = []
@@ -49,7 +52,7 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every segment on disk; a stray or wrong-size file is an error that names it."""
         found: dict[str, str] = {}
-        for folder in self.paths:
+        for folder in self.paths + self.read_only_paths:
             if not os.path.isdir(folder):
                 if os.path.lexists(folder):  # a file (or a dangling link) where the segments' folder belongs
                     raise CorruptStoreError("not a folder: segment files belong in a folder here", folder)

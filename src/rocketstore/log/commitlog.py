@@ -69,10 +69,19 @@ class CommitLog:
         allocator: SegmentAllocator | None = None,
         path_is_full: Callable[[str], bool] | None = None,
         pool: object | None = None,
+        read_only_paths: list[str] | None = None,
     ) -> None:
         self.file_size = file_size
         self.mode = mode
-        self.queue = MappedFileQueue(paths, file_size, mode, allocator=allocator, path_is_full=path_is_full, pool=pool)
+        self.queue = MappedFileQueue(
+            paths,
+            file_size,
+            mode,
+            allocator=allocator,
+            path_is_full=path_is_full,
+            pool=pool,
+            read_only_paths=read_only_paths,
+        )
         self.allocator = allocator
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}

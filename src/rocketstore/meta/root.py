@@ -27,7 +27,7 @@ def require_store(root: str, config: StoreConfig) -> None:
     error names a sub-folder that is one, when there is exactly one (``~/store`` given as ``~``)."""
     if not os.path.isdir(root):
         raise StoreNotFoundError(f"no store at {root}: no such folder")
-    if holds_store(root, config.commit_log_paths):
+    if holds_store(root, config.commit_log_folders):
         return
     inside = sorted(
         e.path for e in os.scandir(root) if e.is_dir() and holds_store(e.path, [os.path.join(e.path, "commitlog")])

@@ -51,8 +51,12 @@ class Segment:
 
 def list_segments(root: str, config: StoreConfig) -> list[Segment]:
     """The commit-log segments on disk, in offset order (mapped only to be listed)."""
+    placed = config.copy(storePathRootDir=root)
     queue = MappedFileQueue(
-        config.copy(storePathRootDir=root).commit_log_paths, config.mapped_file_size_commit_log, "cow"
+        placed.commit_log_paths,
+        config.mapped_file_size_commit_log,
+        "cow",
+        read_only_paths=placed.commit_log_read_only_paths,
     )
     queue.load()
     try:

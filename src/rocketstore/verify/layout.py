@@ -23,7 +23,7 @@ def check_layout(root: str, config: StoreConfig, report: VerifyReport) -> set[st
         report.problem(f"{os.path.relpath(path, root)}: {text}")
 
     found: dict[str, str] = {}
-    for folder in config.commit_log_paths:
+    for folder in config.commit_log_folders:
         if os.path.isdir(folder):
             for name in sorted(os.listdir(folder)):
                 found.setdefault(name, os.path.join(folder, name))
