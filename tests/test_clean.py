@@ -492,3 +492,49 @@ def test_a_key_query_skips_an_index_file_cleanup_is_deleting(tmp_path: Path) -> 
         assert [m.keys for m in store.query_message("CleanTopic", "k-19").messages] == ["k-19"]
     finally:
         store.shutdown()
+
+
+def test_cleanup_keeps_segments_not_dispatched_yet(tmp_path: Path) -> None:
+    """Records dispatch has not reached stay, however old: deleting them would leave a hole in
+    their consume queue (and under SYNC_FLUSH or the transient pool, data not flushed or
+    committed yet)."""
+    store = MessageStore.open(tmp_path / "s", clean_config())
+    try:
+        fill(store, 12)
+        store.reput.stop()
+        for i in range(12, 20):
+            assert store.put(Message("CleanTopic", BODY, keys=f"k-{i}")).ok
+        dispatched = store.reput.reput_from
+        age(segment_files(store), hours=2)
+        run = store.clean_expired_files()
+        assert run.commit_log_files == 11  # the 12 dispatched segments but the one dispatch is in
+        assert store.min_phy_offset <= dispatched
+        store.reput.start()
+        assert store.wait_for_dispatch()
+        first = store.get_min_offset_in_queue("CleanTopic", 0)
+        assert [m.queue_offset for m in pull_all(store, "CleanTopic", first)] == list(range(11, 20))  # no hole
+        assert store.clean_expired_files().commit_log_files == 8  # all but the last, now
+    finally:
+        store.shutdown()
+
+
+def test_flush_and_commit_go_on_when_segments_they_had_not_reached_were_deleted(tmp_path: Path) -> None:
+    """Whatever deleted them, segments the flush (or the pool's commit) had not reached must not
+    stop it for good: it goes on from the log's first segment (data below it is gone)."""
+    store = MessageStore.open(tmp_path / "s", clean_config(transientStorePoolEnable=True, transientStorePoolSize=2))
+    try:
+        store.services.flush.stop()
+        store.services.commit.stop()
+        fill_no_wait = [store.put(Message("CleanTopic", BODY, keys=f"k-{i}")) for i in range(10)]
+        assert all(r.ok for r in fill_no_wait)
+        queue = store.commit_log.queue
+        assert queue.flushed_where == queue.committed_where == 0
+        assert queue.delete_expired_by_time(0, 0, 1000, True, 5, keep_from=None) == 5
+        while not queue.commit(0):
+            pass
+        while not queue.flush(0):
+            pass
+        assert queue.committed_where == queue.flushed_where == store.max_phy_offset
+        assert store.wait_for_dispatch()
+    finally:
+        store.shutdown()

@@ -184,6 +184,9 @@ class MappedFileQueue:
     # -- flush and commit --------------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
         """Flush the segment holding ``flushed_where``; True when nothing advanced."""
+        first = self.first
+        if first is not None and self.flushed_where < first.file_from_offset:  # deleted unflushed: gone
+            self.flushed_where = first.file_from_offset
         mapped = self.find_by_offset(self.flushed_where, self.flushed_where == 0)
         if mapped is None:
             return True
@@ -199,6 +202,9 @@ class MappedFileQueue:
         """Commit the segment holding ``committed_where`` (transient pool); True when nothing advanced.
 
         A segment full and committed gives its write buffer back to the pool."""
+        first = self.first
+        if first is not None and self.committed_where < first.file_from_offset:  # deleted uncommitted: gone
+            self.committed_where = first.file_from_offset
         mapped = self.find_by_offset(self.committed_where, self.committed_where == 0)
         if mapped is None:
             return True
@@ -243,12 +249,16 @@ class MappedFileQueue:
         clean_immediately: bool,
         batch_max: int,
         now: float | None = None,
+        keep_from: int | None = None,
     ) -> int:
-        """Delete a leading run of segments older than ``expired_ms`` (mtime); never the last one."""
+        """Delete a leading run of segments older than ``expired_ms`` (mtime); never the last one,
+        nor one ending past ``keep_from`` (records not dispatched yet)."""
         files = self.files
         now = time.time() if now is None else now
         deleted: list[MappedFile] = []
         for i, mapped in enumerate(files[:-1]):
+            if keep_from is not None and mapped.end_offset > keep_from:
+                break
             try:
                 mtime = os.path.getmtime(mapped.path) if mapped.mode == "rw" else now
             except OSError:

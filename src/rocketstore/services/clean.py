@@ -97,6 +97,7 @@ class CleanService(Service):
         self._round_done = threading.Condition()
         self.rounds = 0  # rounds completed
         self._closed = False
+        self.dispatched: Callable[[], int] | None = None  # where dispatch is: segments past it stay
         commit_log.queue.path_is_full = self.path_is_full
         commit_log.queue.on_create = self._on_new_segment
 
@@ -162,6 +163,7 @@ class CleanService(Service):
             clean_at_once,
             config.delete_file_batch_max,
             now=now,
+            keep_from=None if self.dispatched is None else self.dispatched(),
         )
         if run.commit_log_files:
             log.info(

@@ -78,6 +78,7 @@ class StoreServices:
             self.commit.on_committed = reput.wake
             self.all.insert(1, self.commit)
         self.clean = CleanService(commit_log, store.queues, store.index, config, store.root, store.set_running_flags)
+        self.clean.dispatched = lambda: reput.reput_from  # under SYNC_FLUSH or the pool, never past flushed/committed
         self.clean.check_disk()
         self.all.insert(0, self.clean)
         for service in self.all:
