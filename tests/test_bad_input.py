@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
@@ -198,3 +199,26 @@ def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):
     with pytest.raises(InvalidArgumentError):
         call(store)
     assert store.wait_for_dispatch() and len(store.get_message("g", "T", 0, 0).messages) == 1
+
+
+def test_numpy_integers_are_integers_everywhere(make_store):
+    """Integers from numpy (a DataFrame, an array of offsets) are taken as ints, even narrow ones:
+    an np.uint8 offset does not overflow in the unit arithmetic."""
+    store = make_store()
+    sent = [store.put(Message("T", b"m", flag=np.int64(0), sys_flag=np.int32(0))) for _ in range(40)]
+    assert all(r.ok for r in sent) and store.wait_for_dispatch()
+    redelivered = Message("T", b"r", born_host="10.0.0.1:1", reconsume_times=np.int16(2))
+    assert redelivered.reconsume_times == 2 and type(redelivered.reconsume_times) is int
+    got = store.get_message("g", "T", np.int64(0), np.uint8(25), np.int8(3))  # 25 * 20 overflows a uint8
+    assert [m.queue_offset for m in got.messages] == [25, 26, 27] and got.next_begin_offset == 28
+    assert store.look_message_by_offset(np.int64(sent[3].commit_log_offset)).queue_offset == 3
+    assert store.get_offset_in_queue_by_time("T", np.int32(0), np.int64(0)) == 0
+
+
+def test_an_import_line_with_empty_tags_and_keys_columns_is_taken(make_store):
+    """An empty tags or keys column means none, as Message(tags="") does."""
+    store = make_store()
+    assert import_jsonl(store, [_line(tags="", keys="")]) == 1
+    assert store.wait_for_dispatch()
+    stored = store.get_message("g", "T", 0, 0).messages[0]
+    assert stored.tags is None and stored.keys is None

@@ -1996,11 +1996,13 @@ def test_a_sync_master_answers_slave_not_available(make_store, store_config, flu
     batch = store.put_batch([Message("T", b"two"), Message("T", b"three")])
     general = store.put(Message("T", b"four", properties={"p": "v"}))
     unwaited = store.put(Message("T", b"five", properties=NO_WAIT))
+    unwaited_batch = store.put_batch([Message("T", b"six")], properties=NO_WAIT)  # the batch's own WAIT
+    unwaited_general = store.put_batch([Message("T", b"seven", properties={"p": "v"})], properties=NO_WAIT)
     assert [r.status for r in (single, batch, general)] == [PutMessageStatus.SLAVE_NOT_AVAILABLE] * 3
-    assert unwaited.status == PutMessageStatus.PUT_OK
+    assert [r.status for r in (unwaited, unwaited_batch, unwaited_general)] == [PutMessageStatus.PUT_OK] * 3
     assert store.wait_for_dispatch()
     got = store.get_message("g", "T", 0, 0)
-    assert [m.body for m in got.messages] == [b"one", b"two", b"three", b"four", b"five"]
+    assert [m.body for m in got.messages] == [b"one", b"two", b"three", b"four", b"five", b"six", b"seven"]
 
 
 def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import os
 from collections.abc import Iterable
 
@@ -29,19 +30,21 @@ except (ValueError, OSError):  # pragma: no cover
     _TOTAL_RAM = 8 << 30
 
 
-def _check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> None:
-    """InvalidArgumentError unless each ``name=(value, type)`` holds a value of that type: for
-    int, any integer (numpy's too) but a bool; for str, a str; None where ``type(None)`` is given."""
+def _check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> list:
+    """The values of ``name=(value, type)``, integers as Python ints (numpy's too; not a bool);
+    InvalidArgumentError for a value not of its type (None passes where ``type(None)`` is given)."""
+    out = []
     for name, (value, kind) in given.items():
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if value is None and type(None) in kinds:
+        if (value is None and type(None) in kinds) or (str in kinds and type(value) is str):
+            out.append(value)
             continue
         if int in kinds and type(value) is not bool and hasattr(type(value), "__index__"):
-            continue
-        if str in kinds and type(value) is str:
+            out.append(operator.index(value))  # type: ignore[call-overload]
             continue
         wanted = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
         raise InvalidArgumentError(f"{call}: {name} must be {wanted}, not {value!r}")
+    return out
 
 
 def tag_hashes(tags: str | None) -> frozenset[int] | None:
@@ -75,7 +78,7 @@ class MessageReader:
             or type(topic) is not str
             or (tags is not None and type(tags) is not str)
         ):
-            _check_arguments(  # only when a type is wrong: a pull is a hot path
+            topic, queue_id, offset, max_nums, tags = _check_arguments(  # only then: a pull is a hot path
                 "get_message",
                 topic=(topic, str),
                 queue_id=(queue_id, int),
@@ -213,7 +216,10 @@ class MessageReader:
 
     # -- lookups ---------------------------------------------------------------------------------
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
-        _check_arguments("look_message_by_offset", offset=(commit_log_offset, int), size=(size, (int, type(None))))
+        if type(commit_log_offset) is not int or (size is not None and type(size) is not int):
+            commit_log_offset, size = _check_arguments(
+                "look_message_by_offset", offset=(commit_log_offset, int), size=(size, (int, type(None)))
+            )
         return self.commit_log.read_message(commit_log_offset, size)
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
@@ -231,7 +237,7 @@ class MessageReader:
 
         Index hits whose real key differs (hash collisions) are dropped.
         """
-        _check_arguments(
+        topic, key, max_num, begin, end = _check_arguments(
             "query_message",
             topic=(topic, str),
             key=(key, str),
@@ -267,7 +273,7 @@ class MessageReader:
 
     # -- offsets and times ----------------------------------------------------------------------
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        _check_arguments(
+        topic, queue_id, timestamp = _check_arguments(
             "get_offset_in_queue_by_time", topic=(topic, str), queue_id=(queue_id, int), timestamp=(timestamp, int)
         )
         cq = self.queues.find(topic, queue_id)

@@ -53,6 +53,11 @@ def _well_formed(text: str, props: dict[str, str]) -> bool:
     return text.count("\x01") == n and text.count("\x02") == n - 1 and all(props) and all(props.values())
 
 
+def _waits(properties: dict[str, str] | None) -> bool:
+    """Whether a put waits for its flush (and replication): not when the batch says WAIT=false."""
+    return not properties or properties.get(WAIT) != "false"
+
+
 def plain_properties(tags: str | None, keys: str | None, uniq: str) -> str:
     """The property string of a message made of tags and keys alone, in the client's order."""
     if tags is None:
@@ -364,7 +369,7 @@ class MessageWriter(MessagePreparer):
         now = _time_ns() // 1_000_000
         head = self._topic_heads.get(topic) or self._topic_head(topic)
         if plain and head is not None and not self.config.enabled_append_prop_crc:
-            result = self._put_plain_batch(topic, head, queue_id, messages, extra, now)
+            result = self._put_plain_batch(topic, head, queue_id, messages, extra, now, _waits(properties))
             if result is not None:
                 return result
         prepare = self._prepare
@@ -374,10 +379,17 @@ class MessageWriter(MessagePreparer):
             if type(prepared) is PutResult:
                 return prepared
             items.append(prepared)
-        return self._append(topic, queue_id, items, messages)
+        return self._append(topic, queue_id, items, messages, _waits(properties))
 
     def _put_plain_batch(
-        self, topic: str, head: bytes, queue_id: int, messages: Sequence[Message], extra: str, now: int
+        self,
+        topic: str,
+        head: bytes,
+        queue_id: int,
+        messages: Sequence[Message],
+        extra: str,
+        now: int,
+        wait: bool = True,
     ) -> PutResult | None:
         """A batch of tags-and-keys messages for the store's own host (None: take the general path).
 
@@ -410,7 +422,10 @@ class MessageWriter(MessagePreparer):
             return PutResult.refused(result[0], result[6])
         status = _PUT_OK
         if self.flush_handler is not None:
-            status = self.flush_handler(result)
+            if wait:
+                status = self.flush_handler(result)
+            elif self.flush_wake is not None:
+                self.flush_wake()
         return PutResult(
             (status, result[1], result[3], result[4], result[2], len(bodies), result[5], self.store_host, uniqs, "")
         )

@@ -7,6 +7,7 @@ parsed only when asked for, so reading a batch costs little more than copying it
 from __future__ import annotations
 
 import base64
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,14 +32,26 @@ JAVA_INT = (-(2**31), 2**31 - 1)
 JAVA_LONG = (-(2**63), 2**63 - 1)
 
 
-def check_range(name: str, value: int, bounds: tuple[int, int], given: object = None) -> None:
-    """InvalidMessageError unless ``value`` is an int within ``bounds`` (its record field's Java
-    width); ``given`` is what the caller was given, if not ``value`` itself (for the message)."""
+def as_int(name: str, value: object) -> int:
+    """``value`` as a Python int: any integer (numpy's too) but a bool; InvalidMessageError else."""
+    if type(value) is int:
+        return value
+    if type(value) is not bool:
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise InvalidMessageError(f"{name} must be an integer, not {value!r}")
+
+
+def check_range(name: str, value: object, bounds: tuple[int, int], given: object = None) -> int:
+    """``value`` as an int, if it is an integer within ``bounds`` (its record field's Java width);
+    InvalidMessageError else. ``given`` is what the caller was given, if not ``value`` itself."""
     low, high = bounds
-    if type(value) is not int:
-        raise InvalidMessageError(f"{name} must be an integer, not {value!r}")
-    if not low <= value <= high:
+    number = as_int(name, value)
+    if not low <= number <= high:
         raise InvalidMessageError(f"{name} {value if given is None else given!r} is out of range ({low} .. {high})")
+    return number
 
 
 class Message:
@@ -78,14 +91,14 @@ class Message:
             body = _as_bytes(body)
         self.body = body
         if tags:
-            if type(tags) is not str or not is_valid_property_text(tags):
+            if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
                 raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
         else:
             tags = None
         if keys:
             if type(keys) is not str:
                 keys = _joined_keys(keys)
-            if not is_valid_property_text(keys):
+            if "\x01" in keys or "\x02" in keys or not _utf8_text(keys):
                 raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
         else:
             keys = None
@@ -101,9 +114,11 @@ class Message:
         else:
             self._props = None
         if type(flag) is not int or not -(2**31) <= flag < 2**31:
-            raise InvalidMessageError(f"flag {flag!r} is not a Java int")
+            flag = check_range("flag", flag, JAVA_INT)
         self.flag = flag
-        if type(sys_flag) is not int or sys_flag & ~sf.PRODUCER_BITS:
+        if type(sys_flag) is not int:
+            sys_flag = as_int("sys_flag", sys_flag)
+        if sys_flag & ~sf.PRODUCER_BITS:
             raise InvalidMessageError(
                 f"sysFlag {sys_flag!r}: an int with only the compression, multi-tags and transaction bits"
             )
@@ -116,9 +131,11 @@ class Message:
             self._extra = None
         else:
             if born_timestamp is not None:
-                check_range("born_timestamp", born_timestamp, JAVA_LONG)
-            check_range("reconsume_times", reconsume_times, JAVA_INT)
-            check_range("prepared_transaction_offset", prepared_transaction_offset, JAVA_LONG)
+                born_timestamp = check_range("born_timestamp", born_timestamp, JAVA_LONG)
+            reconsume_times = check_range("reconsume_times", reconsume_times, JAVA_INT)
+            prepared_transaction_offset = check_range(
+                "prepared_transaction_offset", prepared_transaction_offset, JAVA_LONG
+            )
             for name, host in (("born_host", born_host), ("store_host", store_host)):
                 if host is not None and type(host) is not str:
                     raise InvalidMessageError(f"{name} is a str ip:port or [ipv6]:port, not {host!r}")
@@ -177,6 +194,11 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={self.properties!r})"
+
+
+def _utf8_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate); ASCII is checked without encoding."""
+    return text.isascii() or is_valid_property_text(text)
 
 
 def _as_bytes(body: object) -> bytes:
@@ -425,7 +447,7 @@ def message_from_json(obj: dict[str, Any]) -> Message:
     properties = dict(properties)
     for name, field in ((TAGS, "tags"), (KEYS, "keys")):  # the export's own columns, when given alone
         value = obj.get(field)
-        if value is None or value == properties.get(name):
+        if not value or value == properties.get(name):  # "" is no tags, as Message(tags="")
             continue
         if name in properties or not isinstance(value, str):
             raise InvalidMessageError(f"{field} {value!r} does not agree with the properties' {name}")

@@ -162,12 +162,14 @@ class StoreServices:
 
 def _no_slave(flushed: Callable[[tuple], PutMessageStatus] | None) -> Callable[[tuple], PutMessageStatus]:
     """A SYNC_MASTER's put answer: stored (and flushed, under SYNC_FLUSH) but never replicated,
-    since no slave can connect to this store. RocketMQ answers SLAVE_NOT_AVAILABLE when no slave
-    is in sync (CommitLog.handleHA / submitReplicaRequest); a put with WAIT=false is not asked."""
+    since no slave can connect to this store. RocketMQ 4.9 answers SLAVE_NOT_AVAILABLE when no
+    slave is in sync (submitReplicaRequest), and that answer overrides a flush timeout (spec
+    13.5); a put with WAIT=false is not asked. (RocketMQ 5 with inSyncReplicas <= 1 does not wait.)"""
     ok, no_slave = PutMessageStatus.PUT_OK, PutMessageStatus.SLAVE_NOT_AVAILABLE
+    overridden = (ok, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def answer(result: tuple) -> PutMessageStatus:
         status = ok if flushed is None else flushed(result)
-        return no_slave if status is ok else status
+        return no_slave if status in overridden else status
 
     return answer
