@@ -10,7 +10,10 @@ normal recovery) is printed apart as ``open``. Each figure is the median of ``--
 the disk's ``dd`` rate is measured in the same run, beside them, because machines here are
 noisy.
 
-    python bench/bench_store.py --dir /path/on/the/disk --runs 3 --messages 300000
+    .venv/bin/python bench/bench_store.py --dir /path/on/the/disk --runs 3 --messages 300000
+
+``--messages`` must be a positive multiple of 32: the batch figures and the store the pulls and
+the rebuild read are written in batches of 32.
 
 ``--threads`` adds, for put and batch, each thread's CPU time per message (from /proc): the
 producer, the dispatch (reput) thread, the segment allocator's page faulting, the flushes.
@@ -34,6 +37,7 @@ from rocketstore import Message, MessageStore, StoreConfig
 
 TOPIC = "BenchTopic"
 QUEUES = 8
+BATCH = 32  # messages per put_batch; --messages must be a multiple of it
 
 
 def config() -> StoreConfig:
@@ -94,7 +98,7 @@ def bench_put(folder: str, n: int, threads: bool = False) -> float:
 
 
 def bench_batch(
-    folder: str, n: int, size: int = 32, threads: bool = False, dispatch: bool = True, prebuilt: bool = False
+    folder: str, n: int, size: int = BATCH, threads: bool = False, dispatch: bool = True, prebuilt: bool = False
 ) -> float:
     """Batched puts timed until dispatch has caught up; with ``dispatch=False`` the reput service
     is stopped first and only the puts are timed: what the producer thread can do on its own,
@@ -133,9 +137,9 @@ def write_store(path: str, n: int) -> None:
     body = os.urandom(1024)
     shutil.rmtree(path, ignore_errors=True)
     with MessageStore.open(path, config()) as store:
-        for i in range(0, n, 32):
+        for i in range(0, n, BATCH):
             store.put_batch(
-                [Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + 32)], (i // 32) & 7
+                [Message(TOPIC, body, tags="TagA", keys=f"key-{j}") for j in range(i, i + BATCH)], (i // BATCH) & 7
             )
         store.wait_for_dispatch(600)
 
@@ -202,12 +206,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=None, help="folder on the disk to measure (default: a temp folder)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--messages", type=int, default=300000)
+    parser.add_argument("--messages", type=int, default=300000, help="a positive multiple of 32 (default: 300000)")
     parser.add_argument("--only", choices=["put", "batch", "prebuilt", "producer", "get", "rebuild"], action="append")
     parser.add_argument(
         "--threads", action="store_true", help="also print each thread's CPU per message for put and batch"
     )
     args = parser.parse_args()
+    if args.messages <= 0 or args.messages % BATCH:
+        parser.error(f"--messages must be a positive multiple of {BATCH} (batches of {BATCH}), not {args.messages}")
     folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-bench-")
     os.makedirs(folder, exist_ok=True)
     which = args.only or ["put", "batch", "prebuilt", "producer", "get", "rebuild"]
