@@ -263,3 +263,28 @@ def test_a_crash_while_a_segment_is_made_leaves_nothing_in_its_folder(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert os.listdir(folder) == []
+
+
+def test_segments_are_made_the_named_way_where_unnamed_files_cannot_be_named(tmp_path):
+    """Where linking an unnamed file in fails (no /proc, a sandbox refusing linkat), segments are
+    made under a temporary name and renamed, and unnamed files are not tried again."""
+    folder = tmp_path / "commitlog"
+    folder.mkdir()
+    code = (
+        "import errno, os\n"
+        "from rocketstore.files import mapped_file as m\n"
+        "def refuse(*a, **k):\n"
+        "    raise PermissionError(errno.EPERM, 'linkat refused')\n"
+        "os.link = refuse\n"
+        f"for i in range(2):\n"
+        f"    seg = m.MappedFile.create(os.path.join({str(folder)!r}, '%020d' % (i * 4096)), i * 4096, 4096)\n"
+        "    seg.mm[:2] = b'ok'\n"
+        "    seg.close()\n"
+        "print(m._tmpfile_works)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    assert sorted(os.listdir(folder)) == [f"{0:020d}", f"{4096:020d}"]
+    assert (folder / f"{4096:020d}").read_bytes()[:2] == b"ok"

@@ -1459,6 +1459,9 @@ def test_read_only_commit_log_paths_are_read_but_get_no_new_segment(tmp_path, st
         assert [m.commit_log_offset for m in store.query_message("T", "k3").messages] == [sent[3].commit_log_offset]
         assert more[-1].commit_log_offset > sent[-1].commit_log_offset
     assert sorted(os.listdir(second)) == in_second  # nothing new in the read-only folder
+    again = store_config.copy(storePathCommitLog=f"{first},{second}", readOnlyCommitLogStorePaths=f"{second}/.")
+    with MessageStore.open(root, again) as store:  # the same folder, spelt otherwise, stays writable
+        assert store.commit_log.queue.read_only_paths == []
     from rocketstore.verify import verify_store
 
     assert verify_store(root, moved).ok
@@ -2016,8 +2019,9 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     store.shutdown()
     (root / "abort").touch()  # as after a crash: the next writable open would recover
     before = hash_tree(root)
-    with pytest.raises(ConfigError, match="enableLmq"):
-        MessageStore.open(root, store_config, enableLmq=True)
+    for key in ("enableLmq", "enableMultiDispatch", "enableDLegerCommitLog", "duplicationEnable"):
+        with pytest.raises(ConfigError, match=key):
+            MessageStore.open(root, store_config, **{key: True})
     assert hash_tree(root) == before
     topics = json.loads((root / "config" / "topics.json").read_text())
     topics["topicConfigTable"]["Plain"]["attributes"] = {"queue.type": "BatchCQ"}

@@ -421,9 +421,9 @@ class StoreConfig:
     def commit_log_read_only_paths(self) -> list[str]:
         """``readOnlyCommitLogStorePaths``: folders whose segments are read (and cleaned) but that
         get no new segment (comma separated; a folder also in ``storePathCommitLog`` is writable)."""
-        writable = self.commit_log_paths
-        listed = (self.read_only_commit_log_store_paths or "").split(",")
-        return [p.strip() for p in listed if p.strip() and p.strip() not in writable]
+        writable = {os.path.realpath(p) for p in self.commit_log_paths}
+        listed = [p.strip() for p in (self.read_only_commit_log_store_paths or "").split(",") if p.strip()]
+        return [p for p in listed if os.path.realpath(p) not in writable]
 
     @property
     def commit_log_folders(self) -> list[str]:

@@ -207,11 +207,16 @@ class MessageStore:
     def _refuse_unsupported(self) -> None:
         """ConfigError for RocketMQ features a writable store would get wrong rather than refuse
         (reading such a store is fine)."""
-        if self.config.enable_lmq:
-            raise ConfigError(
-                "enableLmq: light message queues (INNER_MULTI_DISPATCH to %LMQ% queues) are not supported;"
-                " their messages would be stored but never dispatched to those queues"
-            )
+        config = self.config
+        unsupported = {
+            "enableLmq": "light message queues (INNER_MULTI_DISPATCH to %LMQ% queues)",
+            "enableMultiDispatch": "multi-dispatch (INNER_MULTI_DISPATCH)",
+            "enableDLegerCommitLog": "a DLedger commit log (its entries are framed differently)",
+            "duplicationEnable": "duplication mode (DUP_INFO checks)",
+        }
+        for key, what in unsupported.items():
+            if config.get(key):
+                raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
         batch = self.topics.batch_cq_topics()
         if batch:
             raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")

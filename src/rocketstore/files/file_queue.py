@@ -36,7 +36,8 @@ class MappedFileQueue:
         read_only_paths: list[str] | None = None,
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
-        self.read_only_paths = [p for p in read_only_paths or [] if p not in self.paths]
+        writable = {os.path.realpath(p) for p in self.paths}
+        self.read_only_paths = [p for p in read_only_paths or [] if os.path.realpath(p) not in writable]
         self.file_size = file_size
         self.mode = mode
         self.files: list[MappedFile] = []

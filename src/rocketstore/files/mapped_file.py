@@ -48,6 +48,7 @@ def offset_to_file_name(offset: int) -> str:
 
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 _tmpfile_works = bool(_O_TMPFILE) and os.path.isdir("/proc/self/fd")
+_NO_UNNAMED_FILES = {errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.EPERM, errno.EACCES, errno.EXDEV, errno.ENOENT}
 
 
 def _name(fd: int, path: str) -> None:
@@ -62,17 +63,34 @@ def _name(fd: int, path: str) -> None:
 
 def _unnamed_file(folder: str) -> int | None:
     """A descriptor of a new unnamed file in ``folder``'s file system (O_TMPFILE), or None when
-    the system or that file system has none (then it is not tried again)."""
-    global _tmpfile_works
+    there is none to be had (then the named way is used)."""
     if not _tmpfile_works:
         return None
     try:
         return os.open(folder, _O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
-            _tmpfile_works = False
-            return None
-        raise
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):  # none here
+            _give_up_unnamed_files(exc)
+        return None
+
+
+def _give_up_unnamed_files(exc: OSError) -> None:
+    """After a failure with an unnamed file: stop trying them when the system or file system has
+    none or cannot name one (a failure such as ENOSPC is for the named way to meet again)."""
+    global _tmpfile_works
+    if exc.errno in _NO_UNNAMED_FILES:
+        _tmpfile_works = False
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file ``size`` bytes of disk (ENOSPC now, not SIGBUS on a write later); where the
+    file system cannot, a sparse file of that size."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
 
 
 class MappedFile:
@@ -124,20 +142,24 @@ class MappedFile:
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, "the segment already exists", path)
         fd = _unnamed_file(os.path.dirname(path))
+        if fd is not None:
+            try:
+                _allocate(fd, file_size)
+                _name(fd, path)
+            except FileExistsError:
+                os.close(fd)
+                raise
+            except OSError as exc:  # no room (raised below again), or unnamed files cannot be named here
+                os.close(fd)
+                _give_up_unnamed_files(exc)
+                fd = None
         temp = None if fd is not None else path + CREATING_SUFFIX
         if temp is not None:
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        named = False
+        named = temp is None
         try:
-            try:
-                os.posix_fallocate(fd, 0, file_size)
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                os.ftruncate(fd, file_size)
-            if temp is None:
-                _name(fd, path)
-            else:
+            if temp is not None:
+                _allocate(fd, file_size)
                 os.rename(temp, path)
             named = True
             mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
