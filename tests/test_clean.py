@@ -538,3 +538,55 @@ def test_flush_and_commit_go_on_when_segments_they_had_not_reached_were_deleted(
         assert store.wait_for_dispatch()
     finally:
         store.shutdown()
+
+
+def test_deleting_a_topic_while_it_is_written_leaves_a_consistent_store(tmp_path: Path) -> None:
+    """A producer keeps writing to a topic while it is deleted, again and again: dispatch never
+    writes into a queue being removed (it failed on every round after, WRITE_LOGICS_QUEUE_ERROR),
+    and the queue the topic gets again serves each message at its own queue offset."""
+    import threading
+
+    store = MessageStore.open(tmp_path / "s", clean_config(mappedFileSizeCommitLog=65536))
+    stop = threading.Event()
+    refused: list[object] = []
+
+    def produce() -> None:
+        i = 0
+        while not stop.is_set():
+            result = store.put(Message("Busy", BODY, keys=f"b-{i}"))
+            if not result.ok:
+                refused.append(result)
+                return
+            i += 1
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        for _ in range(5):
+            assert store.put(Message("Busy", BODY)).ok  # the topic is there to delete
+            assert store.delete_topics(["Busy"]) == ["Busy"]
+    finally:
+        stop.set()
+        producer.join()
+    try:
+        assert refused == [] and store.running_flags == 0 and store.reput.failures == 0
+        assert store.wait_for_dispatch()
+        first = store.get_min_offset_in_queue("Busy", 0)
+        served = pull_all(store, "Busy", first)
+        assert served and [m.queue_offset for m in served] == list(range(first, first + len(served)))
+    finally:
+        store.shutdown()
+
+
+def test_cleaning_now_runs_at_most_20_rounds(tmp_path: Path) -> None:
+    """clean_expired_files goes on while rounds delete something, for at most the 20 rounds
+    RocketMQ's executeDeleteFilesManually arms: a writer rolling segments as fast as they go
+    cannot keep it running for ever."""
+    store = MessageStore.open(tmp_path / "s", clean_config())
+    try:
+        fill(store, 215)
+        age(segment_files(store), hours=2)
+        assert store.clean_expired_files().commit_log_files == 200  # 20 rounds of deleteFileBatchMax 10
+        assert store.clean_expired_files().commit_log_files == 14  # the rest, but the last segment
+    finally:
+        store.shutdown()

@@ -252,3 +252,28 @@ def test_a_topic_created_just_before_a_crash_is_in_topics_json_after_the_open(tm
     fresh, schedule = topics.find("Fresh"), topics.find("SCHEDULE_TOPIC_XXXX")
     assert fresh is not None and fresh["readQueueNums"] == fresh["writeQueueNums"] == 7  # queues 0..6
     assert schedule is not None and schedule["readQueueNums"] == 18  # as RocketMQ registers it
+
+
+def test_a_read_only_open_tries_again_when_a_file_vanishes_under_it(tmp_path: Path, store_config) -> None:
+    """A read-only open of a live store can list a segment its cleanup deletes a moment later:
+    the open starts again instead of failing with a FileNotFoundError."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, store_config) as store:
+        assert store.put(Message("T", b"x")).ok
+    code = (
+        "import os\n"
+        "from rocketstore import MessageStore, StoreConfig\n"
+        "real, calls = os.listdir, []\n"
+        "def listdir(path='.'):\n"
+        "    names = real(path)\n"
+        "    if str(path).endswith('commitlog') and not calls:\n"
+        "        calls.append(path)\n"
+        "        names = ['00000000000000000001', *names]  # listed, and gone when it is opened\n"
+        "    return names\n"
+        "os.listdir = listdir\n"
+        f"with MessageStore.open({str(root)!r}, StoreConfig({store_config.to_dict()!r}), read_only=True) as s:\n"
+        "    print(len(calls), s.get_max_offset_in_queue('T', 0))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]

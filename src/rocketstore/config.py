@@ -453,6 +453,22 @@ class StoreConfig:
         return f"[{ip}]:{self.listen_port}" if ":" in ip else f"{ip}:{self.listen_port}"
 
 
+_UNSUPPORTED = {
+    "enableLmq": "light message queues (INNER_MULTI_DISPATCH to %LMQ% queues)",
+    "enableMultiDispatch": "multi-dispatch (INNER_MULTI_DISPATCH)",
+    "enableDLegerCommitLog": "a DLedger commit log (its entries are framed differently)",
+    "duplicationEnable": "duplication mode (DUP_INFO checks)",
+}
+
+
+def refuse_unsupported(config: StoreConfig) -> None:
+    """ConfigError for a RocketMQ feature this store does not have and a writable open would get
+    wrong rather than refuse (reading such a store is fine)."""
+    for key, what in _UNSUPPORTED.items():
+        if config.get(key):
+            raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
+
+
 def delay_level_millis(levels: str) -> tuple[int, ...]:
     """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
     units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.topic import validate_group, validate_topic
-from rocketstore.config import StoreConfig, delay_level_millis
+from rocketstore.config import StoreConfig, delay_level_millis, refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     FlushError,
@@ -47,7 +47,7 @@ from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryRes
 from rocketstore.retry import RETRY_QUEUE_NUMS, send_back_message
 from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
-from rocketstore.services.clean import CleanRun, measure_disk, next_deletion
+from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
 from rocketstore.services.schedule import schedule_report
 from rocketstore.services.wiring import StoreServices
@@ -103,9 +103,17 @@ class MessageStore:
         config.store_path_root_dir = root
         if read_only or not create:
             require_store(root, config)
-        store = cls(root, config, read_only)
-        store._open(recover)
-        return store
+        for attempt in (1, 2, 3):
+            store = cls(root, config, read_only)
+            try:
+                store._open(recover)
+                return store
+            except FileNotFoundError as exc:  # a read-only open of a live store: its cleanup deleted a file
+                if not read_only or isinstance(exc, RocketStoreError):
+                    raise
+                if attempt == 3:
+                    raise RocketStoreError(f"{root} kept changing while it was opened: {exc}") from exc
+        raise AssertionError("unreachable")
 
     def _open(self, recover_files: bool = True) -> None:
         config, root, mode = self.config, self.root, self.mode
@@ -207,16 +215,7 @@ class MessageStore:
     def _refuse_unsupported(self) -> None:
         """ConfigError for RocketMQ features a writable store would get wrong rather than refuse
         (reading such a store is fine)."""
-        config = self.config
-        unsupported = {
-            "enableLmq": "light message queues (INNER_MULTI_DISPATCH to %LMQ% queues)",
-            "enableMultiDispatch": "multi-dispatch (INNER_MULTI_DISPATCH)",
-            "enableDLegerCommitLog": "a DLedger commit log (its entries are framed differently)",
-            "duplicationEnable": "duplication mode (DUP_INFO checks)",
-        }
-        for key, what in unsupported.items():
-            if config.get(key):
-                raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
+        refuse_unsupported(self.config)
         batch = self.topics.batch_cq_topics()
         if batch:
             raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
@@ -455,7 +454,8 @@ class MessageStore:
 
     # -- retention -----------------------------------------------------------------------------------
     def clean_expired_files(self, *, manually: bool = True, now: float | None = None) -> CleanRun:
-        """Run cleanup rounds now, in this thread, until one deletes nothing; the totals.
+        """Run cleanup rounds now, in this thread, until one deletes nothing (at most 20, the
+        rounds RocketMQ's ``executeDeleteFilesManually`` arms); the totals.
 
         ``manually`` deletes expired files outside ``deleteWhen`` (RocketMQ's
         ``executeDeleteFilesManually``); without it a round deletes only what the hour or the
@@ -466,13 +466,14 @@ class MessageStore:
         self._readable()
         clean = self.services.clean
         total = CleanRun()
-        while True:
+        for _ in range(MANUAL_DELETE_TIMES):  # a writer rolling segments as fast would keep it going
             run = clean.run_once(now, manual=manually)
             for name in ("commit_log_files", "consume_queue_files", "index_files", "hanged_files"):
                 setattr(total, name, getattr(total, name) + getattr(run, name))
             total.triggered_by = total.triggered_by or run.triggered_by
             if not run.commit_log_files or not run.triggered_by:
-                return total
+                break
+        return total
 
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is
@@ -488,10 +489,14 @@ class MessageStore:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
         self._readable()
         keep = set(keep)
-        if not self.wait_for_dispatch():  # the queues removed must not be re-created behind us
-            raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
-        gone = self.queues.delete_topics(keep)
-        self.commit_log.forget_topics(set(gone))
+        # no record is appended meanwhile, and every one appended before is dispatched: no unit of
+        # a removed queue comes after it, and a topic that comes back starts again at offset 0
+        with self.commit_log.put_lock:
+            if not self.wait_for_dispatch():
+                raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
+            with self.reput.lock:  # no dispatch round is writing into a queue being removed
+                gone = self.queues.delete_topics(keep)
+                self.commit_log.forget_topics(set(gone), locked=True)
         for topic in gone:
             self.topics.remove(topic)
         return gone
@@ -499,21 +504,9 @@ class MessageStore:
     def disk_report(self, now: float | None = None) -> dict[str, object]:
         """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and
         when the oldest segment is deleted by time."""
-        config = self.config
         check = self.services.clean.last_check if self.services.clean else None
-        check = check or measure_disk(config, self.root)
-        return {
-            "ratios": check.ratios,
-            "diskMaxUsedSpaceRatio": config.disk_max_used_space_ratio_clamped / 100,
-            "cleanForciblyRatio": config.disk_space_clean_forcibly_ratio_clamped,
-            "warningRatio": config.disk_space_warning_ratio,
-            "diskFull": check.disk_full,
-            "cleanImmediately": check.clean_immediately,
-            "fullPaths": sorted(check.full_paths),
-            "runningFlags": describe_flags(self.running_flags),
-            "deleteWhen": config.delete_when,
-            "fileReservedTimeHours": config.file_reserved_time,
-            "nextDeletion": next_deletion(self.commit_log.queue.files, config, now),
+        return disk_report(check or measure_disk(self.config, self.root), self.config, self.commit_log, now) | {
+            "runningFlags": describe_flags(self.running_flags)
         }
 
     # -- shutdown ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ back what was just written.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import threading
 import time
@@ -363,9 +364,10 @@ class CommitLog:
             self.topic_queue_table.update(table)
             self._current = None
 
-    def forget_topics(self, topics: set[str]) -> None:
-        """Drop the next queue offsets of deleted ``topics``: if they come back, they start at 0."""
-        with self.put_lock:
+    def forget_topics(self, topics: set[str], *, locked: bool = False) -> None:
+        """Drop the next queue offsets of deleted ``topics``: if they come back, they start at 0.
+        ``locked``: the caller holds the put lock."""
+        with contextlib.nullcontext() if locked else self.put_lock:
             for key in [k for k in self.topic_queue_table if k[0] in topics]:
                 del self.topic_queue_table[key]
 

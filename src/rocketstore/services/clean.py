@@ -283,3 +283,20 @@ def next_deletion(files: list, config: StoreConfig, now: float | None = None) ->
         "expiresAt": int(expires * 1000),
         "deletesAt": int(deletes_at * 1000) if deletes_at is not None else None,
     }
+
+
+def disk_report(check: DiskCheck, config: StoreConfig, commit_log: CommitLog, now: float | None = None) -> dict:
+    """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and when
+    the oldest segment is deleted by time."""
+    return {
+        "ratios": check.ratios,
+        "diskMaxUsedSpaceRatio": config.disk_max_used_space_ratio_clamped / 100,
+        "cleanForciblyRatio": config.disk_space_clean_forcibly_ratio_clamped,
+        "warningRatio": config.disk_space_warning_ratio,
+        "diskFull": check.disk_full,
+        "cleanImmediately": check.clean_immediately,
+        "fullPaths": sorted(check.full_paths),
+        "deleteWhen": config.delete_when,
+        "fileReservedTimeHours": config.file_reserved_time,
+        "nextDeletion": next_deletion(commit_log.queue.files, config, now),
+    }

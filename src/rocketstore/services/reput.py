@@ -49,6 +49,7 @@ class ReputService(Service):
         self.end_offset = end_offset
         self.delay_millis = delay_millis
         self.reput_from = 0
+        self.lock = threading.Lock()  # held by a dispatch round (removing a queue waits for it)
         self._carry: list[tuple] = []
         self._progress = threading.Condition()
         self.skipped_bad_bytes = 0
@@ -68,6 +69,14 @@ class ReputService(Service):
 
     def run_once(self) -> int:
         """Dispatch what is ready; returns the number of log bytes advanced."""
+        with self.lock:
+            advanced = self._round()
+        if advanced:
+            with self._progress:
+                self._progress.notify_all()
+        return advanced
+
+    def _round(self) -> int:
         cl = self.commit_log
         end = self.end_offset()
         min_offset = cl.min_offset()
@@ -95,11 +104,7 @@ class ReputService(Service):
         self._carry = pending[i:]
         self._last_batch = len(taken)
         self._advanced = self.reput_from > start
-        advanced = self.reput_from - start
-        if advanced:
-            with self._progress:
-                self._progress.notify_all()
-        return advanced
+        return self.reput_from - start
 
     def _dispatch_from_log(self, limit: int) -> bool:
         """Read records back from the log between ``reput_from`` and ``limit``; False if stuck."""
