@@ -7,13 +7,17 @@ every file shows they are unchanged afterwards.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -812,3 +816,164 @@ def test_spark_export_of_a_time_range_without_messages_is_zero_messages(tmp_path
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert json.loads(done.stdout)["messages"] == 0 and "no message selected" in done.stderr
     assert (out / "_SUCCESS").exists()
+
+
+# -- what a new user ran into ------------------------------------------------------------------------
+def cli_process(*args: object, **kwargs: object) -> subprocess.Popen:
+    """The CLI in a subprocess, stdout and stderr piped."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), **kwargs.pop("env", {})}  # type: ignore[dict-item]
+    command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)  # type: ignore[call-overload]
+
+
+HOLD = """
+import json, sys
+from rocketstore import MessageStore, StoreConfig
+store = MessageStore.open(sys.argv[1], StoreConfig(**json.loads(sys.argv[2])))
+print("open", flush=True)
+sys.stdin.read()
+store.shutdown()
+"""
+
+
+@contextlib.contextmanager
+def open_in_another_process(root: Path) -> Iterator[int]:
+    """STORE open for writing in a child process (its lock held, abort present) until the block ends."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root), json.dumps(TINY)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "open\n"
+        yield child.pid
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0
+
+
+def test_produce_says_where_a_delayed_message_is_and_that_its_level_was_capped(tmp_path: Path) -> None:
+    root = tmp_path / "delay"
+    result = run("produce", root, *TINY_SETS, "--topic", "P", "--body", "x", "--delay-level", 19)
+    assert result.exit_code == 0, result.stderr
+    assert "in SCHEDULE_TOPIC_XXXX/17 (delay level 18, 2h): delivered to P/0 when due" in result.stdout
+    assert "P/0" not in result.stdout.replace("delivered to P/0", "")
+    assert "delay level 19 is above the highest level" in result.stderr and "capped at 18 (2h)" in result.stderr
+    assert "the schedule service starts 1 s after open" in result.stderr
+    result = run(
+        "produce", root, *TINY_SETS, "--topic", "P", "--queue", 2, "--body", "x", "--delay-level", 19, "--json"
+    )
+    (row,) = jsonl(result.stdout)
+    assert (row["topic"], row["queueId"], row["queueOffset"]) == ("SCHEDULE_TOPIC_XXXX", 17, 1)
+    assert (row["realTopic"], row["realQueueId"], row["delayLevel"], row["delay"]) == ("P", 2, 18, "2h")
+    result = run("produce", root, *TINY_SETS, "--topic", "P", "--body", "x", "--delay-level", 3, "--json")
+    assert "capped" not in result.stderr and "after 10s only while" in result.stderr
+    assert jsonl(result.stdout)[0]["queueId"] == 2
+    result = run("produce", root, *TINY_SETS, "--topic", "P", "--body", "x", "--json")
+    assert "note" not in result.stderr and "realTopic" not in result.stdout
+    assert (jsonl(result.stdout)[0]["topic"], jsonl(result.stdout)[0]["queueId"]) == ("P", 0)
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 17) == 2
+        assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 1
+        assert store.get_max_offset_in_queue("P", 0) == 1
+
+
+def test_export_of_a_topic_the_store_lacks_is_refused_or_warned_about(tmp_path: Path, small_store: Path) -> None:
+    out = tmp_path / "none.jsonl"
+    result = run("export", small_store, *TINY_SETS, "--topic", "Nope", "-o", out)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"no topic of {small_store} matches --topic 'Nope' (it has: TopicA)" in result.stderr
+    assert not out.exists()
+    result = run("export", small_store, *TINY_SETS, "--topic", "Nope", "--topic", "TopicA")
+    assert result.exit_code == 0 and len(jsonl(result.stdout)) == 20
+    assert "has no topic 'Nope'" in result.stderr
+
+
+def test_export_into_a_closed_pipe_exits_0_quietly(tmp_path: Path) -> None:
+    root = tmp_path / "many"
+    sets = ["--set", "mappedFileSizeCommitLog=1048576", "--set", "brokerIP1=127.0.0.1"]
+    assert run("produce", root, *sets, "--topic", "T", "--body", "x" * 100, "--count", 3000).exit_code == 0
+    for env in ({}, {"PYTHONIOENCODING": "ascii"}):  # stdout as it is, and re-wrapped as UTF-8
+        proc = cli_process("export", root, *sets, env=env)  # ~1.5 MB: far more than a pipe holds
+        assert proc.stdout is not None and proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["topic"] == "T"
+        proc.stdout.close()  # as `| head -1` does
+        stderr = proc.stderr.read()
+        assert proc.wait(timeout=120) == 0, stderr
+        assert stderr == b"", stderr
+
+
+def test_produce_json_reports_each_message_as_it_is_stored(tmp_path: Path) -> None:
+    root = tmp_path / "stream"
+    sets = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
+    count = 300_000
+    proc = cli_process("produce", root, *sets, "--topic", "T", "--body", "x", "--count", count, "--json")
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()  # the first message's line, not the last's
+    finally:
+        proc.kill()  # as the user's run was killed
+        proc.wait(timeout=60)
+    rows = [json.loads(first), *jsonl(proc.stdout.read().decode())]
+    assert [r["queueOffset"] for r in rows] == list(range(len(rows)))
+    (root / "abort").touch()  # killed: recover (in memory) what it stored
+    with MessageStore.open(root, StoreConfig(mappedFileSizeCommitLog=16777216), read_only=True) as store:
+        stored = store.get_max_offset_in_queue("T", 0)
+    assert stored < count  # the run was killed before its end, and yet ...
+    assert stored - 1 <= len(rows) <= stored  # ... every message it stored was reported (but one in flight)
+
+
+def test_produce_stopped_says_how_many_were_stored(tmp_path: Path) -> None:
+    root = tmp_path / "stopped"
+    sets = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
+    proc = cli_process("produce", root, *sets, "--topic", "T", "--body", "x", "--count", 2_000_000)
+    try:
+        for _ in range(600):  # until the first message is dispatched
+            if (root / "consumequeue" / "T" / "0").is_dir() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert b"message(s) stored in T/0 before this stopped (up to queue offset" in err, err
+
+
+def test_inspect_and_spark_rebuild_of_a_store_another_process_has_open(small_store: Path) -> None:
+    with open_in_another_process(small_store) as pid:
+        result = run("inspect", small_store, *TINY_SETS)
+        assert result.exit_code == 0, result.stderr
+        assert f"in use: another process (pid {pid}) has it open" in result.stdout
+        assert "abnormal (abort file present)" not in result.stdout
+        info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
+        assert info["lockHeldBy"] == pid and info["abortFile"] is True
+        # refused before Spark starts (without Java it could not start): exit 2, the store named
+        result = run_without_java("spark", "rebuild", small_store, *TINY_SETS)
+        assert result.exit_code == 2, result.stderr
+        assert f"error: {small_store} is in use: another process (pid {pid}) holds its lock" in result.stderr
+    info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
+    assert info["lockHeldBy"] is None and info["lastExitOk"] is True
+    assert "last exit" in run("inspect", small_store, *TINY_SETS).stdout
+
+
+def test_inspect_of_a_clean_store_does_not_suggest_recovery_had_work(small_store: Path) -> None:
+    info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
+    # the open re-reads from the index's last record (its endPhyOffset is that record's start):
+    # one record, which dispatch finds already queued and indexed
+    assert info["dispatchLag"] == {"bytes": 0, "recordsDispatched": 1}
+    table = run("inspect", small_store, *TINY_SETS).stdout
+    assert "dispatched by recovery" not in table and "records re-checked by the open" in table
+    assert "ok (no abort file)" in table
+
+
+@pytest.mark.spark
+def test_spark_export_of_nothing_says_so_in_one_line(tmp_path: Path, small_store: Path) -> None:
+    out = tmp_path / "empty"
+    done = _spark_subprocess("spark", "export", small_store, *TINY_SETS, "--parquet", out, "--begin", 1, "--end", 2)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"no message selected: {out} holds no data")
+    assert len(done.stdout.splitlines()) == 1 and "no message selected" not in done.stderr

@@ -242,6 +242,53 @@ def open_store(
     return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create)
 
 
+def lock_holder(root: str) -> int | None:
+    """The pid of the process holding STORE's ``lock`` (a running store or broker: this process's
+    own pid when it has the store open; -1 for an open-file-description lock, whose owner is not
+    listed), or None when no process holds it or that cannot be told.
+
+    Read from ``/proc/locks`` (Linux) without opening the lock file: closing any descriptor of it
+    would drop a lock this process holds (POSIX record locks belong to the process)."""
+    try:
+        st = os.stat(os.path.join(root, "lock"))
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = [line.split() for line in f]
+    except OSError:
+        return None
+    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    suffix = f":{st.st_ino}"
+    # "1: POSIX  ADVISORY  WRITE 4242 fe:00:2187807 0 0"; a waiter's line has "->" after its number.
+    # The device may be numbered apart from stat's on overlay or btrfs: the inode alone then.
+    held = [f for f in table if len(f) >= 6 and f[1] in ("POSIX", "OFDLCK") and "->" not in f]
+    for match in (lambda ident: ident == exact, lambda ident: ident.endswith(suffix)):
+        for fields in held:
+            if match(fields[5]):
+                with contextlib.suppress(ValueError):
+                    return int(fields[4])
+    return None
+
+
+def queue_topics(root: str) -> list[str]:
+    """The topics STORE has consume queues for, as its ``consumequeue/`` folder lists them."""
+    queues = os.path.join(root, "consumequeue")
+    return sorted(os.listdir(queues)) if os.path.isdir(queues) else []
+
+
+def require_topics(root: str, present: Iterable[str], matches: Callable[[str], bool], given: str) -> None:
+    """Refuse (CommandError, exit status 2) a topic selection ``given`` (e.g. ``--topic X``) that
+    ``matches`` no topic of the store (``present``): it would read nothing."""
+    present = sorted(present)
+    if any(matches(t) for t in present):
+        return
+    shown = ", ".join(present[:_TOPICS_SHOWN]) or "none"
+    if len(present) > _TOPICS_SHOWN:
+        shown += f", ... ({len(present)} in all)"
+    raise CommandError(f"no topic of {root} matches {given} (it has: {shown})")
+
+
+_TOPICS_SHOWN = 30
+
+
 # -- JSON shapes ---------------------------------------------------------------------------------
 def recovery_info(store: MessageStore) -> dict[str, Any] | None:
     """The store's recovery report (None when it was opened without recovery)."""

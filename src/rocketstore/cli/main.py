@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 a check found problems (``verify``) or nothing was foun
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -28,11 +29,26 @@ class _Group(click.Group):
         except RocketStoreError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)
-        except BrokenPipeError:  # stdout closed early (``| head``): click's main exits quietly
-            raise
+        except BrokenPipeError:  # stdout closed early (``| head``): done, quietly, as Unix tools are
+            _silence_stdout()
+            ctx.exit(0)
         except OSError as exc:  # a file the store needs cannot be read or written
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)
+
+
+def _silence_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so that flushing what is still buffered at exit does
+    not fail again (what the Python docs advise for SIGPIPE)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a real file (a test runner's) or closed
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

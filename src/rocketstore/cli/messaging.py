@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import click
@@ -19,6 +20,8 @@ from rocketstore.cli.common import (
     warn,
 )
 from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.properties import DELAY
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.results import GetMessageStatus, PutResult
 from rocketstore.store import MessageStore
 
@@ -43,16 +46,55 @@ def _properties(_ctx: click.Context, _param: click.Parameter, values: tuple[str,
     return out
 
 
-def _result_row(result: PutResult, queue_id: int) -> dict[str, object]:
+def _result_row(result: PutResult, where: dict[str, object]) -> dict[str, object]:
     return {
         "status": str(result.status),
         "msgId": result.msg_id,
         "uniqKey": result.uniq_key,
-        "queueId": queue_id,
+        "topic": where["topic"],
+        "queueId": where["queueId"],
         "queueOffset": result.queue_offset,
         "commitLogOffset": result.commit_log_offset,
         "storeTimestamp": result.store_timestamp,
+        **{k: v for k, v in where.items() if k not in ("topic", "queueId")},
     }
+
+
+def _placement(store: MessageStore, message: Message, queue_id: int) -> dict[str, object]:
+    """Where a put stores ``message``, as the store places it: a delayed one in SCHEDULE_TOPIC_XXXX
+    queue level-1 (the level capped at the highest), with the topic and queue it is delivered to.
+    A message the store will refuse is left to the put to report."""
+    placed = store.writer.placed(message, queue_id)
+    if isinstance(placed, PutResult) or placed[0].topic != SCHEDULE_TOPIC or message.topic == SCHEDULE_TOPIC:
+        return {"topic": message.topic, "queueId": queue_id}
+    stored, schedule_queue = placed
+    level = int(stored.properties[DELAY])
+    delays = store.config.message_delay_level.split()
+    return {
+        "topic": SCHEDULE_TOPIC,
+        "queueId": schedule_queue,
+        "realTopic": message.topic,
+        "realQueueId": queue_id,
+        "delayLevel": level,
+        "delay": delays[level - 1] if level <= len(delays) else None,
+    }
+
+
+def _say_when_delivered(where: dict[str, object], asked: str) -> None:
+    """Warn when a delay level was capped, and say that delivery needs a running store."""
+    level, delay = where["delayLevel"], where["delay"]
+    capped = False
+    with contextlib.suppress(ValueError):
+        capped = int(asked) > level  # type: ignore[operator]
+    if capped:
+        warn(
+            f"WARNING: delay level {asked} is above the highest level of messageDelayLevel: capped at {level} "
+            f"({delay}), as RocketMQ does"
+        )
+    warn(
+        f"note: it reaches {where['realTopic']}/{where['realQueueId']} after {delay} only while a process keeps "
+        "the store open for writing (the schedule service starts 1 s after open); this command closes it at once"
+    )
 
 
 @click.command()
@@ -92,8 +134,12 @@ def produce(
     """Store messages (the store is created if it does not exist; a folder that is not a store but
     holds one is refused, and so is a commit log outside STORE without --external-commit-log).
 
-    A delayed message waits in SCHEDULE_TOPIC_XXXX; it is delivered to its topic while a store
-    process has the store open (delivery resumes where it stopped, from delayOffset.json).
+    A delayed message waits in SCHEDULE_TOPIC_XXXX queue level-1 (a level above the highest is
+    capped at it, with a warning); it is delivered to its topic while a store process has the
+    store open for writing (delivery resumes where it stopped, from delayOffset.json). The output
+    names where the messages are stored; with --json one line per message as it is stored
+    (topic and queueId where it is stored; realTopic, realQueueId, delayLevel and delay for a
+    delayed one).
     """
     if (body is None) == (body_file is None):
         raise click.UsageError("give exactly one of --body and --body-file")
@@ -101,26 +147,56 @@ def produce(
     key_list = [k for item in keys for k in item.split(" ") if k]
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
-    rows = []
-    with open_store(opts) as store, progress_bar("produce", count) as advance:
-        for _ in range(count):
-            message = Message(topic, data, tags=tags, keys=key_list or None, properties=dict(properties) or None)
-            result = store.put(message, queue_id).raise_for_status()
-            rows.append(_result_row(result, queue_id))
-            advance(1)
+    shown: list[dict[str, object]] = []  # the table's rows (--json prints each as it is stored)
+    last: dict[str, object] | None = None
+    stored = 0
+    try:
+        with open_store(opts) as store, progress_bar("produce", count) as advance:
+            where = _placement(store, _message(topic, data, tags, key_list, properties), queue_id)
+            if "delayLevel" in where:
+                _say_when_delivered(where, properties[DELAY])
+            for _ in range(count):
+                message = _message(topic, data, tags, key_list, properties)
+                last = _result_row(store.put(message, queue_id).raise_for_status(), where)
+                stored += 1
+                if opts.as_json:
+                    click.echo(json.dumps(last, separators=(",", ":")))  # flushed: a killed run has said what it stored
+                elif len(shown) < _SHOWN_RESULTS:
+                    shown.append(last)
+                advance(1)
+    except BaseException:
+        if stored and last is not None and not opts.as_json:
+            warn(
+                f"{stored} message(s) stored in {_place(last)} before this stopped (up to queue offset "
+                f"{last['queueOffset']})"
+            )
+        raise
     if opts.as_json:
-        for row in rows:
-            click.echo(json.dumps(row, separators=(",", ":")))
         return
-    table = Table(title=f"stored {len(rows)} message(s) in {topic}/{queue_id}", title_justify="left")
+    table = Table(title=f"stored {stored} message(s) in {_place(where)}", title_justify="left")
     columns = ("status", "msgId", "queueOffset", "commitLogOffset", "storeTimestamp")
     for name in columns:
         table.add_column(name, justify="left" if name in ("status", "msgId") else "right")
-    for row in rows[:_SHOWN_RESULTS]:
+    for row in shown:
         table.add_row(*(cell(row[c]) for c in columns))
     out_console().print(table)
-    if len(rows) > _SHOWN_RESULTS:
-        say(f"... and {len(rows) - _SHOWN_RESULTS} more, up to queue offset {rows[-1]['queueOffset']}")
+    if stored > len(shown) and last is not None:
+        say(f"... and {stored - len(shown)} more, up to queue offset {last['queueOffset']}")
+
+
+def _message(topic: str, data: bytes, tags: str | None, keys: list[str], properties: dict[str, str]) -> Message:
+    return Message(topic, data, tags=tags, keys=keys or None, properties=dict(properties) or None)
+
+
+def _place(where: dict[str, object]) -> str:
+    """``Topic/queue``; for a delayed message, the schedule queue and where it is delivered."""
+    place = f"{where['topic']}/{where['queueId']}"
+    if "delayLevel" in where:
+        place += (
+            f" (delay level {where['delayLevel']}, {where['delay']}): delivered to "
+            f"{where['realTopic']}/{where['realQueueId']} when due"
+        )
+    return place
 
 
 def pull_queue(

@@ -21,15 +21,19 @@ from rocketstore.cli.common import (
     check_commit_log,
     is_inside,
     kv_table,
+    lock_holder,
     lost_log,
     max_problems_option,
     out_console,
     print_json,
+    queue_topics,
+    require_topics,
     say,
     store_options,
     warn,
 )
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, StoreLockedError
+from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import require_store
 
 EXIT_PROBLEMS = 1
@@ -77,6 +81,27 @@ def _spark_errors(what: str) -> Iterator[None]:
         raise CommandError(f"{what}: {first}") from None
 
 
+def _check_unlocked(root: str) -> None:
+    """Refuse a store another process has open (a rebuild takes its lock), before Spark starts: the
+    lock is taken and released at once (the job takes it again)."""
+    lock = StoreLock(root)
+    try:
+        lock.acquire()
+    except StoreLockedError:
+        raise CommandError(
+            f"{root} is in use: {_holder(root)} holds its lock ({lock.path}); stop it (a broker, or a "
+            "program with the store open) before rebuilding"
+        ) from None
+    lock.release()
+
+
+def _holder(root: str) -> str:
+    pid = lock_holder(root)
+    if pid == os.getpid():
+        return "this process"
+    return f"another process (pid {pid})" if pid is not None and pid > 0 else "another process"
+
+
 @click.group("spark")
 def spark() -> None:
     """Store jobs on Apache Spark: rebuild queues and index, verify, export to Parquet.
@@ -90,11 +115,13 @@ def spark() -> None:
 def rebuild(opts: Common, master: str) -> None:
     """Rebuild ConsumeQueue and IndexFile from the commit log: segments are scanned in parallel,
     the new files written in log order and swapped in atomically, under the store's lock.
-    Refused when the commit log is missing or empty while consume queues hold units."""
+    Refused before Spark starts when another process has the store open (holds its lock), and
+    when the commit log is missing or empty while consume queues hold units."""
     _check_store(opts, writes=True)
     lost = lost_log(opts)
     if lost:
         raise CorruptStoreError(f"{lost}: a rebuild would replace every queue and the index with nothing")
+    _check_unlocked(opts.root)
     from rocketstore.spark.jobs import rebuild as run
 
     spark_session = _session(master, "rebuild")
@@ -155,13 +182,8 @@ def _check_export(
         names, patterns = parse_topics(topics)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--topics") from None
-    queues = os.path.join(opts.root, "consumequeue")
-    present = sorted(os.listdir(queues)) if os.path.isdir(queues) else []
     selection = Selection(names, patterns)
-    if not any(selection.topic_ok(t) for t in present):
-        raise CommandError(
-            f"no topic of {opts.root} matches --topics {topics!r} (it has: {', '.join(present) or 'none'})"
-        )
+    require_topics(opts.root, queue_topics(opts.root), selection.topic_ok, f"--topics {topics!r}")
 
 
 @spark.command()
@@ -197,10 +219,13 @@ def export(
             topics=topics,
             mode="overwrite" if overwrite else "errorifexists",
         )
-    if not result["messages"]:  # Spark wrote only _SUCCESS
-        warn(f"no message selected: {out} holds no data")
+    empty = not result["messages"]  # Spark wrote only _SUCCESS
     if opts.as_json:
+        if empty:
+            warn(f"no message selected: {out} holds no data")
         print_json(result)
+    elif empty:
+        say(f"no message selected: {out} holds no data (only _SUCCESS), in {result['seconds']} s")
     else:
         out_console().print(kv_table(f"exported {result['store']} to {out}", list(result["topics"].items())))
         say(f"{result['messages']} messages in {result['seconds']} s")

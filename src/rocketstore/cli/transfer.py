@@ -15,6 +15,7 @@ from rocketstore.cli.common import (
     open_store,
     print_json,
     progress_bar,
+    require_topics,
     say,
     store_options,
     utf8_stdout,
@@ -61,6 +62,17 @@ def _output(path: str | None) -> Iterator[IO[str]]:
         yield out
 
 
+def _check_topics(opts: Common, store: MessageStore, topics: list[str]) -> None:
+    """Refuse --topic names of which none is a topic of the store (as ``spark export --topics``
+    does), and warn about each one that is not when others are."""
+    present = store.queue_ids()
+    names = list(dict.fromkeys(topics))
+    require_topics(opts.root, present, set(names).__contains__, " ".join(f"--topic {t!r}" for t in names))
+    for name in names:
+        if name not in present:
+            warn(f"WARNING: {opts.root} has no topic {name!r}: nothing is exported for it")
+
+
 @click.command()
 @store_options()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
@@ -71,7 +83,8 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
 
     The store is opened read-only: nothing on disk changes, and a store that needs recovery is
     recovered in memory. The output is JSON lines with or without --json; --output may not be
-    inside the store. A progress bar (messages) is shown on a terminal only with --output.
+    inside the store. A --topic that is no topic of the store is warned about; when none is,
+    the export is refused (exit status 2). A progress bar (messages) is shown on a terminal only with --output.
     """
     if output not in (None, "-"):
         for folder in (opts.root, *opts.commit_log_paths):
@@ -82,6 +95,8 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     store = open_store(opts, read_only=True)
     try:
         selected = list(topics) or None
+        if selected is not None:
+            _check_topics(opts, store, selected)
         total = queued_count(store, selected)
         to_file = output not in (None, "-")  # no bar beside data on the terminal
         with _output(output) as out, progress_bar("export", total, enabled=to_file) as advance:
