@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import specreader
-from rocketstore import Message
+from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.ids import (
@@ -740,3 +740,26 @@ def test_records_written_by_a_store_read_back_by_specreader(make_store, tmp_path
     units = specreader.read_consume_queue(str(tmp_path / "store"), "TopicTest", 0)
     assert [u[0] for u in units] == [records[0]["offset"], records[3]["offset"]]
     assert units[0] == (records[0]["offset"], records[0]["total"], 2598919)
+
+
+def test_queue_and_index_files_take_the_disk_their_entries_take(tmp_path):
+    """A consume-queue file (300,000 units, 6 MB) and an index file (5 million slots, 20 million
+    entries, 420 MB) of RocketMQ's default sizes are made sparse and given disk as they are
+    written, as RocketMQ's are: a store holding a few messages takes a few MB, not hundreds."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(brokerIP1="127.0.0.1", mappedFileSizeCommitLog=1 << 20)) as store:
+        for queue_id in range(8):
+            store.put(Message("Sparse", b"x" * 100, keys=f"k{queue_id}"), queue_id).raise_for_status()
+        assert store.wait_for_dispatch()
+        assert store.query_message("Sparse", "k7").messages
+
+    def disk(path):
+        return os.stat(path).st_blocks * 512
+
+    cq_files = list((root / "consumequeue" / "Sparse").glob("*/*"))
+    assert len(cq_files) == 8 and all(os.path.getsize(f) == 6_000_000 for f in cq_files)
+    assert all(disk(f) <= 64 << 10 for f in cq_files)
+    (index,) = list((root / "index").iterdir())
+    assert os.path.getsize(index) == 40 + 4 * 5_000_000 + 20 * 20_000_000
+    assert disk(index) <= 40 + 4 * 5_000_000 + (256 << 10) + 4096
+    assert disk(root / "commitlog" / f"{0:020d}") == 1 << 20  # the commit log's segments, in full

@@ -34,6 +34,7 @@ class MappedFileQueue:
         allocator: object | None = None,
         pool: object | None = None,
         read_only_paths: list[str] | None = None,
+        reserve: int | None = None,
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         writable = {os.path.realpath(p) for p in self.paths}
@@ -47,6 +48,7 @@ class MappedFileQueue:
         self.path_is_full = path_is_full
         self.allocator = allocator
         self.pool = pool  # a TransientStorePool: new segments write into one of its buffers
+        self.reserve = reserve  # new segments get disk for this many bytes at first (None: all)
         self.on_create: Callable[[MappedFile], None] | None = None  # told of every new segment
 
     # -- load ------------------------------------------------------------------------------------
@@ -132,7 +134,7 @@ class MappedFileQueue:
         if self.allocator is not None:
             mapped = self.allocator.take(path)
         if mapped is None:
-            mapped = MappedFile.create(path, offset, self.file_size, self.mode)
+            mapped = MappedFile.create(path, offset, self.file_size, self.mode, self.reserve)
         mapped.first_create_in_queue = first_in_queue
         if self.pool is not None:
             mapped.write_buffer = self.pool.borrow()  # None when all are in use: write straight through

@@ -82,15 +82,32 @@ def _give_up_unnamed_files(exc: OSError) -> None:
         _tmpfile_works = False
 
 
-def _allocate(fd: int, size: int) -> None:
-    """Give the file ``size`` bytes of disk (ENOSPC now, not SIGBUS on a write later); where the
-    file system cannot, a sparse file of that size."""
+def _allocate(fd: int, size: int, reserve: int | None = None) -> None:
+    """Make the file ``size`` bytes long with its first ``reserve`` bytes (all by default) given
+    disk (ENOSPC now, not SIGBUS on a write later); the rest, or all where the file system cannot
+    allocate, sparse."""
+    if reserve is None or reserve >= size:
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, size)
+    if reserve:
+        _reserve_range(fd, 0, reserve)
+
+
+def _reserve_range(fd: int, start: int, end: int) -> None:
+    """Give ``[start, end)`` of the file disk blocks (OSError ENOSPC when there are none)."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, start, end - start)
     except OSError as exc:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
-        os.ftruncate(fd, size)
+
+
+RESERVE_STEP = 256 << 10  # a file made sparse gets disk this far ahead of its writes
 
 
 class MappedFile:
@@ -119,6 +136,7 @@ class MappedFile:
         self.first_create_in_queue = False
         self.write_buffer: mmap.mmap | bytearray | None = None  # transient store pool buffer, if any
         self.prefaulted = 0  # pages before this position were faulted in ahead of the writer
+        self.allocated = file_size  # bytes from the start known to have disk blocks (see reserve)
         self._ref_count = 1
         self._available = True
         self._cleanup_over = False
@@ -127,8 +145,16 @@ class MappedFile:
 
     # -- creation ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
+    def create(
+        cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw", reserve: int | None = None
+    ) -> MappedFile:
         """A new, zero-filled segment of ``file_size`` bytes (OSError, e.g. ENOSPC, on failure).
+
+        The file gets its disk blocks at once (commit-log segments: RocketMQ's are that size too
+        once written), or with ``reserve`` only its first ``reserve`` bytes, the rest as it is
+        written (``RESERVE_STEP`` ahead): consume-queue and index files, most of which stay
+        nearly empty, take the disk their units take. Either way a full disk fails a write with
+        ENOSPC before it, never with SIGBUS inside a write to the mapping.
 
         The file is made at full size before it gets its name: as an unnamed file (O_TMPFILE)
         linked in when complete, so a crash leaves nothing in the segment's folder (RocketMQ fails
@@ -144,7 +170,7 @@ class MappedFile:
         fd = _unnamed_file(os.path.dirname(path))
         if fd is not None:
             try:
-                _allocate(fd, file_size)
+                _allocate(fd, file_size, reserve)
                 _name(fd, path)
             except FileExistsError:
                 os.close(fd)
@@ -159,7 +185,7 @@ class MappedFile:
         named = temp is None
         try:
             if temp is not None:
-                _allocate(fd, file_size)
+                _allocate(fd, file_size, reserve)
                 os.rename(temp, path)
             named = True
             mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -170,7 +196,9 @@ class MappedFile:
                     with contextlib.suppress(OSError):
                         os.unlink(leftover)
             raise
-        return cls(path, file_from_offset, file_size, mm, fd, mode)
+        mapped = cls(path, file_from_offset, file_size, mm, fd, mode)
+        mapped.allocated = file_size if reserve is None else min(reserve, file_size)
+        return mapped
 
     @classmethod
     def open(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
@@ -197,6 +225,8 @@ class MappedFile:
             fd = -1
         mapped = cls(path, file_from_offset, file_size, mm, fd, mode)
         mapped.wrote_position = mapped.committed_position = mapped.flushed_position = file_size
+        if mode == "rw":  # it may be sparse (RocketMQ makes its files so): writes reserve first
+            mapped.allocated = 0
         return mapped
 
     # -- positions -----------------------------------------------------------------------------
@@ -221,6 +251,11 @@ class MappedFile:
         if self.mode != "rw" or pos >= self.file_size or not self.hold():
             return
         try:
+            if self.allocated < self.file_size:  # a file given disk as written: give the rest back
+                if syscalls.punch_hole(self.fd, pos, self.file_size):
+                    self.allocated = min(self.allocated, pos - pos % syscalls.PAGE)
+                    return
+                self.reserve(self.file_size)  # the zeros below are written through the mapping
             if not syscalls.zero_range(self.fd, pos, self.file_size):
                 zeros = bytes(1 << 20)
                 for at in range(pos, self.file_size, len(zeros)):
@@ -238,6 +273,8 @@ class MappedFile:
         """Write ``data`` at the wrote position (into the write buffer when there is one)."""
         pos = self.wrote_position
         end = pos + len(data)
+        if end > self.allocated:
+            self.reserve(end)
         if self.write_buffer is not None:
             self.write_buffer[pos:end] = data
         else:
@@ -248,7 +285,20 @@ class MappedFile:
 
     def write_at(self, pos: int, data: bytes) -> None:
         """Write ``data`` at ``pos`` without moving the positions."""
+        if pos + len(data) > self.allocated:
+            self.reserve(pos + len(data))
         self.mm[pos : pos + len(data)] = data
+
+    def reserve(self, end: int) -> None:
+        """Make sure the file's blocks up to ``end`` exist (``RESERVE_STEP`` further when it can),
+        so that writing them through the mapping cannot meet a full disk (SIGBUS); OSError
+        (ENOSPC) if the disk has no room. A private (copy-on-write) mapping needs none."""
+        if self.mode != "rw" or self.fd < 0:
+            self.allocated = self.file_size
+            return
+        upto = min(self.file_size, max(end, self.allocated + RESERVE_STEP))
+        _reserve_range(self.fd, self.allocated, upto)
+        self.allocated = upto
 
     # -- reading -------------------------------------------------------------------------------
     def read(self, pos: int, size: int) -> bytes:
@@ -302,6 +352,8 @@ class MappedFile:
             return committed
         if least_pages > 0 and not self.is_full() and wrote // OS_PAGE_SIZE - committed // OS_PAGE_SIZE < least_pages:
             return committed
+        if wrote > self.allocated:
+            self.reserve(wrote)
         with memoryview(buf) as view:  # one copy, buffer to file, no bytes object in between
             self.mm[committed:wrote] = view[committed:wrote]
         self.committed_position = wrote

@@ -30,6 +30,7 @@ except (OSError, AttributeError):  # pragma: no cover - not a POSIX libc
 AVAILABLE = _msync is not None
 
 FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
 FALLOC_FL_ZERO_RANGE = 0x10
 try:
     _fallocate = _libc.fallocate
@@ -68,6 +69,13 @@ def zero_range(fd: int, start: int, end: int) -> bool:
     if _fallocate is None or end <= start:
         return end <= start
     return _fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, start, end - start) == 0
+
+
+def punch_hole(fd: int, start: int, end: int) -> bool:
+    """Zero ``[start, end)`` of a file giving its blocks back (no disk needed); False where unsupported."""
+    if _fallocate is None or end <= start:
+        return end <= start
+    return _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, start, end - start) == 0
 
 
 def fsync_dir(path: str) -> None:

@@ -243,6 +243,8 @@ class CommitLog:
                     )
                 )
                 end = pos + total
+                if end > mapped.allocated:  # a segment written elsewhere may be sparse
+                    mapped.reserve(end)
                 if mapped.write_buffer is None:
                     mapped.mm[pos:end] = data
                     mapped.committed_position = end

@@ -20,6 +20,7 @@ from rocketstore.files.mapped_file import MappedFile
 log = logging.getLogger(__name__)
 
 CQ_STORE_UNIT_SIZE = 20
+CQ_FIRST_RESERVE = 64 << 10  # disk a new consume-queue file gets at first (3,276 units)
 UNIT = struct.Struct(">qiq")
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 FILLER_SIZE = 0x7FFFFFFF
@@ -64,7 +65,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.path = os.path.join(root, topic, str(queue_id))
-        self.queue = MappedFileQueue(self.path, file_size, mode)
+        # disk as units are written: most queues of a broker hold few of a file's 300,000 units
+        self.queue = MappedFileQueue(self.path, file_size, mode, reserve=CQ_FIRST_RESERVE)
         self.max_physic_offset = -1  # end (offset + size) of the last unit's record
         self.min_logic_offset = 0  # bytes
         self._order_warned = False

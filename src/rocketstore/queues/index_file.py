@@ -11,7 +11,7 @@ import struct
 
 import numpy as np
 
-from rocketstore.files.mapped_file import MappedFile
+from rocketstore.files.mapped_file import RESERVE_STEP, MappedFile
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -55,7 +55,9 @@ class IndexFile:
         cls, path: str, slot_num: int, index_num: int, mode: str, end_phy: int = 0, end_ts: int = 0
     ) -> IndexFile:
         """A new file whose header starts at the previous file's end (when there was one)."""
-        mapped = MappedFile.create(path, 0, index_file_size(slot_num, index_num), mode)
+        # disk for the header and the slot table (written anywhere) at once, for the entries as written
+        reserve = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE + RESERVE_STEP
+        mapped = MappedFile.create(path, 0, index_file_size(slot_num, index_num), mode, reserve)
         index = cls(mapped, slot_num, index_num)
         if end_phy > 0:
             index.begin_phy_offset = index.end_phy_offset = end_phy
@@ -139,6 +141,8 @@ class IndexFile:
         numbers = count0 + np.arange(n, dtype=np.int64)
         slots = hashes % self.slot_num
 
+        if self.mapped.allocated < self._entries_at:  # a file written elsewhere may be sparse
+            self.mapped.reserve(self._entries_at)
         slot_table = np.frombuffer(self.mapped.mm, dtype=">i4", count=self.slot_num, offset=INDEX_HEADER_SIZE)
         try:
             current = slot_table[slots].astype(np.int64)
