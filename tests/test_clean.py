@@ -590,3 +590,19 @@ def test_cleaning_now_runs_at_most_20_rounds(tmp_path: Path) -> None:
         assert store.clean_expired_files().commit_log_files == 14  # the rest, but the last segment
     finally:
         store.shutdown()
+
+
+def test_verify_notes_the_records_of_a_deleted_topic(tmp_path: Path) -> None:
+    """After clean --delete-topic the topic's records stay in the log until retention deletes
+    them: verify notes them instead of failing the store."""
+    root = tmp_path / "s"
+    config = clean_config(mappedFileSizeCommitLog=65536)
+    with MessageStore.open(root, config) as store:
+        for topic in ("Kept", "Gone"):
+            for i in range(5):
+                assert store.put(Message(topic, BODY, keys=f"{topic}-{i}")).ok
+        assert store.wait_for_dispatch()
+        assert store.delete_topics(["Gone"]) == ["Gone"]
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+    assert any("5 records of deleted topics (Gone" in n for n in report.notes)

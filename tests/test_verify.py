@@ -206,6 +206,24 @@ def test_a_flipped_body_byte_is_a_crc_problem(built: Path) -> None:
     agrees_with_rmqread(built, report)
 
 
+@pytest.mark.parametrize("abort", [False, True], ids=["clean-shutdown", "after-a-crash"])
+def test_a_bad_record_in_an_old_segment_says_which_recovery_cuts_there(tmp_path: Path, abort: bool) -> None:
+    """After a clean shutdown an open checks only the last 3 segments (recoverNormally): a bad
+    record further back is cut by a recovery after a crash, not by the next open."""
+    built = build_store(tmp_path / "store", 250)
+    target = records(built)[0]
+    path, pos = segment(built, target["offset"])
+    body_at = pos + rec.header_for(target["sysFlag"]).size
+    patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 0x40]))
+    if abort:
+        (built / "abort").touch()
+    report = verify_store(built, tiny())
+    assert report.commit_log_files > 4
+    crash_only = has(report.problems, "which a recovery after a crash drops", "checks only the last 3 files")
+    assert crash_only is not abort
+    assert has(report.problems, "which recovery drops (the log is cut here)") is abort
+
+
 def test_a_wrong_physicaloffset_field_is_a_problem(built: Path) -> None:
     target = records(built)[7]
     path, pos = segment(built, target["offset"])

@@ -310,8 +310,13 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
         if scan.reason == STOP_BAD:
             report.log_end_reason = f"a bad record at {end}"
             where = f"{name}@{pos} (offset {end}): {scan.why}"
-            if after:
+            if after and (report.abort_file or i >= len(paths) - 3):
                 report.problem(f"{where}; {after} non-zero bytes follow it, which recovery drops (the log is cut here)")
+            elif after:  # a clean shutdown's open checks the last three files only (RocketMQ's recoverNormally)
+                report.problem(
+                    f"{where}; {after} non-zero bytes follow it, which a recovery after a crash drops (the log "
+                    "is cut here; an open after a clean shutdown checks only the last 3 files and keeps them)"
+                )
             else:
                 report.damage(f"{where}: a torn record at the end of the log (recovery cuts the log here)")
         else:
