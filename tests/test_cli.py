@@ -161,7 +161,7 @@ def test_export_through_the_console_script_in_a_subprocess() -> None:
         timeout=300,
     )
     assert done.returncode == 2
-    assert "configured size is 1073741824" in done.stderr and "Traceback" not in done.stderr
+    assert "mappedFileSizeCommitLog says 1073741824" in done.stderr and "Traceback" not in done.stderr
 
 
 def run_on_terminal(*args: object) -> bytes:
@@ -315,7 +315,7 @@ def test_set_wins_over_config(tmp_path: Path, small_store: Path) -> None:
         encoding="utf-8",
     )
     result = run("inspect", small_store, "--config", conf, "--json")
-    assert result.exit_code == 2 and "configured size is 65536" in result.stderr  # the conf's wrong size
+    assert result.exit_code == 2 and "mappedFileSizeCommitLog says 65536" in result.stderr  # the conf's wrong size
     result = run("inspect", small_store, "--config", conf, "--set", "mappedFileSizeCommitLog=4096", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["commitLog"]["fileSize"] == 4096

@@ -1467,6 +1467,20 @@ def test_read_only_commit_log_paths_are_read_but_get_no_new_segment(tmp_path, st
     assert verify_store(root, moved).ok
 
 
+def test_a_file_size_setting_that_disagrees_with_the_files_is_named(make_store, tmp_path, store_config):
+    """Opening with the wrong size setting names the setting and the size the files have."""
+    store = make_store()
+    put_ok(store, Message("T", b"x"))
+    store.shutdown()
+    root = tmp_path / "store"
+    with pytest.raises(CorruptStoreError, match="mappedFileSizeCommitLog says 8192: set mappedFileSizeCommitLog=4096"):
+        MessageStore.open(root, store_config, mappedFileSizeCommitLog=8192)
+    with pytest.raises(
+        CorruptStoreError, match="mappedFileSizeConsumeQueue says 400: set mappedFileSizeConsumeQueue=200"
+    ):
+        MessageStore.open(root, store_config, mappedFileSizeConsumeQueue=400)
+
+
 def _truncate_after_damage(make_store, root: Path) -> tuple[MessageStore, list]:
     store = make_store()
     results = _put_many(store, 30)

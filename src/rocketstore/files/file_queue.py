@@ -35,6 +35,7 @@ class MappedFileQueue:
         pool: object | None = None,
         read_only_paths: list[str] | None = None,
         reserve: int | None = None,
+        size_setting: str = "mappedFileSizeCommitLog",
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         writable = {os.path.realpath(p) for p in self.paths}
@@ -49,6 +50,7 @@ class MappedFileQueue:
         self.allocator = allocator
         self.pool = pool  # a TransientStorePool: new segments write into one of its buffers
         self.reserve = reserve  # new segments get disk for this many bytes at first (None: all)
+        self.size_setting = size_setting  # the setting that gives file_size, named when a file disagrees
         self.on_create: Callable[[MappedFile], None] | None = None  # told of every new segment
 
     # -- load ------------------------------------------------------------------------------------
@@ -91,6 +93,14 @@ class MappedFileQueue:
                 if files and files[-1].end_offset != offset:
                     raise CorruptStoreError(
                         f"a gap: the previous segment {files[-1].file_name} ends at {files[-1].end_offset}",
+                        found[name],
+                    )
+                size = os.path.getsize(found[name])
+                if size != self.file_size:
+                    raise CorruptStoreError(
+                        f"the file is {size} bytes, {self.size_setting} says {self.file_size}: set "
+                        f"{self.size_setting}={size} if that is the store's (--set {self.size_setting}={size}), "
+                        "or the file does not belong here",
                         found[name],
                     )
                 files.append(MappedFile.open(found[name], offset, self.file_size, self.mode))

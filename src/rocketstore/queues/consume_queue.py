@@ -66,7 +66,9 @@ class ConsumeQueue:
         self.file_size = file_size
         self.path = os.path.join(root, topic, str(queue_id))
         # disk as units are written: most queues of a broker hold few of a file's 300,000 units
-        self.queue = MappedFileQueue(self.path, file_size, mode, reserve=CQ_FIRST_RESERVE)
+        self.queue = MappedFileQueue(
+            self.path, file_size, mode, reserve=CQ_FIRST_RESERVE, size_setting="mappedFileSizeConsumeQueue"
+        )
         self.max_physic_offset = -1  # end (offset + size) of the last unit's record
         self.min_logic_offset = 0  # bytes
         self._order_warned = False
