@@ -45,6 +45,8 @@ def main(path: str = os.path.join("data", "demo")) -> int:
         wrote = time.perf_counter() - started
 
         print(f"store {os.path.abspath(path)}")
+        flags = " ".join(f"--set {key}={value}" for key, value in config.changed().items())
+        print(f"  its settings, for the rocketstore commands: {flags}")
         print(f"  wrote {MESSAGES + len(batch)} messages in {wrote:.2f} s; commit log {store.max_phy_offset:,} bytes")
         for topic, queue_ids in store.queue_ids().items():
             counts = [store.get_max_offset_in_queue(topic, q) for q in queue_ids]
