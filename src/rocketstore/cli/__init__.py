@@ -6,5 +6,6 @@ It uses the store's public API only (the store never imports it). The entry poin
 here, so that running the module with ``-m`` loads it only once.
 
 One module per command group: ``common`` (options, output), ``inspect_cmd``, ``transfer``
-(export, import), ``query_cmd``, ``check`` (verify, recover), ``messaging`` (produce, consume).
+(export, import), ``query_cmd``, ``check`` (verify, recover), ``messaging`` (produce, consume),
+``clean_cmd`` (clean, topic deletion, disk report), ``spark_cmd`` (the Spark jobs).
 """

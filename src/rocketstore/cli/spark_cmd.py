@@ -1,8 +1,8 @@
 """``rocketstore spark rebuild|verify|export``: the store jobs run on Spark (needs the spark extra).
 
 Each command starts a Spark session (``--master``, default ``local[2]``; any master URL works)
-and runs the job of ``rocketstore.spark.jobs``; the same jobs can be submitted with
-``spark-submit`` as ``python -m rocketstore.spark.jobs``.
+and runs the job of ``rocketstore.spark.jobs``; the same jobs run as ``python -m
+rocketstore.spark.jobs`` or under ``spark-submit`` given that module's file path.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _spark_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _no_spark(exc: ImportError) -> CommandError:
-    return CommandError(f"{exc}: install rocketstore[spark]")
+    return CommandError(f"{exc}: install the spark extra (pip install -e '.[spark]' in a checkout)")
 
 
 def _check_store(opts: Common, *, writes: bool) -> None:

@@ -1,9 +1,10 @@
-"""The two memory-mapping calls Python's mmap module lacks in a usable form, through ctypes.
+"""System calls Python's os and mmap modules lack in a usable form, through ctypes.
 
 ``msync`` of a range (``mmap.flush`` holds the GIL for the whole disk write and cannot be told
-to leave pages outside the range alone) and ``madvise(MADV_POPULATE_WRITE)``. Both release the
-GIL while the kernel works. The buffer is kept exported for the call, so the mapping cannot be
-closed underneath it. Also ``fsync_dir``, which makes a rename or a new file in a folder durable.
+to leave pages outside the range alone) and ``madvise(MADV_POPULATE_WRITE)``: both release the
+GIL while the kernel works, and the buffer is kept exported for the call, so the mapping cannot
+be closed underneath it. ``fallocate`` modes for zeroing a range (keeping its blocks, or giving
+them back). Also ``fsync_dir``, which makes a rename or a new file in a folder durable.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """PySpark integration: the ``rocketstore`` data source (batch and streaming reads, writes) and
 store jobs (rebuild, verify, export) that run on Spark.
 
-Needs the ``spark`` extra (``pip install 'rocketstore[spark]'``). Nothing in the store imports
+Needs the ``spark`` extra (``pip install -e '.[spark]'`` in a checkout). Nothing in the store imports
 this package.
 """
 

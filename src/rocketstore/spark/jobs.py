@@ -4,7 +4,7 @@ Each job ships segment paths (never file contents) to tasks that map the files t
 Run them as ``rocketstore spark rebuild|verify|export STORE`` or submit this module::
 
     python -m rocketstore.spark.jobs rebuild STORE --master local[2] --set mappedFileSizeCommitLog=65536
-    spark-submit --master spark://host:7077 -m rocketstore.spark.jobs verify STORE   (or the .py path)
+    spark-submit --master spark://host:7077 /path/to/rocketstore/spark/jobs.py verify STORE
 
 Under spark-submit the session (and its master) comes from spark-submit; otherwise a local
 session is started (``--master``, default ``local[2]``).
