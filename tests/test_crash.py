@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -288,3 +289,43 @@ def test_segments_are_made_the_named_way_where_unnamed_files_cannot_be_named(tmp
     assert done.stdout.strip() == "False"
     assert sorted(os.listdir(folder)) == [f"{0:020d}", f"{4096:020d}"]
     assert (folder / f"{4096:020d}").read_bytes()[:2] == b"ok"
+
+
+def test_a_full_disk_under_a_sparse_index_file_is_an_error_not_sigbus(loop_fs):
+    """Index files get disk as they are written. When the disk is full as dispatch writes an
+    index entry into a part of the file that has none yet, the write must fail with ENOSPC
+    (dispatch fails, the store stops taking puts) instead of killing the process with SIGBUS.
+    The store runs in a child process, so that a SIGBUS shows as its exit signal."""
+    fs = loop_fs(48)
+    code = textwrap.dedent(
+        f"""
+        import os
+        from rocketstore import Message, MessageStore, StoreConfig
+        config = StoreConfig(mappedFileSizeCommitLog=8 << 20, mappedFileSizeConsumeQueue=600000,
+                             maxHashSlotNum=64, maxIndexNum=20000, brokerIP1="127.0.0.1",
+                             cleanResourceInterval=3_600_000, diskMaxUsedSpaceRatio=95)
+        store = MessageStore.open({str(fs.mount / "s")!r}, config)
+        for i in range(6000):  # 12,000 index entries: inside the disk the index file got at first
+            assert store.put(Message("T", b"x" * 100, keys=f"k{{i}}"), i % 4).ok
+        assert store.wait_for_dispatch()
+        with open({str(fs.mount / "filler")!r}, "wb", buffering=0) as f:  # the file system is full from here on
+            for chunk in (1 << 20, 4096):
+                try:
+                    while True:
+                        f.write(bytes(chunk))
+                except OSError:
+                    pass
+        for i in range(2000):  # one at a time: each dispatch round writes two entries
+            result = store.put(Message("T", b"y" * 100, keys=f"n{{i}}"), i % 4)
+            if not result.ok:
+                print("refused", result.status)
+                break
+            store.wait_for_dispatch(5)
+        else:
+            print("never refused")
+        os._exit(0)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split()[:2] == ["refused", "SERVICE_NOT_AVAILABLE"], done.stdout

@@ -763,3 +763,15 @@ def test_queue_and_index_files_take_the_disk_their_entries_take(tmp_path):
     assert os.path.getsize(index) == 40 + 4 * 5_000_000 + 20 * 20_000_000
     assert disk(index) <= 40 + 4 * 5_000_000 + (256 << 10) + 4096
     assert disk(root / "commitlog" / f"{0:020d}") == 1 << 20  # the commit log's segments, in full
+
+
+def test_commit_log_segments_keep_their_disk_across_reopens(loop_fs):
+    """A reopened store's current segment stays fully allocated (only files given disk as
+    written are made sparse again when recovery truncates them), on ext4."""
+    root = loop_fs(32).mount / "store"
+    config = StoreConfig(brokerIP1="127.0.0.1", mappedFileSizeCommitLog=1 << 20)
+    with MessageStore.open(root, config) as store:
+        store.put(Message("T", b"x" * 100)).raise_for_status()
+    segment = root / "commitlog" / f"{0:020d}"
+    with MessageStore.open(root, config):  # recovery truncates the segment at the end of its data
+        assert os.stat(segment).st_blocks * 512 == 1 << 20

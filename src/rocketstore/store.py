@@ -497,8 +497,8 @@ class MessageStore:
             with self.reput.lock:  # no dispatch round is writing into a queue being removed
                 gone = self.queues.delete_topics(keep)
                 self.commit_log.forget_topics(set(gone), locked=True)
-        for topic in gone:
-            self.topics.remove(topic)
+            for topic in gone:  # before a put can bring the topic back
+                self.topics.remove(topic)
         return gone
 
     def disk_report(self, now: float | None = None) -> dict[str, object]:

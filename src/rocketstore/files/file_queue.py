@@ -103,7 +103,8 @@ class MappedFileQueue:
                         "or the file does not belong here",
                         found[name],
                     )
-                files.append(MappedFile.open(found[name], offset, self.file_size, self.mode))
+                sparse = self.reserve is not None
+                files.append(MappedFile.open(found[name], offset, self.file_size, self.mode, sparse))
         except BaseException:
             for f in files:
                 f.close()

@@ -95,7 +95,7 @@ def _allocate(fd: int, size: int, reserve: int | None = None) -> None:
                 raise
     os.ftruncate(fd, size)
     if reserve:
-        _reserve_range(fd, 0, reserve)
+        _reserve_range(fd, 0, min(size, _page_end(reserve)))
 
 
 def _reserve_range(fd: int, start: int, end: int) -> None:
@@ -108,6 +108,11 @@ def _reserve_range(fd: int, start: int, end: int) -> None:
 
 
 RESERVE_STEP = 256 << 10  # a file made sparse gets disk this far ahead of its writes
+
+
+def _page_end(pos: int) -> int:
+    """``pos`` rounded up to a whole page: a write fault needs disk for every block of its page."""
+    return -(-pos // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 class MappedFile:
@@ -137,6 +142,7 @@ class MappedFile:
         self.write_buffer: mmap.mmap | bytearray | None = None  # transient store pool buffer, if any
         self.prefaulted = 0  # pages before this position were faulted in ahead of the writer
         self.allocated = file_size  # bytes from the start known to have disk blocks (see reserve)
+        self.sparse = False  # given disk as written (consume queues, index): truncation gives it back
         self._ref_count = 1
         self._available = True
         self._cleanup_over = False
@@ -197,11 +203,15 @@ class MappedFile:
                         os.unlink(leftover)
             raise
         mapped = cls(path, file_from_offset, file_size, mm, fd, mode)
-        mapped.allocated = file_size if reserve is None else min(reserve, file_size)
+        if reserve is not None:
+            mapped.allocated = min(_page_end(reserve), file_size)
+            mapped.sparse = True
         return mapped
 
     @classmethod
-    def open(cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw") -> MappedFile:
+    def open(
+        cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw", sparse: bool = False
+    ) -> MappedFile:
         """An existing segment; its positions start at the full size until recovery sets them."""
         flags = os.O_RDONLY if mode == "cow" else os.O_RDWR
         fd = os.open(path, flags | os.O_CLOEXEC)
@@ -227,6 +237,7 @@ class MappedFile:
         mapped.wrote_position = mapped.committed_position = mapped.flushed_position = file_size
         if mode == "rw":  # it may be sparse (RocketMQ makes its files so): writes reserve first
             mapped.allocated = 0
+            mapped.sparse = sparse
         return mapped
 
     # -- positions -----------------------------------------------------------------------------
@@ -251,7 +262,7 @@ class MappedFile:
         if self.mode != "rw" or pos >= self.file_size or not self.hold():
             return
         try:
-            if self.allocated < self.file_size:  # a file given disk as written: give the rest back
+            if self.sparse:  # a file given disk as written: give the rest back
                 if syscalls.punch_hole(self.fd, pos, self.file_size):
                     self.allocated = min(self.allocated, pos - pos % syscalls.PAGE)
                     return
@@ -296,7 +307,7 @@ class MappedFile:
         if self.mode != "rw" or self.fd < 0:
             self.allocated = self.file_size
             return
-        upto = min(self.file_size, max(end, self.allocated + RESERVE_STEP))
+        upto = min(self.file_size, _page_end(max(end, self.allocated + RESERVE_STEP)))
         _reserve_range(self.fd, self.allocated, upto)
         self.allocated = upto
 

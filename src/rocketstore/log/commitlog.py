@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,20 @@ class AppendResult(tuple):
 
 def _refused(status: PutMessageStatus, detail: str) -> AppendResult:
     return AppendResult((status, -1, 0, -1, 0, None, detail))
+
+
+log = logging.getLogger(__name__)
+
+
+def _reserved(mapped: MappedFile, size: int) -> bool:
+    """Whether the disk blocks for ``size`` more bytes at the wrote position exist or could be had
+    (a segment written elsewhere may be sparse); False when the disk is full."""
+    try:
+        mapped.reserve(mapped.wrote_position + size)
+    except OSError as exc:
+        log.error("no disk space to append to %s: %s", mapped.path, exc)
+        return False
+    return True
 
 
 def too_big_for_segment(total: int, file_size: int) -> str | None:
@@ -129,6 +144,9 @@ class CommitLog:
                 if mapped is None:
                     self.begin_time_in_lock = 0
                     return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+            if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
+                self.begin_time_in_lock = 0
+                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
             key = (topic, queue_id)
             if key not in self.topic_queue_table and self.on_new_queue is not None:
                 self.on_new_queue(key)
@@ -243,8 +261,8 @@ class CommitLog:
                     )
                 )
                 end = pos + total
-                if end > mapped.allocated:  # a segment written elsewhere may be sparse
-                    mapped.reserve(end)
+                if end > mapped.allocated and not _reserved(mapped, total):  # one written elsewhere may be sparse
+                    return -1, -1, born_ts
                 if mapped.write_buffer is None:
                     mapped.mm[pos:end] = data
                     mapped.committed_position = end
@@ -291,6 +309,9 @@ class CommitLog:
                 if mapped is None:
                     self.begin_time_in_lock = 0
                     return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+            if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
+                self.begin_time_in_lock = 0
+                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
             first_queue_offset = self.topic_queue_table.get(key)
             if first_queue_offset is None:
                 first_queue_offset = 0
@@ -329,6 +350,8 @@ class CommitLog:
         pos = mapped.wrote_position
         if pos + total + rec.END_FILE_MIN_BLANK_LENGTH > mapped.file_size:
             left = mapped.file_size - pos
+            if not _reserved(mapped, 8):
+                return None
             mapped.append(rec.blank_record(left))
             if mapped.write_buffer is not None:  # a reused buffer holds old bytes: the file gets zeros
                 mapped.write_buffer[pos + 8 : mapped.file_size] = bytes(left - 8)

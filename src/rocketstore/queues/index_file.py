@@ -68,7 +68,7 @@ class IndexFile:
 
     @classmethod
     def open(cls, path: str, slot_num: int, index_num: int, mode: str) -> IndexFile:
-        mapped = MappedFile.open(path, 0, index_file_size(slot_num, index_num), mode)
+        mapped = MappedFile.open(path, 0, index_file_size(slot_num, index_num), mode, sparse=True)
         return cls(mapped, slot_num, index_num)
 
     def _write_header(self) -> None:
@@ -105,6 +105,7 @@ class IndexFile:
             return 0
         if len(entries) > room:
             entries = entries[:room]
+        self._reserve_for(count, len(entries))
         mm = self.mapped.mm
         slot_num, entries_at = self.slot_num, self._entries_at
         unpack_slot, pack_slot, pack_entry = _INT.unpack_from, _INT.pack_into, ENTRY.pack_into
@@ -129,6 +130,13 @@ class IndexFile:
         self._write_header()
         return len(entries)
 
+    def _reserve_for(self, count: int, n: int) -> None:
+        """Disk for the slot table and ``n`` entries after ``count``, before anything is written:
+        a full disk fails here with ENOSPC (not SIGBUS in a write), the file as it was."""
+        end = self._entries_at + (count + n) * INDEX_SIZE
+        if end > self.mapped.allocated:
+            self.mapped.reserve(end)
+
     def put_keys(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> int:
         """Add entries (index key hash, commit-log offset, store time) in order; returns how many fit."""
         n = min(len(hashes), self.room())
@@ -141,8 +149,7 @@ class IndexFile:
         numbers = count0 + np.arange(n, dtype=np.int64)
         slots = hashes % self.slot_num
 
-        if self.mapped.allocated < self._entries_at:  # a file written elsewhere may be sparse
-            self.mapped.reserve(self._entries_at)
+        self._reserve_for(count0, n)
         slot_table = np.frombuffer(self.mapped.mm, dtype=">i4", count=self.slot_num, offset=INDEX_HEADER_SIZE)
         try:
             current = slot_table[slots].astype(np.int64)

@@ -195,7 +195,9 @@ class GroupCommitService(Service):
                     self._flush_up_to(queue.max_offset())
                 finally:
                     self._flush_done()
-                if time.monotonic() > deadline:  # covered later than promised, or not at all
+                if time.monotonic() > deadline:  # covered later than promised, failed, or not at all
+                    if next_offset <= self._failed_upto and queue.flushed_where < next_offset:
+                        return PutMessageStatus.FLUSH_DISK_FAILED
                     return PutMessageStatus.FLUSH_DISK_TIMEOUT
                 continue
             left = deadline - time.monotonic()
