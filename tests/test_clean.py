@@ -606,3 +606,10 @@ def test_verify_notes_the_records_of_a_deleted_topic(tmp_path: Path) -> None:
     report = verify_store(root, config)
     assert report.ok, report.problems
     assert any("5 records of deleted topics (Gone" in n for n in report.notes)
+    with MessageStore.open(root, config) as store:  # the reopen dispatches Gone's records again
+        assert store.get_max_offset_in_queue("Gone", 0) == 5
+        assert store.delete_topics(["Gone"]) == ["Gone"]
+        assert store.put(Message("Gone", BODY)).queue_offset == 0  # written again, from offset 0
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+    assert any("5 records of deleted topics (Gone" in n for n in report.notes)

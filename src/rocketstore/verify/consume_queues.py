@@ -17,6 +17,7 @@ _PRE_BLANK_SIZE = 0x7FFFFFFF
 def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
     covered = np.zeros(len(log.offsets), dtype=bool)  # records whose unit was found and right
     queue_ends: dict[tuple[int, int], int] = {}
+    queue_starts: dict[tuple[int, int], int] = {}  # where in the log each queue's first unit points
     topic_ids = {t: i for i, t in enumerate(log.topics)}
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
         report.queues += 1
@@ -24,11 +25,14 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
         end = _check_queue(cq, tid, log, covered, report)
         if tid >= 0:
             queue_ends[(tid, queue_id)] = end
+            first = cq.get_unit(cq.min_offset_in_queue())
+            if first is not None and first[0] >= 0:
+                queue_starts[(tid, queue_id)] = first[0]
     # a topic with neither a queue nor a topics.json entry was deleted (clean --delete-topic):
     # its records stay in the log until retention deletes them
     with_queues = {topic for topic, _ in store.queues.table}
     deleted = np.array([t not in with_queues and store.topics.find(t) is None for t in log.topics], dtype=bool)
-    _check_missing(log, covered, queue_ends, report, deleted)
+    _check_missing(log, covered, queue_ends, report, deleted, queue_starts)
 
 
 def _check_queue(cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport) -> int:
@@ -136,18 +140,29 @@ def _check_missing(
     queue_ends: dict[tuple[int, int], int],
     report: VerifyReport,
     deleted: np.ndarray,
+    queue_starts: dict[tuple[int, int], int],
 ) -> None:
-    """Every NOT/COMMIT record must be in its queue at its queue offset (records of ``deleted``
-    topics, by topic id, are noted instead)."""
+    """Every NOT/COMMIT record must be in its queue at its queue offset. Records of ``deleted``
+    topics (by topic id), and records older than their queue's first unit where the topic was
+    deleted and written again (``queue_starts``: the commit-log offset each queue starts at), are
+    noted instead."""
     flags = log.sys_flags & TRANSACTION_ROLLBACK_TYPE
     missing = np.flatnonzero(((flags == 0) | (flags == 8)) & ~covered)
     if len(missing) and len(deleted):
-        of_deleted = deleted[log.topic_ids[missing]]
+        earlier = np.array(
+            [
+                int(o) < queue_starts.get((int(t), int(q)), -1)
+                for o, t, q in zip(log.offsets[missing], log.topic_ids[missing], log.queue_ids[missing], strict=True)
+            ],
+            dtype=bool,
+        )
+        of_deleted = deleted[log.topic_ids[missing]] | earlier
         if of_deleted.any():
             names = sorted({log.topics[int(t)] for t in np.unique(log.topic_ids[missing[of_deleted]])})
             report.note(
-                f"{int(of_deleted.sum())} records of deleted topics ({', '.join(names)}: no consume queue, "
-                "no topics.json entry) stay in the log until retention deletes them"
+                f"{int(of_deleted.sum())} records of deleted topics ({', '.join(names)}: no consume queue and "
+                "no topics.json entry, or records older than the topic's queue written since) stay in the log "
+                "until retention deletes them"
             )
             missing = missing[~of_deleted]
     if not len(missing):
