@@ -7,6 +7,7 @@ would run a round, the test runs the round itself, as the thread does, to stay d
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -277,3 +278,40 @@ def test_a_read_only_open_tries_again_when_a_file_vanishes_under_it(tmp_path: Pa
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "1"]
+
+
+def test_a_service_that_keeps_failing_backs_off_and_logs_less(caplog) -> None:
+    """A round that fails at once (a full disk, say) must neither spin nor flood the log: the
+    pause doubles from the service's interval, and the failure is logged with its traceback the
+    first time, then at 2, 4, 8, ... in a row."""
+    import logging
+    import time
+
+    from rocketstore.services.base import Service
+
+    class Failing(Service):
+        name = "failing"
+
+        def __init__(self) -> None:
+            super().__init__(5)
+            self.started: list[float] = []
+            self.ninth = threading.Event()
+
+        def run_once(self) -> None:
+            self.started.append(time.monotonic())
+            if len(self.started) == 9:
+                self.ninth.set()
+            raise OSError(28, "No space left on device")
+
+    service = Failing()
+    with caplog.at_level(logging.ERROR, logger="rocketstore.services.base"):
+        service.start()
+        try:
+            assert service.ninth.wait(30)
+        finally:
+            service.stop()
+    gaps = [b - a for a, b in itertools.pairwise(service.started)]
+    assert gaps[-1] >= 0.005 * 2**6  # the 8th pause is 64 intervals, not one
+    lines = [r for r in caplog.records if "failing failed" in r.getMessage()]
+    assert [r.exc_info is not None for r in lines][:1] == [True]
+    assert [r.getMessage().split(" times")[0].rsplit(" ", 1)[-1] for r in lines[1:]][:3] == ["2", "4", "8"]

@@ -7,6 +7,7 @@ import logging
 import threading
 
 log = logging.getLogger(__name__)
+MAX_FAILURE_PAUSE = 2.0  # seconds between the rounds of a service that keeps failing
 
 
 class Service(abc.ABC):
@@ -53,8 +54,11 @@ class Service(abc.ABC):
                 self.failures += 1
                 self.last_error = exc
                 self.on_failure(exc)
-            # after a failure rest a full interval: a round that fails at once must not spin
-            pause = max(self.pause_after_run(), self.interval_ms / 1000 if self.failures else 0.0)
+            # after a failure rest: a full interval, doubling while it keeps failing (up to
+            # MAX_FAILURE_PAUSE), so that a round failing at once (a full disk) neither spins nor floods the log
+            interval = self.interval_ms / 1000
+            backoff = max(interval, min(MAX_FAILURE_PAUSE, interval * 2 ** min(self.failures - 1, 16)))
+            pause = max(self.pause_after_run(), backoff if self.failures else 0.0)
             if pause:
                 self._stopped.wait(pause)
 
@@ -67,7 +71,11 @@ class Service(abc.ABC):
         return 0.0
 
     def on_failure(self, exc: BaseException) -> None:
-        log.exception("%s failed (%d in a row)", self.name, self.failures, exc_info=exc)
+        """Log a failure: the first of a run with its traceback, then at 2, 4, 8, ... in a row."""
+        if self.failures == 1:
+            log.exception("%s failed", self.name, exc_info=exc)
+        elif self.failures & (self.failures - 1) == 0:
+            log.error("%s failed %d times in a row: %s", self.name, self.failures, exc)
 
     @abc.abstractmethod
     def run_once(self) -> object:
