@@ -329,3 +329,47 @@ def test_a_full_disk_under_a_sparse_index_file_is_an_error_not_sigbus(loop_fs):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split()[:2] == ["refused", "SERVICE_NOT_AVAILABLE"], done.stdout
+
+
+def test_a_store_whose_segment_has_holes_opens_on_a_full_disk(loop_fs):
+    """RocketMQ's segments are sparse, and copies made with cp --sparse are too. Opening such a
+    store on a full disk cuts its current segment at the end of its data without writing zeros
+    into the holes through the mapping (no disk for them: SIGBUS); the store runs in a child
+    process, so that a SIGBUS shows as its exit signal."""
+    from rocketstore.files import syscalls
+
+    fs = loop_fs(32)
+    root = fs.mount / "s"
+    config = StoreConfig(
+        mappedFileSizeCommitLog=4 << 20,
+        maxHashSlotNum=64,
+        maxIndexNum=4096,
+        brokerIP1="127.0.0.1",
+        cleanResourceInterval=3_600_000,
+    )
+    with MessageStore.open(root, config) as store:
+        for i in range(200):
+            assert store.put(Message("T", b"x" * 100, keys=f"k{i}")).ok
+        end = store.max_phy_offset
+    segment = root / "commitlog" / f"{0:020d}"
+    fd = os.open(segment, os.O_RDWR)
+    try:
+        start = (end // 4096 + 1) * 4096
+        if not syscalls.punch_hole(fd, start, 4 << 20):
+            pytest.skip("this file system cannot punch holes")
+    finally:
+        os.close(fd)
+    with open(fs.mount / "filler", "wb", buffering=0) as f:
+        for chunk in (1 << 20, 4096):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(bytes(chunk))
+    code = (
+        "from rocketstore import MessageStore, StoreConfig\n"
+        f"with MessageStore.open({str(root)!r}, StoreConfig({config.to_dict()!r})) as s:\n"
+        "    print(s.get_max_offset_in_queue('T', 0))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split()[-1] == "200"

@@ -572,3 +572,18 @@ def test_a_killed_rebuilds_work_folder_is_a_note(built: Path) -> None:
     report = verify_store(built, tiny())
     assert report.ok
     assert has(report.notes, ".rebuild-0badc0de", "did not finish")
+
+
+def test_records_a_live_queue_lost_the_head_of_are_problems(tmp_path: Path) -> None:
+    """A queue whose first file is gone (the topic was not deleted) hides its first messages
+    from consumers: those records are problems, not an earlier life of the queue."""
+    root = tmp_path / "store"
+    config = tiny().copy(mappedFileSizeCommitLog=65536)
+    with MessageStore.open(root, config) as store:
+        for i in range(25):
+            store.put(Message("T", b"x" * 50, keys=f"k{i}")).raise_for_status()
+        assert store.wait_for_dispatch()
+    (root / "consumequeue" / "T" / "0" / f"{0:020d}").unlink()  # units 0..9
+    report = verify_store(root, config)
+    assert not report.ok
+    assert sum("not in its consume queue" in p for p in report.problems) == 10

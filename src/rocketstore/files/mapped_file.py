@@ -262,16 +262,18 @@ class MappedFile:
         if self.mode != "rw" or pos >= self.file_size or not self.hold():
             return
         try:
-            if self.sparse:  # a file given disk as written: give the rest back
-                if syscalls.punch_hole(self.fd, pos, self.file_size):
-                    self.allocated = min(self.allocated, pos - pos % syscalls.PAGE)
-                    return
-                self.reserve(self.file_size)  # the zeros below are written through the mapping
-            if not syscalls.zero_range(self.fd, pos, self.file_size):
-                zeros = bytes(1 << 20)
-                for at in range(pos, self.file_size, len(zeros)):
-                    end = min(self.file_size, at + len(zeros))
-                    self.mm[at:end] = zeros[: end - at]
+            # zeros keeping the blocks (a fully allocated file); else zeros giving them back, which
+            # needs no disk (a file given disk as written, or a range with holes on a full disk)
+            if not self.sparse and syscalls.zero_range(self.fd, pos, self.file_size):
+                return
+            if syscalls.punch_hole(self.fd, pos, self.file_size):
+                self.allocated = min(self.allocated, pos - pos % syscalls.PAGE)
+                return
+            self.reserve(self.file_size)  # zeros through the mapping: a full disk is ENOSPC here, not SIGBUS
+            zeros = bytes(1 << 20)
+            for at in range(pos, self.file_size, len(zeros)):
+                end = min(self.file_size, at + len(zeros))
+                self.mm[at:end] = zeros[: end - at]
         finally:
             self.release()
 
@@ -308,7 +310,11 @@ class MappedFile:
             self.allocated = self.file_size
             return
         upto = min(self.file_size, _page_end(max(end, self.allocated + RESERVE_STEP)))
-        _reserve_range(self.fd, self.allocated, upto)
+        try:
+            _reserve_range(self.fd, self.allocated, upto)
+        except OSError:
+            upto = min(self.file_size, _page_end(end))  # no room for the step ahead: just what is needed
+            _reserve_range(self.fd, self.allocated, upto)
         self.allocated = upto
 
     # -- reading -------------------------------------------------------------------------------
