@@ -231,6 +231,8 @@ class CommitLog:
                     if mapped is None:
                         return -1, -1, now
                 pos = mapped.wrote_position
+                if pos + total > mapped.allocated and not _reserved(mapped, total):  # written elsewhere: sparse?
+                    return -1, -1, born_ts
                 queue_offset = get_offset(key)
                 if queue_offset is None:
                     queue_offset = 0
@@ -261,8 +263,6 @@ class CommitLog:
                     )
                 )
                 end = pos + total
-                if end > mapped.allocated and not _reserved(mapped, total):  # one written elsewhere may be sparse
-                    return -1, -1, born_ts
                 if mapped.write_buffer is None:
                     mapped.mm[pos:end] = data
                     mapped.committed_position = end
