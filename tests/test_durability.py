@@ -293,3 +293,17 @@ def test_with_the_pool_nothing_is_dispatched_before_it_is_committed(make_store, 
         got += [m.body[:3] for m in result.messages]
         offset = result.next_begin_offset
     assert got == [b"m%02d" % i for i in range(30)]
+
+
+def test_with_the_pool_waiting_for_dispatch_waits_for_what_was_written(make_store, store_config: StoreConfig) -> None:
+    """wait_for_dispatch covers the puts made before it, committed or not yet: it returned at
+    once while they still sat in the pool's buffer, and a pull right after found nothing."""
+    store = make_store(
+        config=store_config.copy(
+            transientStorePoolEnable=True, transientStorePoolSize=2, commitCommitLogThoroughInterval=3_600_000
+        )
+    )
+    for i in range(3):  # a few hundred bytes: fewer than commitCommitLogLeastPages
+        assert store.put(Message("Pooled", b"m%d" % i)).ok
+    assert store.wait_for_dispatch()
+    assert [m.body for m in store.get_message("g", "Pooled", 0, 0).messages] == [b"m0", b"m1", b"m2"]

@@ -430,6 +430,8 @@ class MessageStore:
         if self.read_only or not self.reput.running:
             self.reput.run_once()
             return self.reput.behind() == 0
+        if self.services.commit is not None:  # what the pool holds reaches the files (and dispatch) now
+            self.services.commit.commit_all_soon()
         self.reput.wake()
         return self.reput.wait_caught_up(timeout)
 

@@ -78,6 +78,11 @@ class CommitRealTimeService(Service):
         self._last_thorough = time.monotonic()
         self.on_committed: Callable[[], None] | None = None  # wakes the reput service
 
+    def commit_all_soon(self) -> None:
+        """Make the next round a thorough one (everything written, however few pages), now."""
+        self._last_thorough = float("-inf")
+        self.wake()
+
     def run_once(self, least_pages: int | None = None) -> bool:
         """Commit what is ready; True when nothing advanced."""
         self.interval_ms = self.config.commit_interval_commit_log

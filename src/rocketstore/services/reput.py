@@ -157,8 +157,9 @@ class ReputService(Service):
     def wait_caught_up(self, timeout: float | None = None) -> bool:
         """Block until everything in the log when called is dispatched (records put meanwhile
         are not waited for); False on timeout, or if the service stops short of it. (Under
-        SYNC_FLUSH that takes the flush too: nothing past the flushed offset is dispatched.)"""
-        target = self.commit_log.max_offset()
+        SYNC_FLUSH that takes the flush too: nothing past the flushed offset is dispatched; with
+        the transient store pool, the commit: written bytes count, not only committed ones.)"""
+        target = self.commit_log.queue.max_wrote_offset()
         with self._progress:
             return (
                 self._progress.wait_for(lambda: self.reput_from >= target or not self.running, timeout)
