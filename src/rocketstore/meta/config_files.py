@@ -417,12 +417,9 @@ class TopicConfigManager(ConfigFile):
 
     def batch_cq_topics(self) -> list[str]:
         """Topics whose ``queue.type`` attribute (RocketMQ 5) asks for a BatchCQ consume queue."""
-        return [
-            topic
-            for topic, cfg in self.topic_config_table.items()
-            if isinstance(cfg.get("attributes"), dict)
-            and any(cfg["attributes"].get(k) == "BatchCQ" for k in ("queue.type", "+queue.type"))
-        ]
+        attrs = {topic: cfg.get("attributes") for topic, cfg in self.topic_config_table.items()}
+        kinds = ("queue.type", "+queue.type")
+        return [t for t, a in attrs.items() if isinstance(a, dict) and "BatchCQ" in map(a.get, kinds)]
 
     def topics(self) -> list[str]:
         """Topic names, in table order."""
