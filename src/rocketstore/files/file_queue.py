@@ -38,8 +38,7 @@ class MappedFileQueue:
         size_setting: str = "mappedFileSizeCommitLog",
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
-        writable = {os.path.realpath(p) for p in self.paths}
-        self.read_only_paths = [p for p in read_only_paths or [] if os.path.realpath(p) not in writable]
+        self.read_only_paths = list(read_only_paths or [])  # StoreConfig.commit_log_read_only_paths
         self.file_size = file_size
         self.mode = mode
         self.files: list[MappedFile] = []
@@ -95,16 +94,8 @@ class MappedFileQueue:
                         f"a gap: the previous segment {files[-1].file_name} ends at {files[-1].end_offset}",
                         found[name],
                     )
-                size = os.path.getsize(found[name])
-                if size != self.file_size:
-                    raise CorruptStoreError(
-                        f"the file is {size} bytes, {self.size_setting} says {self.file_size}: set "
-                        f"{self.size_setting}={size} if that is the store's (--set {self.size_setting}={size}), "
-                        "or the file does not belong here",
-                        found[name],
-                    )
                 sparse = self.reserve is not None
-                files.append(MappedFile.open(found[name], offset, self.file_size, self.mode, sparse))
+                files.append(MappedFile.open(found[name], offset, self.file_size, self.mode, sparse, self.size_setting))
         except BaseException:
             for f in files:
                 f.close()

@@ -86,16 +86,8 @@ def _allocate(fd: int, size: int, reserve: int | None = None) -> None:
     """Make the file ``size`` bytes long with its first ``reserve`` bytes (all by default) given
     disk (ENOSPC now, not SIGBUS on a write later); the rest, or all where the file system cannot
     allocate, sparse."""
-    if reserve is None or reserve >= size:
-        try:
-            os.posix_fallocate(fd, 0, size)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                raise
     os.ftruncate(fd, size)
-    if reserve:
-        _reserve_range(fd, 0, min(size, _page_end(reserve)))
+    _reserve_range(fd, 0, size if reserve is None else min(size, _page_end(reserve)))
 
 
 def _reserve_range(fd: int, start: int, end: int) -> None:
@@ -210,17 +202,26 @@ class MappedFile:
 
     @classmethod
     def open(
-        cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw", sparse: bool = False
+        cls,
+        path: str,
+        file_from_offset: int,
+        file_size: int,
+        mode: str = "rw",
+        sparse: bool = False,
+        size_setting: str | None = None,
     ) -> MappedFile:
-        """An existing segment; its positions start at the full size until recovery sets them."""
+        """An existing segment; its positions start at the full size until recovery sets them.
+        A file of another size is a CorruptStoreError naming ``size_setting`` when given."""
         flags = os.O_RDONLY if mode == "cow" else os.O_RDWR
         fd = os.open(path, flags | os.O_CLOEXEC)
         try:
             actual = os.fstat(fd).st_size
             if actual != file_size:
+                setting = size_setting or "the size setting"
+                hint = f" (--set {size_setting}={actual})" if size_setting else ""
                 raise CorruptStoreError(
-                    f"file is {actual} bytes, the configured size is {file_size} "
-                    "(a wrong file size setting, or a file that does not belong here)",
+                    f"the file is {actual} bytes, {setting} says {file_size}: set {setting}={actual} if that "
+                    f"is the store's{hint}, or the file does not belong here",
                     path,
                 )
             if mode == "cow":
