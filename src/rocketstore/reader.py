@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import operator
 import os
 from collections.abc import Iterable
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.ids import decode_offset_msg_id, java_hash
-from rocketstore.codec.message import StoredMessage
+from rocketstore.codec.message import StoredMessage, as_int
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError
@@ -31,19 +30,18 @@ except (ValueError, OSError):  # pragma: no cover
 
 
 def _check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> list:
-    """The values of ``name=(value, type)``, integers as Python ints (numpy's too; not a bool);
-    InvalidArgumentError for a value not of its type (None passes where ``type(None)`` is given)."""
+    """The values of ``name=(value, type)``, integers as Python ints (``as_int``: numpy's too,
+    not a bool); InvalidArgumentError for a value not of its type (None passes where
+    ``type(None)`` is given)."""
     out = []
     for name, (value, kind) in given.items():
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if (value is None and type(None) in kinds) or (str in kinds and type(value) is str):
             out.append(value)
-            continue
-        if int in kinds and type(value) is not bool and hasattr(type(value), "__index__"):
-            out.append(operator.index(value))  # type: ignore[call-overload]
-            continue
-        wanted = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
-        raise InvalidArgumentError(f"{call}: {name} must be {wanted}, not {value!r}")
+        elif int in kinds:
+            out.append(as_int(f"{call}: {name}", value, InvalidArgumentError))
+        else:
+            raise InvalidArgumentError(f"{call}: {name} must be a {kinds[0].__name__}, not {value!r}")
     return out
 
 

@@ -53,6 +53,11 @@ def _well_formed(text: str, props: dict[str, str]) -> bool:
     return text.count("\x01") == n and text.count("\x02") == n - 1 and all(props) and all(props.values())
 
 
+def _not_a_level(text: str) -> PutResult:
+    """The refusal of a DELAY that Java's Integer.parseInt does not read."""
+    return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
+
+
 def _waits(properties: dict[str, str] | None) -> bool:
     """Whether a put waits for its flush (and replication): not when the batch says WAIT=false."""
     return not properties or properties.get(WAIT) != "false"
@@ -138,8 +143,7 @@ class MessagePreparer:
             text = f"{text}\x02{extra_props}"
         topic = message.topic
         if topic == SCHEDULE_TOPIC and DELAY in props and java_int(props[DELAY]) is None:
-            # RocketMQ parses it when it reads the record back: it would end the log here
-            return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {props[DELAY]!r}")
+            return _not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
         topic_bytes = self._topic_bytes.get(topic)
         if topic_bytes is None:
             topic_bytes = self._topic_bytes[topic] = topic.encode("utf-8")
@@ -192,7 +196,7 @@ class MessagePreparer:
         text = props[DELAY]
         level = java_int(text)
         if level is None:
-            return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
+            return _not_a_level(text)
         if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
             return message, queue_id
         level = min(level, len(self.delay_millis))
@@ -420,29 +424,30 @@ class MessageWriter(MessagePreparer):
         )
         if result[0] is not _PUT_OK:
             return PutResult.refused(result[0], result[6])
-        status = _PUT_OK
-        if self.flush_handler is not None:
-            if wait:
-                status = self.flush_handler(result)
-            elif self.flush_wake is not None:
-                self.flush_wake()
+        status = self._flushed(result, wait)
         return PutResult(
             (status, result[1], result[3], result[4], result[2], len(bodies), result[5], self.store_host, uniqs, "")
         )
+
+    def _flushed(self, result: AppendResult, wait: bool) -> PutMessageStatus:
+        """The status of appended records once the flush (and replication) they wait for is done;
+        a producer may ask not to wait (WAIT=false): the flush is only woken then."""
+        if self.flush_handler is None:
+            return _PUT_OK
+        if wait:
+            return self.flush_handler(result)
+        if self.flush_wake is not None:
+            self.flush_wake()
+        return _PUT_OK
 
     def _append(
         self, topic: str, queue_id: int, items: list[tuple], messages: Sequence[Message], wait: bool = True
     ) -> PutResult:
         result = self.commit_log.append(topic, queue_id, items)
-        status = result[0]
-        if status is not _PUT_OK:
-            return PutResult.refused(status, result[6])
-        if self.flush_handler is not None:
-            # a producer may ask not to wait (WAIT=false): the flush is only woken
-            if wait and not any(m._props is not None and m._props.get(WAIT) == "false" for m in messages):
-                status = self.flush_handler(result)
-            elif self.flush_wake is not None:
-                self.flush_wake()
+        if result[0] is not _PUT_OK:
+            return PutResult.refused(result[0], result[6])
+        wait = wait and not any(m._props is not None and m._props.get(WAIT) == "false" for m in messages)
+        status = self._flushed(result, wait)
         return PutResult(
             (
                 status,

@@ -32,8 +32,8 @@ JAVA_INT = (-(2**31), 2**31 - 1)
 JAVA_LONG = (-(2**63), 2**63 - 1)
 
 
-def as_int(name: str, value: object) -> int:
-    """``value`` as a Python int: any integer (numpy's too) but a bool; InvalidMessageError else."""
+def as_int(name: str, value: object, error: type[Exception] = InvalidMessageError) -> int:
+    """``value`` as a Python int: any integer (numpy's too) but a bool; ``error`` else."""
     if type(value) is int:
         return value
     if type(value) is not bool:
@@ -41,7 +41,7 @@ def as_int(name: str, value: object) -> int:
             return operator.index(value)  # type: ignore[arg-type]
         except TypeError:
             pass
-    raise InvalidMessageError(f"{name} must be an integer, not {value!r}")
+    raise error(f"{name} must be an integer, not {value!r}")
 
 
 def check_range(name: str, value: object, bounds: tuple[int, int], given: object = None) -> int:

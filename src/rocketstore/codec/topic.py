@@ -2,8 +2,8 @@
 
 A valid topic matches ``^[%|a-zA-Z0-9_-]+$`` and is at most 127 characters long (255 for
 ``%RETRY%`` topics, as RocketMQ 5's checkBeforePutMessage allows; not for ``%DLQ%`` ones), so no
-topic can name a parent directory, an absolute path or a hidden file. Consumer group names follow the same characters,
-up to 255 (Validators.checkGroup).
+topic can name a parent directory, an absolute path or a hidden file. Consumer group names
+follow the same characters, up to 255 (Validators.checkGroup).
 """
 
 from __future__ import annotations
