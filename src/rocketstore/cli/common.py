@@ -268,6 +268,13 @@ def lock_holder(root: str) -> int | None:
     return None
 
 
+def describe_holder(pid: int | None) -> str:
+    """Who holds a store's lock, for a message: ``lock_holder``'s pid in words."""
+    if pid == os.getpid():
+        return "this process"
+    return f"another process (pid {pid})" if pid is not None and pid > 0 else "another process"
+
+
 def queue_topics(root: str) -> list[str]:
     """The topics STORE has consume queues for, as its ``consumequeue/`` folder lists them."""
     queues = os.path.join(root, "consumequeue")

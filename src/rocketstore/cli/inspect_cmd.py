@@ -12,6 +12,7 @@ from rich.table import Table
 from rocketstore.cli.common import (
     Common,
     cell,
+    describe_holder,
     kv_table,
     lock_holder,
     open_store,
@@ -94,9 +95,7 @@ def _last_exit(info: dict[str, Any]) -> str:
     file says it crashed only when no process holds the lock."""
     holder = info["lockHeldBy"]
     if holder is not None:
-        who = (
-            "this process" if holder == os.getpid() else "another process" + (f" (pid {holder})" if holder > 0 else "")
-        )
+        who = describe_holder(holder)
         return f"in use: {who} has it open (holds the lock; abort is there until it shuts down)"
     return "ok (no abort file)" if info["lastExitOk"] else "abnormal (abort file present)"
 

@@ -19,6 +19,7 @@ from rocketstore.cli.common import (
     CommandError,
     Common,
     check_commit_log,
+    describe_holder,
     is_inside,
     kv_table,
     lock_holder,
@@ -89,17 +90,10 @@ def _check_unlocked(root: str) -> None:
         lock.acquire()
     except StoreLockedError:
         raise CommandError(
-            f"{root} is in use: {_holder(root)} holds its lock ({lock.path}); stop it (a broker, or a "
-            "program with the store open) before rebuilding"
+            f"{root} is in use: {describe_holder(lock_holder(root))} holds its lock ({lock.path}); "
+            "stop it (a broker, or a program with the store open) before rebuilding"
         ) from None
     lock.release()
-
-
-def _holder(root: str) -> str:
-    pid = lock_holder(root)
-    if pid == os.getpid():
-        return "this process"
-    return f"another process (pid {pid})" if pid is not None and pid > 0 else "another process"
 
 
 @click.group("spark")
