@@ -13,10 +13,12 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
+from rocketstore.errors import InvalidTopicError
 from rocketstore.results import GetMessageStatus, PutMessageStatus
 from rocketstore.running_flags import DISK_FULL
 from rocketstore.verify import verify_store
@@ -406,6 +408,23 @@ def test_delete_topics_and_clean_unused_topics(tmp_path: Path) -> None:
         assert r.queue_offset == 0
     topics = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())["topicConfigTable"]
     assert "AlsoDrop" not in topics and "KeepMe" in topics
+
+
+def test_the_schedule_and_transaction_op_topics_are_never_removed(tmp_path: Path) -> None:
+    """cleanUnusedTopic keeps SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_OP_HALF_TOPIC whatever the keep
+    set says (pending delayed messages live there); deleting them by name is refused."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        store.services.schedule.stop()
+        later = store.put(Message("Orders", BODY, properties={"DELAY": "2"}), 0)
+        store.put(Message("RMQ_SYS_TRANS_OP_HALF_TOPIC", BODY), 0)
+        assert store.wait_for_dispatch()
+        assert store.clean_unused_topics({"Orders"}) == []
+        with pytest.raises(InvalidTopicError, match="SCHEDULE_TOPIC_XXXX"):
+            store.delete_topics(["SCHEDULE_TOPIC_XXXX", "Orders"])
+        assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 1) == 1
+        store.services.schedule.run_once(now=later.store_timestamp + 60_000)
+        assert store.wait_for_dispatch()
+        assert store.get_max_offset_in_queue("Orders", 0) == 1  # the delayed message came due and was delivered
 
 
 def test_inspect_shows_disk_ratios_and_the_next_deletion(tmp_path: Path) -> None:

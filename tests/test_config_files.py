@@ -475,7 +475,7 @@ def test_subscription_group_533_file_is_kept_byte_exact(tmp_path) -> None:
     mgr = SubscriptionGroupManager(path)
     assert mgr.load() is True
     assert mgr.find(GROUP)["groupRetryPolicy"] == {"type": "CUSTOMIZED"}  # type: ignore[index]
-    assert mgr.retry_max_times(GROUP) == 16
+    assert mgr.setting(GROUP, "retryMaxTimes") == 16
     assert mgr.encode() == SUBSCRIPTION_GROUP_533
     mgr.persist()
     assert _read(path) == SUBSCRIPTION_GROUP_533
@@ -540,7 +540,7 @@ def test_missing_fields_take_java_defaults(tmp_path) -> None:
     _write(groups, '{"subscriptionGroupTable":{"G":{"retryMaxTimes":3}}}')
     sub = SubscriptionGroupManager(groups)
     sub.load()
-    assert sub.retry_max_times("G") == 3
+    assert sub.setting("G", "retryMaxTimes") == 3
     assert sub.find("G")["consumeEnable"] is True  # type: ignore[index]
 
 
@@ -636,18 +636,18 @@ def test_subscription_group_api(tmp_path) -> None:
     path = tmp_path / "subscriptionGroup.json"
     mgr = SubscriptionGroupManager(path)
     assert mgr.find("g") is None
-    assert mgr.retry_max_times("g") == 16
+    assert mgr.setting("g", "retryMaxTimes") == 16
     first = mgr.ensure("g")
     counter = mgr.data_version["counter"]
     assert mgr.ensure("g") == first
     assert mgr.data_version["counter"] == counter
     mgr.subscription_group_table["g"]["retryMaxTimes"] = 2
-    assert mgr.retry_max_times("g") == 2
+    assert mgr.setting("g", "retryMaxTimes") == 2
     mgr.persist()
     again = SubscriptionGroupManager(path)
     again.load()
     assert again.subscription_group_table == mgr.subscription_group_table
-    assert again.retry_max_times("g") == 2
+    assert again.setting("g", "retryMaxTimes") == 2
 
 
 def test_not_writable_persist_is_a_no_op(tmp_path) -> None:

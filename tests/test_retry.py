@@ -125,3 +125,35 @@ def test_a_group_whose_dead_letter_topic_is_too_long_is_refused_before_anything_
     with pytest.raises(InvalidTopicError):
         store.send_back(group, first.commit_log_offset, delay_level=-1)
     assert group not in store.subscription_groups.subscription_group_table
+
+
+def test_a_sent_back_message_gets_no_unique_key_the_broker_never_gives(store: MessageStore) -> None:
+    """RocketMQ's consumerSendMsgBack copies the original's properties: a message stored without
+    a UNIQ_KEY is retried and dead-lettered without one."""
+    put = store.put_as_is(Message("Orders", b"bare", tags="TagA"), 0)
+    original = store.look_message_by_offset(put.commit_log_offset)
+    assert original.uniq_key is None
+    for level in (0, -1):
+        result = store.send_back("G", original, delay_level=level)
+        assert store.look_message_by_offset(result.commit_log_offset).uniq_key is None
+
+
+def test_retries_spread_over_the_groups_retry_queues(store: MessageStore) -> None:
+    """A retry goes to a random one of the group's retryQueueNums queues (the topic gets that
+    many); a group with none sends nothing back, as RocketMQ stores nothing for it."""
+    store.subscription_groups.ensure("Wide")
+    store.subscription_groups.subscription_group_table["Wide"]["retryQueueNums"] = 4
+    original = store.look_message_by_offset(store.put(Message("Orders", b"x"), 0).commit_log_offset)
+    queues = set()
+    for _ in range(64):
+        record = store.look_message_by_offset(store.send_back("Wide", original).commit_log_offset)
+        queues.add(record.properties["REAL_QID"])
+    assert queues == {"0", "1", "2", "3"}
+    assert store.topics.topic_config_table["%RETRY%Wide"]["writeQueueNums"] == 4
+    dead = store.look_message_by_offset(store.send_back("Wide", original, delay_level=-1).commit_log_offset)
+    assert (dead.topic, dead.queue_id) == ("%DLQ%Wide", 0)
+    store.subscription_groups.ensure("None")
+    store.subscription_groups.subscription_group_table["None"]["retryQueueNums"] = 0
+    refused = store.send_back("None", original)
+    assert refused.status == PutMessageStatus.MESSAGE_ILLEGAL and "retryQueueNums" in refused.detail
+    assert "%RETRY%None" not in store.topics.topic_config_table

@@ -98,6 +98,11 @@ def test_delay_rules_on_put(make_store) -> None:
     store = make_store()
     _stopped(store)
     assert store.put(_delayed(level="0"), 1).queue_offset == 0
+    kept = store.put(_delayed(level="03"), 1)  # a level in range keeps the producer's text, as RocketMQ
+    assert store.look_message_by_offset(kept.commit_log_offset).properties["DELAY"] == "03"
+    capped = store.put(_delayed(level="40"), 1)  # over the highest level: set to it
+    record = store.look_message_by_offset(capped.commit_log_offset)
+    assert (record.properties["DELAY"], record.queue_id) == ("18", 17)
     bad = store.put(_delayed(level="soon"), 1)
     assert bad.status == PutMessageStatus.MESSAGE_ILLEGAL and "DELAY" in bad.detail
     assert store.put(Message("Orders", b"x"), 1).queue_offset == 1
@@ -109,7 +114,7 @@ def test_delay_rules_on_put(make_store) -> None:
     assert batch.status == PutMessageStatus.MESSAGE_ILLEGAL
     store.wait_for_dispatch()
     assert store.get_max_offset_in_queue("Orders", 1) == 2
-    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 1
+    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 2
 
 
 def test_levels_deliver_in_their_own_time(make_store, store_config) -> None:
@@ -300,3 +305,51 @@ def test_level_table(levels: str) -> None:
     millis = delay_level_millis(levels)
     assert len(millis) == len(levels.split())
     assert millis[-1] in (7_200_000, 500_000)
+
+
+def test_an_offset_past_the_queue_end_goes_back_to_it(make_store, store_config) -> None:
+    """A level's offset past its queue's end (the queue made again: rebuilt, say) is reset to the
+    end, as RocketMQ's executeOnTimeup does, and the messages put after it are delivered."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1s 2s"))
+    service = _stopped(store)
+    store.put(_delayed(level="1"), 1)
+    store.delay_offsets.set(1, 7)
+    store.wait_for_dispatch()
+    service.run_once(now=2**62)
+    assert store.delay_offsets.get(1) == 1
+    for _ in range(2):
+        store.put(_delayed(level="1"), 1)
+    store.wait_for_dispatch()
+    assert service.run_once(now=2**62) == 2
+    assert store.delay_offsets.get(1) == 3
+
+
+def test_a_negative_tags_code_is_a_past_delivery_time(make_store, store_config) -> None:
+    """Only tags codes at or below Integer.MIN_VALUE - 1 are ext-file addresses (isExtAddr); a
+    schedule unit holding a negative tag hash (no DELAY in its record) is due at once."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1s 30s"))
+    service = _stopped(store)
+    tag = next(t for t in (f"Tag{i}" for i in range(1000)) if tags_code(t) < 0)
+    properties = {"REAL_TOPIC": "Orders", "REAL_QID": "1"}
+    put = store.put_as_is(Message(SCHEDULE_TOPIC, b"now", tags=tag, properties=properties), 1)
+    store.wait_for_dispatch()
+    assert service.run_once(now=put.store_timestamp + 100) == 1
+    assert [m.body for m in _real(store).messages] == [b"now"]
+
+
+def test_verify_accepts_delivery_times_of_an_earlier_level_table(tmp_path: Path, store_config: StoreConfig) -> None:
+    """A schedule unit keeps the delivery time its level had when it was written; after the
+    operator changes messageDelayLevel, verify notes those units instead of calling them damage."""
+    path = tmp_path / "store"
+    with MessageStore.open(path, store_config.copy(messageDelayLevel="1s 60s")) as store:
+        _stopped(store)
+        store.put(_delayed(level="2"), 1)
+    changed = store_config.copy(messageDelayLevel="1s 90s")
+    report = verify_store(path, changed)
+    assert report.ok, report.problems
+    assert any("messageDelayLevel" in note for note in report.notes)
+    unit = path / "consumequeue" / SCHEDULE_TOPIC / "1" / f"{0:020d}"
+    with open(unit, "r+b") as f:  # a delivery time before the record's store time is still wrong
+        f.seek(12)
+        f.write((1).to_bytes(8, "big"))
+    assert not verify_store(path, changed).ok

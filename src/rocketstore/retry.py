@@ -7,12 +7,14 @@ schedule topic), or, once it has been retried ``maxReconsumeTimes`` times, in ``
 
 from __future__ import annotations
 
+import random
+
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from rocketstore.meta.config_files import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
 
-RETRY_QUEUE_NUMS = 1  # retryQueueNums of a subscription group
-DLQ_NUMS_PER_GROUP = 1
+DLQ_NUMS_PER_GROUP = 1  # a dead-letter topic has one queue
 FIRST_RETRY_LEVEL = 3  # the first retry waits delay level 3 (10 s with the default table)
 
 
@@ -27,27 +29,41 @@ def dlq_topic(group: str) -> str:
 
 
 def send_back_message(
-    original: StoredMessage, group: str, max_reconsume_times: int, delay_level: int = 0
-) -> tuple[Message, int]:
-    """The message (and queue) RocketMQ's ``consumerSendMsgBack`` stores for ``original``.
+    original: StoredMessage,
+    group: str,
+    groups: SubscriptionGroupManager,
+    max_reconsume_times: int | None = None,
+    delay_level: int = 0,
+) -> tuple[Message, int, int] | None:
+    """The message, queue id and queue count of its topic that RocketMQ's ``consumerSendMsgBack``
+    stores for ``original``; None if the group has no retry queue (``retryQueueNums`` <= 0).
 
     Same body, flag, sysFlag and born information; the store's own host; ``reconsumeTimes`` + 1;
     ``RETRY_TOPIC`` (the first topic) and ``ORIGIN_MESSAGE_ID`` (the first msgId) kept across
-    retries; ``WAIT=false``, as the broker sets it. Past ``max_reconsume_times``, or for a
-    negative ``delay_level``, the dead-letter topic with ``DELAY=0``; otherwise the retry topic
-    with ``DELAY`` = ``delay_level`` or 3 + reconsumeTimes.
+    retries; ``WAIT=false``, as the broker sets it. Once reconsumeTimes reaches
+    ``max_reconsume_times`` (None: the group's ``retryMaxTimes``; -1: 16), or for a negative
+    ``delay_level``, queue 0 of the dead-letter topic with ``DELAY=0``; otherwise one of the
+    group's ``retryQueueNums`` queues of the retry topic, at random, with ``DELAY`` =
+    ``delay_level`` or 3 + reconsumeTimes.
     """
+    retry_queue_nums = groups.setting(group, "retryQueueNums")
+    if retry_queue_nums <= 0:
+        return None
+    if max_reconsume_times is None:
+        max_reconsume_times = groups.setting(group, "retryMaxTimes")
+    elif max_reconsume_times < 0:
+        max_reconsume_times = DEFAULT_RETRY_MAX_TIMES
     props = dict(original.properties)
     if RETRY_TOPIC not in props:
         props[RETRY_TOPIC] = original.topic
     if original.reconsume_times >= max_reconsume_times or delay_level < 0:
-        topic = dlq_topic(group)
+        topic, queue_id, queue_nums = dlq_topic(group), 0, DLQ_NUMS_PER_GROUP
         props[DELAY] = "0"
     else:
-        topic = retry_topic(group)
+        topic, queue_id, queue_nums = retry_topic(group), random.randrange(retry_queue_nums), retry_queue_nums
         props[DELAY] = str(delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times)
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         props[ORIGIN_MESSAGE_ID] = original.msg_id
     props[WAIT] = "false"  # RocketMQ's broker does not wait for a flush of a sent-back message
     message = original.copy_to(topic, props, reconsume_times=original.reconsume_times + 1)
-    return message, 0
+    return message, queue_id, queue_nums

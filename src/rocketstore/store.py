@@ -15,11 +15,12 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.topic import validate_group, validate_topic
+from rocketstore.codec.topic import NEVER_REMOVED, validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis, refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     FlushError,
+    InvalidTopicError,
     MessageNotFoundError,
     ReadOnlyStoreError,
     RocketStoreError,
@@ -31,7 +32,6 @@ from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.recovery import RecoveryReport, recover
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.config_files import (
-    DEFAULT_RETRY_MAX_TIMES,
     ConsumerOffsetManager,
     DelayOffsetManager,
     SubscriptionGroupManager,
@@ -44,7 +44,7 @@ from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
-from rocketstore.retry import RETRY_QUEUE_NUMS, send_back_message
+from rocketstore.retry import send_back_message
 from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
@@ -289,7 +289,7 @@ class MessageStore:
         This is how ``rocketstore import`` keeps messages as they were."""
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
-        return self.writer.put_general(message, queue_id, schedule=False)
+        return self.writer.put_general(message, queue_id, schedule=False, new_uniq=False)
 
     # -- delayed messages, retry and dead letters ----------------------------------------------------
     def send_back(
@@ -308,7 +308,9 @@ class MessageStore:
         ``delay_level`` (0: 3 + reconsumeTimes); once ``reconsumeTimes`` reaches
         ``max_reconsume_times`` (None: the group's ``retryMaxTimes``, 16 unless
         ``subscriptionGroup.json`` says otherwise; -1: 16) or ``delay_level`` < 0, it goes to
-        ``%DLQ%<group>``. The group and the topics are created if missing.
+        ``%DLQ%<group>``. A retry goes to one of the group's ``retryQueueNums`` queues, at
+        random; a group with none sends nothing back (refused). The group and the topics are
+        created if missing.
         """
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
@@ -319,15 +321,16 @@ class MessageStore:
             original = self.look_message_by_offset(int(message))
             if original is None:
                 raise MessageNotFoundError(f"no message at commit-log offset {message}")
-        if max_reconsume_times is None:
-            max_reconsume_times = self.subscription_groups.retry_max_times(group)
-        elif max_reconsume_times < 0:
-            max_reconsume_times = DEFAULT_RETRY_MAX_TIMES
-        again, queue_id = send_back_message(original, group, max_reconsume_times, delay_level)
+        planned = send_back_message(original, group, self.subscription_groups, max_reconsume_times, delay_level)
+        if planned is None:  # RocketMQ answers success and stores nothing
+            return PutResult.refused(
+                PutMessageStatus.MESSAGE_ILLEGAL, f"group {group} has no retry queue (retryQueueNums <= 0)"
+            )
+        again, queue_id, queue_nums = planned
         self.subscription_groups.ensure(group)  # after the checks: a refused group leaves no entry
-        if self.topics.ensure(again.topic, queue_id, queue_nums=RETRY_QUEUE_NUMS):
+        if self.topics.ensure(again.topic, queue_id, queue_nums=queue_nums):
             self.topics.persist()
-        return self.writer.put_general(again, queue_id)
+        return self.writer.put_general(again, queue_id, new_uniq=False)  # a UNIQ_KEY is the client's to give
 
     def schedule_report(self, now: int | None = None) -> list[dict[str, object]]:
         """Delayed messages per level: delivered offset, queue end, lag and when the next is due."""
@@ -482,11 +485,14 @@ class MessageStore:
         cleaned) and their entries in topics.json; the topics that had queues."""
         self._readable()
         doomed = set(topics)
+        if doomed & NEVER_REMOVED:
+            raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
         keep = {topic for topic in self.queues.topics() if topic not in doomed}
         return self.clean_unused_topics(keep)
 
     def clean_unused_topics(self, keep: Iterable[str]) -> list[str]:
-        """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``."""
+        """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``
+        (but the schedule and transaction-op topics')."""
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
         self._readable()

@@ -199,9 +199,10 @@ class MessagePreparer:
             return _not_a_level(text)
         if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
             return message, queue_id
-        level = min(level, len(self.delay_millis))
         delayed = dict(props)
-        delayed[DELAY] = str(level)
+        if level > len(self.delay_millis):  # capped; a level in range keeps the producer's text ("03")
+            level = len(self.delay_millis)
+            delayed[DELAY] = str(level)
         delayed[REAL_TOPIC] = message.topic
         delayed[REAL_QID] = str(queue_id)
         return message.with_topic(SCHEDULE_TOPIC, delayed), level - 1
@@ -304,20 +305,22 @@ class MessageWriter(MessagePreparer):
         return put
 
     def put_general(
-        self, message: Message, queue_id: int = 0, *, schedule: bool = True, wait: bool = True
+        self, message: Message, queue_id: int = 0, *, schedule: bool = True, wait: bool = True, new_uniq: bool = True
     ) -> PutResult:
         """Any put: checks, refusals, and messages the fast path does not take.
 
         With ``schedule`` a message asking for a ``DELAY`` level goes to ``SCHEDULE_TOPIC_XXXX``
         first (spec 17.1); without it the message is stored as given (import, redelivery).
         ``wait=False`` does not wait for a SYNC flush, as a ``WAIT=false`` property does not.
+        ``new_uniq=False`` gives no ``UNIQ_KEY`` to a message without one (the store's own puts
+        of stored messages: a producer's client gives it, never the broker).
         """
         if self.refusal is not None:
             return self.refusal()
         placed = self.placed(message, queue_id, schedule=schedule)
         if type(placed) is PutResult:
             return placed
-        return self._put_prepared(*placed, wait, new_uniq=schedule)
+        return self._put_prepared(*placed, wait, new_uniq=new_uniq)
 
     def _topic_head(self, topic: str) -> bytes | None:
         """The topic length byte and topic of V1 records (cached), None for a topic needing V2."""

@@ -35,6 +35,9 @@ SYSTEM_TOPICS = frozenset(
     }
 )
 
+# cleanUnusedTopic never removes these queues: they hold delayed and transaction messages
+NEVER_REMOVED = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+
 
 def validate_topic(topic: object) -> str:
     """Return ``topic`` if RocketMQ accepts it as a topic name, else raise InvalidTopicError."""

@@ -67,7 +67,7 @@ _GROUP_DEFAULTS: dict[str, Any] = {
     "whichBrokerWhenConsumeSlowly": 1,
 }
 _GROUP_INT_FIELDS = ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly")
-DEFAULT_RETRY_MAX_TIMES = 16
+DEFAULT_RETRY_MAX_TIMES = _GROUP_DEFAULTS["retryMaxTimes"]
 
 
 # ------------------------------------------------------------------------------------ file handling
@@ -590,10 +590,8 @@ class SubscriptionGroupManager(ConfigFile):
                 _next_version(self.data_version)
             return copy.deepcopy(cfg)
 
-    def retry_max_times(self, group: str) -> int:
-        """``retryMaxTimes`` of ``group``; 16 if the group is unknown."""
+    def setting(self, group: str, name: str) -> int:
+        """The int setting ``name`` (``retryMaxTimes``, ``retryQueueNums``) of ``group``; its
+        default (16, 1) if the group is unknown."""
         with self._lock:
-            cfg = self.subscription_group_table.get(group)
-            if cfg is None:
-                return DEFAULT_RETRY_MAX_TIMES
-            return int(cfg.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES))
+            return int(self.subscription_group_table.get(group, _GROUP_DEFAULTS).get(name, _GROUP_DEFAULTS[name]))

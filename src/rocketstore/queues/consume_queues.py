@@ -7,6 +7,7 @@ import os
 import shutil
 import threading
 
+from rocketstore.codec.topic import NEVER_REMOVED
 from rocketstore.queues.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,9 @@ class ConsumeQueueStore:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def delete_topics(self, keep: set[str]) -> list[str]:
-        """Remove the queues of every topic not in ``keep`` (cleanUnusedTopic)."""
-        gone = sorted({t for t, _ in self.table if t not in keep})
+        """Remove the queues of every topic not in ``keep`` (cleanUnusedTopic), but never the
+        schedule topic's or the transaction op topic's."""
+        gone = sorted({t for t, _ in self.table if t not in keep and t not in NEVER_REMOVED})
         for topic in gone:
             for key in [k for k in self.table if k[0] == topic]:
                 self.table[key].destroy()

@@ -36,6 +36,7 @@ FIRST_DELAY_MS = 1000  # the first round of each level, after start
 DELAY_FOR_A_WHILE_MS = 100  # an idle level, or a put that failed, is looked at again after this
 UNKNOWN_LEVEL_DELAY_MS = 1000  # computeDeliverTimestamp for a level the table lacks
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # half (prepared) messages are never delivered
+_MAX_EXT_ADDR = -(2**31) - 1  # ConsumeQueueExt.isExtAddr: tags codes at or below it address the ext file
 
 Reader = Callable[[int, int], "StoredMessage | None"]
 Putter = Callable[[Message, int], PutResult]
@@ -168,13 +169,17 @@ class ScheduleMessageService(Service):
         cq = self.queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None:
             return now + DELAY_FOR_A_WHILE_MS
-        offset = max(self.offsets.get(level), cq.min_offset_in_queue())
         end = cq.max_offset_in_queue()
+        offset = max(self.offsets.get(level), cq.min_offset_in_queue())
+        if offset > end:  # the queue was made again (cleaned, rebuilt): go on from its end, as RocketMQ
+            log.error("delay level %d: offset %d is past the queue's end %d; reset to it", level, offset, end)
+            offset = end
+            self._set_offset(level, end)
         delay = self.delay_millis[level - 1]
         for first, units in cq.iter_units(offset, end, chunk=1024):
             for i, (phy, size, deliver) in enumerate(units.tolist()):
                 stored = None
-                if deliver <= 0:  # not a delivery time (an ext address): take it from the message
+                if deliver <= _MAX_EXT_ADDR:  # not a delivery time: take it from the message
                     stored = self.read(phy, size)
                     deliver = deliver_timestamp(level, stored.store_timestamp, self.delay_millis) if stored else now
                 if deliver > now + delay:  # correctDeliverTimestamp: a time too far ahead means now

@@ -157,7 +157,7 @@ class StoreServices:
 
     def _redeliver(self, message: Message, queue_id: int) -> PutResult:
         """The schedule service's put: as is (not delayed again), not waiting for a SYNC flush."""
-        return self.store.writer.put_general(message, queue_id, schedule=False, wait=False)
+        return self.store.writer.put_general(message, queue_id, schedule=False, wait=False, new_uniq=False)
 
 
 def _no_slave(flushed: Callable[[tuple], PutMessageStatus] | None) -> Callable[[tuple], PutMessageStatus]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from rocketstore.codec.sysflag import TRANSACTION_ROLLBACK_TYPE
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns
@@ -98,9 +99,19 @@ def _check_units(
     check &= hit
     r = rows[check]
     flags = log.sys_flags[r] & TRANSACTION_ROLLBACK_TYPE
+    tags_bad = log.tags[r] != tags[check]
+    if tid >= 0 and log.topics[tid] == SCHEDULE_TOPIC:
+        # a delivery time from an earlier messageDelayLevel: RocketMQ delivers by the unit's time
+        other_level = tags_bad & (tags[check] >= log.store_ts[r])
+        if other_level.any():
+            report.note(
+                f"{where}: {int(other_level.sum())} units hold delivery times the current messageDelayLevel "
+                "does not give (it changed since they were written); they are delivered by those times"
+            )
+            tags_bad &= ~other_level
     bad = (
         (log.sizes[r] != size[check])
-        | (log.tags[r] != tags[check])
+        | tags_bad
         | (log.topic_ids[r] != tid)
         | (log.queue_ids[r] != queue_id)
         | (log.queue_offsets[r] != index[check])
