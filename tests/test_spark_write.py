@@ -168,6 +168,19 @@ def _staged(path: Path, rows: list[dict]) -> Any:
     return Staged(0, str(path), len(rows))
 
 
+def test_a_sink_another_query_wrote_is_refused(tmp_path):
+    """Batch ids start over with a new checkpoint: the same sink from another query is refused
+    under the store's lock, never taken for batches already written."""
+    from rocketstore.spark.commits import SinkInUseError, append_staged
+
+    config, store = small_config(), tmp_path / "store"
+    rows = [{"topic": "TopicA", "body": b"one"}]
+    append_staged(str(store), config, [_staged(tmp_path / "a.arrow", rows)], sink="s", batch_id=3, query="query:a")
+    with pytest.raises(SinkInUseError, match="query:a"):
+        append_staged(str(store), config, [_staged(tmp_path / "b.arrow", rows)], sink="s", batch_id=0, query="query:b")
+    assert len(log_rows(store, config)) == 1
+
+
 def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
     """A delayed message is stored in SCHEDULE_TOPIC_XXXX (REAL_TOPIC/REAL_QID keep where it was
     sent): a batch cut short after some were appended appends only the rest when it is replayed."""
@@ -194,7 +207,7 @@ def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
     assert sorted(got) == sorted((r["topic"], base64.b64encode(r["body"]).decode()) for r in rows)
 
 
-def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path) -> Any:  # noqa: F811
+def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path, **options: str) -> Any:  # noqa: F811
     df = (
         spark.readStream.format("rocketstore")
         .options(**SMALL_OPTIONS, startingOffsets="earliest", maxOffsetsPerTrigger="40")
@@ -203,12 +216,12 @@ def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path) -> Any:
     query = (
         df.select("topic", "queueId", "tags", "keys", "properties", "body")
         .writeStream.format("rocketstore")
-        .options(**SMALL_OPTIONS)
+        .options(**SMALL_OPTIONS, **options)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start(str(sink))
     )
-    query.awaitTermination(120)
+    query.awaitTermination(120)  # raises the query's error
     assert query.exception() is None, query.exception()
     return query
 
@@ -228,23 +241,24 @@ def _bodies(store: Path) -> list[tuple]:
 def test_streaming_write_is_exactly_once_across_restarts(spark, tmp_path, rmqread):  # noqa: F811
     source = make_store(tmp_path / "source", 150)
     sink, checkpoint = tmp_path / "sink", tmp_path / "ckpt"
-    _stream_copy(spark, source, sink, checkpoint)
+    _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
     assert _bodies(sink) == _bodies(source)
     markers = read_markers(str(sink))
-    (entry,) = markers.values()
+    entry = markers["mirror"]
+    assert entry["query"].startswith("query:")
     last = entry["batchId"]
     assert last >= 3 and entry["state"] == "committed"
 
     # a crash after the sink committed but before the checkpoint did: Spark runs the batch again
     _forget_commit(checkpoint, last)
-    _stream_copy(spark, source, sink, checkpoint)
+    _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
     assert _bodies(sink) == _bodies(source)
 
     # a crash after the messages were appended but before the marker said so
     entry["state"] = "pending"
     (sink / MARKER).write_text(json.dumps(markers))
     _forget_commit(checkpoint, last)
-    _stream_copy(spark, source, sink, checkpoint)
+    _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
     assert _bodies(sink) == _bodies(source)
     assert read_markers(str(sink))[next(iter(markers))]["state"] == "committed"
 
@@ -252,6 +266,14 @@ def test_streaming_write_is_exactly_once_across_restarts(spark, tmp_path, rmqrea
     with MessageStore.open(source, small_config()) as s:
         write_messages(s, 45, start=150)
         s.wait_for_dispatch()
-    _stream_copy(spark, source, sink, checkpoint)
+    _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
     assert _bodies(sink) == _bodies(source)
     _check_clean(sink, rmqread)
+
+    # another query (a new checkpoint, batch ids from 0 again) may not write as the same sink
+    with MessageStore.open(source, small_config()) as s:
+        write_messages(s, 10, start=195)
+        s.wait_for_dispatch()
+    with pytest.raises(Exception, match="SinkInUseError: the store's streaming sink 'mirror' belongs to another"):
+        _stream_copy(spark, source, sink, tmp_path / "ckpt2", sinkId="mirror")
+    assert len(_bodies(sink)) == 195

@@ -1,9 +1,14 @@
 """Appending staged messages to a store on the driver, exactly once per streaming micro-batch.
 
-``config/sparkSinkCommits.json`` in the store keeps, per streaming sink (the query id Spark keeps
-in the checkpoint's ``metadata``), the last micro-batch it wrote::
+``config/sparkSinkCommits.json`` in the store keeps, per streaming sink (the ``sinkId`` option,
+else the query id Spark keeps in the checkpoint's ``metadata``), the query that writes it and the
+last micro-batch it wrote::
 
-    {"<sink>": {"batchId": 7, "state": "committed", "logStart": 1234, "count": 100}}
+    {"<sink>": {"query": "query:<id>", "batchId": 7, "state": "committed", "logStart": 1234, "count": 100}}
+
+A sink belongs to the query that first wrote it: another query (another checkpoint, whose batch
+ids start over at 0) given the same ``sinkId`` is refused (SinkInUseError), as its batches would
+be taken for ones already written and skipped.
 
 Before a batch's messages are appended, the entry becomes ``pending`` with the log's end offset
 (``logStart``), written atomically (temporary file, fsync, rename). After the messages are
@@ -33,7 +38,7 @@ import pyarrow.compute as pc
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidMessageError
+from rocketstore.errors import InvalidArgumentError, InvalidMessageError, RocketStoreError
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.results import PutResult
 from rocketstore.spark.schema import option
@@ -45,21 +50,38 @@ MARKER = os.path.join("config", "sparkSinkCommits.json")
 DEFAULT_QUEUE_NUMS = 4
 
 
-def sink_id(options: Mapping[str, str]) -> str:
-    """The streaming sink's identity: ``sinkId``, else the query id kept in the checkpoint."""
-    given = option(options, "sinkId")
-    if given:
-        return given
+class SinkInUseError(RocketStoreError, ValueError):
+    """A streaming sink (``sinkId``) of the store already belongs to another streaming query."""
+
+
+def sink_id(options: Mapping[str, str]) -> tuple[str, str]:
+    """(sink, query) of a streaming write: the sink is ``sinkId``, else the query; the query is
+    the id Spark keeps in the checkpoint's ``metadata`` (the checkpoint's path if unreadable)."""
     checkpoint = option(options, "checkpointLocation")
     if not checkpoint:
-        raise ValueError("a streaming write to rocketstore needs checkpointLocation (or a sinkId option)")
+        raise InvalidArgumentError(
+            "a streaming write to rocketstore needs the checkpointLocation option (the sink records which "
+            "query wrote each batch; spark.sql.streaming.checkpointLocation does not reach it)"
+        )
     path = checkpoint[len("file:") :] if checkpoint.startswith("file:") else checkpoint
-    with contextlib.suppress(OSError, ValueError):
+    query = f"checkpoint:{checkpoint}"
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
-            query = json.load(f).get("id")
-        if query:
-            return f"query:{query}"
-    return f"checkpoint:{checkpoint}"
+            found = json.load(f).get("id")
+        if found:
+            query = f"query:{found}"
+    return option(options, "sinkId") or query, query
+
+
+def check_owner(markers: Mapping[str, Any], sink: str, query: str) -> None:
+    """Refuse ``sink`` when its marker names another query than ``query``."""
+    owner = (markers.get(sink) or {}).get("query")
+    if owner is not None and owner != query:
+        raise SinkInUseError(
+            f"the store's streaming sink {sink!r} belongs to another query ({owner}), not this one ({query}): "
+            "a new checkpoint numbers its batches from 0 again, so they would be taken for batches already "
+            "written and skipped. Give this query its own sinkId, or run the original query from its checkpoint."
+        )
 
 
 def read_markers(root: str) -> dict[str, Any]:
@@ -192,9 +214,18 @@ def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
     return matched
 
 
-def append_staged(root: str, config: StoreConfig, staged: list[Any], *, sink: str | None, batch_id: int | None) -> int:
+def append_staged(
+    root: str,
+    config: StoreConfig,
+    staged: list[Any],
+    *,
+    sink: str | None,
+    batch_id: int | None,
+    query: str | None = None,
+) -> int:
     """Append the staged messages (task order) under the store's lock; returns how many were
-    appended. With ``sink``/``batch_id``, the write-ahead marker makes this exactly-once."""
+    appended. With ``sink``/``batch_id``, the write-ahead marker makes this exactly-once; a sink
+    another ``query`` owns is refused (SinkInUseError)."""
     if sink is None and not any(s.rows for s in staged):
         return 0
     store = MessageStore.open(root, config)
@@ -202,6 +233,8 @@ def append_staged(root: str, config: StoreConfig, staged: list[Any], *, sink: st
         skip = 0
         markers = read_markers(store.root) if sink is not None else {}
         entry = markers.get(sink) if sink is not None else None
+        if sink is not None and query is not None:
+            check_owner(markers, sink, query)
         if entry is not None and batch_id is not None:
             if entry.get("batchId", -1) > batch_id or (
                 entry.get("batchId") == batch_id and entry.get("state") == "committed"
@@ -217,6 +250,7 @@ def append_staged(root: str, config: StoreConfig, staged: list[Any], *, sink: st
         choose.rewind()  # the same queues, their counts read before the first put
         if sink is not None and batch_id is not None:
             markers[sink] = {
+                "query": query if query is not None else (entry or {}).get("query"),
                 "batchId": batch_id,
                 "state": "pending",
                 "logStart": int(entry["logStart"]) if skip else store.max_phy_offset,

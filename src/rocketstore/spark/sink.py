@@ -176,7 +176,8 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
 
     def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
-        self.sink = commits.sink_id(options)
+        self.sink, self.query = commits.sink_id(options)
+        commits.check_owner(commits.read_markers(self.path), self.sink, self.query)  # before any task runs
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self._stage(iterator)
@@ -184,7 +185,7 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         try:
             staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
-            commits.append_staged(self.path, self.config, staged, sink=self.sink, batch_id=batchId)
+            commits.append_staged(self.path, self.config, staged, sink=self.sink, batch_id=batchId, query=self.query)
         finally:
             self._discard()
 
