@@ -12,6 +12,7 @@ from rocketstore import MessageStore
 from rocketstore.spark.stream import rate_limit
 from spark_conftest import (
     SMALL_OPTIONS,
+    TOPICS,
     as_export,
     export_rows,
     make_store,
@@ -166,3 +167,35 @@ def test_data_loss_fails_or_skips(spark, tmp_path):  # noqa: F811
     assert sink.rows == []
     skipped = run_stream(spark, store, checkpoint, failOnDataLoss="false")
     assert skipped.rows == remaining
+
+    # the topics deleted and created again: every queue's offsets start over below the checkpoint's
+    with MessageStore.open(store, small_config()) as s:
+        s.delete_topics(list(TOPICS))
+        write_messages(s, 24, start=700)
+        s.wait_for_dispatch()
+    started_over = r"OrderTopic/0: the checkpointed offset 55 is above the queue's max offset 2 \(min 0\): the"
+    with pytest.raises(Exception, match=started_over):
+        run_stream(spark, store, checkpoint)
+    restarted = run_stream(spark, store, checkpoint, failOnDataLoss="false")
+    assert restarted.rows == all_rows(store) and len(restarted.rows) == 24
+    assert run_stream(spark, store, checkpoint).rows == []  # the checkpoint holds the new offsets
+
+
+def test_an_end_offset_past_the_queue_is_never_checkpointed(tmp_path):
+    """A queue that shrank between latestOffset and partitions fails the batch (or is read up
+    to its end with a warning): the batch's end offset must not pass what it reads."""
+    from pyspark.sql.types import StructType
+
+    from rocketstore.spark.plan import DataLossError
+    from rocketstore.spark.stream import StreamReader
+
+    store = tmp_path / "store"
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 12, topics=("TopicA",))  # 3 messages in each queue
+        s.wait_for_dispatch()
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "TopicA", "queues": "0"}
+    start, end = {"TopicA": {"0": 0}}, {"TopicA": {"0": 7}}
+    with pytest.raises(DataLossError, match="TopicA/0: the end offset 7 is above the queue's max offset 3"):
+        StreamReader(options, StructType()).partitions(start, end)
+    (part,) = StreamReader({**options, "failOnDataLoss": "false"}, StructType()).partitions(start, end)
+    assert [(q.start, q.end) for q in part.slices] == [(0, 3)]

@@ -183,11 +183,17 @@ def check_start(
             f"{topic}/{queue_id}: the {what} {start} is below the queue's minimum offset {lo}: "
             f"{lo - start} messages were removed from the store (retention) before they were read"
         )
-        if fail_on_data_loss:
-            raise DataLossError(text + ". Set failOnDataLoss=false to skip them and continue from the minimum offset.")
-        log.warning("%s; continuing from offset %d (failOnDataLoss=false)", text, lo)
+        data_loss(text, fail_on_data_loss, f"skip them and continue from the minimum offset {lo}")
         return lo
     return min(start, hi)
+
+
+def data_loss(text: str, fail_on_data_loss: bool, then: str) -> None:
+    """Fail with DataLossError naming ``text``, or (failOnDataLoss=false) warn and go on as
+    ``then`` says ("skip them and continue from ...")."""
+    if fail_on_data_loss:
+        raise DataLossError(f"{text}. Set failOnDataLoss=false to {then}.")
+    log.warning("%s; failOnDataLoss=false: going on to %s", text, then)
 
 
 def batch_ranges(

@@ -7,7 +7,9 @@ appear later start at their earliest offset. A stream has no end: ``endingOffset
 ``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits a trigger's budget
 across queues in proportion to their backlog, at least one message for each queue that has any.
 Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
-default) or are skipped with a warning.
+default) or are skipped with a warning. So does a queue that started over (its topic deleted and
+created again, or the store replaced by an older copy): a checkpointed offset above the queue's
+max offset fails the query, or (failOnDataLoss=false) the queue is read again from its minimum.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.spark.options import EARLIEST, LATEST, parse_options
-from rocketstore.spark.plan import ReadPartition, Snapshot, check_start, queue_partitions
+from rocketstore.spark.plan import ReadPartition, Snapshot, check_start, data_loss, queue_partitions
 from rocketstore.spark.read import read_partition
 from rocketstore.spark.schema import requested_columns
 
@@ -61,6 +63,14 @@ def rate_limit(start: dict[Key, int], end: dict[Key, int], earliest: dict[Key, i
         share = limit * (size / total)
         out[key] = min(until, begin + (math.ceil(share) if share < 1 else math.floor(share)))
     return out
+
+
+def _started_over(key: Key, offset: int, lo: int, hi: int, what: str = "checkpointed offset") -> str:
+    return (
+        f"{key[0]}/{key[1]}: the {what} {offset} is above the queue's max offset {hi} (min {lo}): the queue "
+        f"started over (its topic deleted and created again, or the store replaced by an older copy), and "
+        f"messages of it may have been missed"
+    )
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -108,6 +118,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
         end = dict(begin)
         for key, (lo, hi) in bounds.items():
+            if begin.get(key, lo) > hi:  # the queue started over: its end goes below its start
+                data_loss(_started_over(key, begin[key], lo, hi), self.opts.fail_on_data_loss, f"read it from {lo}")
+                begin[key] = lo
             if self.target is not None:
                 if key not in self.target:
                     continue  # appeared after an availableNow query started: the next run reads it
@@ -129,11 +142,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key in sorted(until):
                 lo, hi = snap.bounds(*key)
                 e = until[key]
-                if key in begin:
+                if key in begin and e >= begin[key]:
                     s = check_start(key[0], key[1], begin[key], lo, max(hi, e), opts.fail_on_data_loss, "stored offset")
-                else:
-                    s = lo  # a queue that appeared since the last batch starts at its earliest offset
-                e = min(e, hi)
+                else:  # a new queue, or one that started over (latestOffset said so): from its earliest
+                    s = lo
+                if e > hi:
+                    if key in snap.table:  # what latestOffset saw is gone: never checkpoint past what is read
+                        text = _started_over(key, e, lo, hi, "end offset")
+                        data_loss(text, opts.fail_on_data_loss, f"read up to {hi}")
+                    e = hi
                 if e > s:
                     ranges.append((key[0], key[1], s, e))
             spec = snap.spec(opts, opts.columns)
