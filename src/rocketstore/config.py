@@ -447,6 +447,11 @@ class StoreConfig:
         return self.flush_disk_type == "SYNC_FLUSH"
 
     @property
+    def uses_transient_store_pool(self) -> bool:
+        """isTransientStorePoolEnable: asked for, ASYNC_FLUSH, and not a slave."""
+        return self.transient_store_pool_enable and not self.is_sync_flush and self.broker_role != "SLAVE"
+
+    @property
     def store_host(self) -> str:
         """``brokerIP1:listenPort``, the store host written into every record."""
         ip = self.broker_ip1 or local_address()

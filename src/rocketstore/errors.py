@@ -55,6 +55,10 @@ class CorruptStoreError(RocketStoreError):
         self.path = path
 
 
+class StoreFileError(RocketStoreError, OSError):
+    """A file or folder of the store could not be used (no permission, say); names it."""
+
+
 class RecordError(RocketStoreError):
     """A commit-log record could not be decoded."""
 

@@ -25,6 +25,7 @@ from rocketstore.errors import (
     ReadOnlyStoreError,
     RocketStoreError,
     StoreClosedError,
+    StoreFileError,
 )
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
@@ -38,7 +39,7 @@ from rocketstore.meta.config_files import (
     TopicConfigManager,
 )
 from rocketstore.meta.lockfile import StoreLock
-from rocketstore.meta.root import require_store
+from rocketstore.meta.root import check_entries, require_store
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
@@ -103,15 +104,18 @@ class MessageStore:
         config.store_path_root_dir = root
         if read_only or not create:
             require_store(root, config)
+        check_entries(root, config)
         for attempt in (1, 2, 3):
             store = cls(root, config, read_only)
             try:
                 store._open(recover)
                 return store
-            except FileNotFoundError as exc:  # a read-only open of a live store: its cleanup deleted a file
-                if not read_only or isinstance(exc, RocketStoreError):
+            except OSError as exc:
+                if isinstance(exc, RocketStoreError):
                     raise
-                if attempt == 3:
+                if not (read_only and isinstance(exc, FileNotFoundError)):
+                    raise StoreFileError(f"the store at {root} cannot be opened: {exc}") from exc
+                if attempt == 3:  # a read-only open of a live store: its cleanup deleted a file
                     raise RocketStoreError(f"{root} kept changing while it was opened: {exc}") from exc
         raise AssertionError("unreachable")
 
@@ -139,12 +143,7 @@ class MessageStore:
             if not self.read_only:
                 self.allocator = SegmentAllocator(warm=config.warm_maped_file_enable)
             self.pool: TransientStorePool | None = None
-            if (
-                config.transient_store_pool_enable
-                and not self.read_only
-                and not config.is_sync_flush
-                and config.broker_role != "SLAVE"
-            ):
+            if config.uses_transient_store_pool and not self.read_only:
                 self.pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
             self.commit_log = CommitLog(
                 config.commit_log_paths,
@@ -190,12 +189,9 @@ class MessageStore:
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())
             if writable:  # topics created by puts just before a crash: their queues name them
-                missing: dict[str, int] = {}
-                for topic, queue_id in self.queues.offset_table():
-                    if self.topics.find(topic) is None:
-                        missing[topic] = max(queue_id, missing.get(topic, 0))
-                for topic, queue_id in missing.items():  # every queue found, not only the first
-                    self.topics.ensure(topic, queue_id)
+                for topic, queue_ids in self.queues.topics().items():
+                    if self.topics.find(topic) is None:  # every queue found, not only the first
+                        self.topics.ensure(topic, max(queue_ids))
             self.writer = MessageWriter(self.commit_log, config, self._on_new_queue)
             self.reader = MessageReader(self.commit_log, self.queues, self.index, config)
             self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)

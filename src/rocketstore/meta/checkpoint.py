@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 
-from rocketstore.errors import CorruptStoreError, FlushError
+from rocketstore.errors import FlushError
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_SIZE = 4096
 _FIELDS = struct.Struct(">qqqqq")
@@ -37,10 +40,8 @@ class StoreCheckpoint:
         if self.existed:
             with open(path, "rb") as f:
                 head = f.read(_FIELDS.size)
-            if len(head) < 24:
-                raise CorruptStoreError(
-                    f"the checkpoint holds {len(head)} bytes, fewer than its three timestamps", path
-                )
+            if len(head) < 24:  # RocketMQ maps it at full size: the missing bytes read as zeros
+                log.warning("%s holds %d bytes: read as zeros (recovery after a crash walks the log)", path, len(head))
             head = head.ljust(_FIELDS.size, b"\0")
             (
                 self.physic_msg_timestamp,

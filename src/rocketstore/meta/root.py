@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 
 from rocketstore.config import StoreConfig
-from rocketstore.errors import StoreNotFoundError
+from rocketstore.errors import CorruptStoreError, StoreNotFoundError
 
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
+FILE_ENTRIES = ("checkpoint", "abort", "lock")
 
 
 def holds_store(root: str, commit_log_paths: list[str]) -> bool:
@@ -36,3 +37,19 @@ def require_store(root: str, config: StoreConfig) -> None:
     raise StoreNotFoundError(
         f"no store at {root}: it holds no commitlog folder and none of {', '.join(ROOT_ENTRIES)}{hint}"
     )
+
+
+def misplaced_entries(root: str, config: StoreConfig) -> list[tuple[str, str]]:
+    """(path, "a file" or "a folder") for each store entry of the wrong kind: a folder named
+    ``checkpoint``, ``abort`` or ``lock``, or a file where a folder of the store belongs."""
+    files = [os.path.join(root, name) for name in FILE_ENTRIES]
+    folders = [os.path.join(root, name) for name in ROOT_ENTRIES if name not in FILE_ENTRIES]
+    return [(p, "a file") for p in files if os.path.lexists(p) and not os.path.isfile(p)] + [
+        (p, "a folder") for p in folders + config.commit_log_folders if os.path.lexists(p) and not os.path.isdir(p)
+    ]
+
+
+def check_entries(root: str, config: StoreConfig) -> None:
+    """CorruptStoreError naming the first store entry of the wrong kind (``misplaced_entries``)."""
+    for path, kind in misplaced_entries(root, config):
+        raise CorruptStoreError(f"should be {kind}", path)

@@ -7,12 +7,14 @@ dispatch and rebuilds need. ``select_phy_offsets`` walks one slot's chain for a 
 
 from __future__ import annotations
 
+import logging
 import struct
 
 import numpy as np
 
 from rocketstore.files.mapped_file import RESERVE_STEP, MappedFile
 
+log = logging.getLogger(__name__)
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
@@ -48,6 +50,9 @@ class IndexFile:
         ) = HEADER.unpack(mapped.read(0, INDEX_HEADER_SIZE))
         if self.index_count <= 0:
             self.index_count = 1
+        elif self.index_count > index_num:  # a damaged header: RocketMQ finds such a file full
+            log.warning("%s: indexCount %d is over maxIndexNum %d", mapped.path, self.index_count, index_num)
+            self.index_count = index_num
         self._entries_at = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
 
     @classmethod

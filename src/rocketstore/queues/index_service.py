@@ -111,10 +111,12 @@ class IndexService:
         return index_file_size(self.slot_num, self.index_num)
 
     def load(self, last_exit_ok: bool) -> None:
-        """Open the index files; after a crash drop those newer than the checkpoint (rebuilt later)."""
+        """Open the index files; after a crash drop the first one not known to be whole on disk
+        (newer than the checkpoint, say) and every later one: recovery rebuilds them."""
         if not os.path.isdir(self.dir):
             return
         files: list[IndexFile] = []
+        dropping = False  # after a crash, from the first file not known whole on: rebuilt from there
         try:
             for name in sorted(os.listdir(self.dir)):
                 path = os.path.join(self.dir, name)
@@ -131,7 +133,8 @@ class IndexService:
                         path,
                     )
                 index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
-                if not last_exit_ok and not self._durable(index):
+                dropping = dropping or not (last_exit_ok or self._durable(index))
+                if dropping:
                     log.info("dropping index file %s: not known to be on disk whole, rebuilt by recovery", path)
                     index.destroy(0)
                     continue
@@ -171,14 +174,25 @@ class IndexService:
                     return
                 if start:
                     records = records.select(np.arange(len(records)) >= start)
-                if int(records.offsets[0]) == end_phy and last.index_count > 1:
-                    done_keys = last.trailing_entries_for(end_phy)  # dropped below, if that record has keys
+                if int(records.offsets[0]) == end_phy:
+                    done_keys = self._indexed_keys_of(end_phy)  # dropped below, if that record has keys
             hashes, phy_arr, time_arr = index_entries(records)
             if done_keys:
                 other = np.flatnonzero(phy_arr != phy_arr[0]) if len(phy_arr) else []
                 done_keys = min(done_keys, int(other[0]) if len(other) else len(phy_arr))
                 hashes, phy_arr, time_arr = hashes[done_keys:], phy_arr[done_keys:], time_arr[done_keys:]
             self._put_entries(hashes, phy_arr, time_arr)
+
+    def _indexed_keys_of(self, phy: int) -> int:
+        """How many keys of the record at ``phy`` (the last one indexed) the files already hold:
+        its entries end the last file and may begin in the files before it (a file filled up)."""
+        done = 0
+        for index in reversed(self.files):
+            here = index.trailing_entries_for(phy)
+            done += here
+            if here < index.index_count - 1:  # another record's entry comes before them
+                break
+        return done
 
     def put_entries(self, hashes: np.ndarray, phys: np.ndarray, timestamps: np.ndarray) -> None:
         """Add index entries (key hash, commit-log offset, store time) as they are, in order, rolling
@@ -208,8 +222,8 @@ class IndexService:
                 keys = [r[D_UNIQ]] if r[D_UNIQ] else []
                 if r[D_KEYS]:
                     keys += [k for k in r[D_KEYS].split(" ") if k]
-                if phy == end_phy and last.index_count > 1:  # type: ignore[union-attr]
-                    keys = keys[last.trailing_entries_for(phy) :]  # type: ignore[union-attr]
+                if phy == end_phy:
+                    keys = keys[self._indexed_keys_of(phy) :]
                 store_ts = r[D_STORE_TS]
                 for key in keys:
                     add((topic_key_hash(topic, key), phy, store_ts))

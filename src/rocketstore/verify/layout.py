@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 from rocketstore.config import StoreConfig
+from rocketstore.meta.root import misplaced_entries
 from rocketstore.queues.index_file import index_file_size
 from rocketstore.verify.report import VerifyReport
 
@@ -22,6 +23,8 @@ def check_layout(root: str, config: StoreConfig, report: VerifyReport) -> set[st
         bad.add(os.path.abspath(path))
         report.problem(f"{os.path.relpath(path, root)}: {text}")
 
+    for path, kind in misplaced_entries(root, config):
+        problem(path, f"should be {kind}")
     found: dict[str, str] = {}
     for folder in config.commit_log_folders:
         if os.path.isdir(folder):

@@ -1,0 +1,120 @@
+"""Stores damaged the ways disks and operators damage them (found by a review acting as a hostile
+file system): each opens as RocketMQ 4.9 would open it, or is refused with a typed error that
+names the file, and ``verify`` says what is wrong."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.errors import CorruptStoreError
+from rocketstore.verify import verify_store
+
+
+def _put(store: MessageStore, count: int, start: int = 0) -> list[int]:
+    offsets = [store.put(Message("T", b"m%d" % i, keys=f"k{i}"), i % 2).commit_log_offset for i in range(start, count)]
+    assert store.wait_for_dispatch()
+    return offsets
+
+
+def _written(make_store, count: int) -> list[int]:
+    """A store with ``count`` messages, shut down; their commit-log offsets."""
+    store = make_store()
+    offsets = _put(store, count)
+    store.shutdown()
+    return offsets
+
+
+def _index_files(root: Path) -> list[Path]:
+    return sorted((root / "index").iterdir())
+
+
+def _set_header_int(path: Path, at: int, value: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(struct.pack(">i", value))
+
+
+def _found(store: MessageStore, key: str) -> list[int]:
+    return [m.commit_log_offset for m in store.query_message("T", key).messages]
+
+
+def test_an_index_header_counting_past_the_file_is_read_as_full(make_store, tmp_path, store_config) -> None:
+    """indexCount over maxIndexNum (the open crashed reading past the file): RocketMQ finds such
+    a file full and goes on in a new one; the keys before stay found."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 20)
+    _set_header_int(_index_files(root)[-1], 36, store_config.max_index_num + 1)
+    store = make_store()
+    assert _found(store, "k3") == [offsets[3]]
+    late = _put(store, 21, 20)
+    assert _found(store, "k20") == late
+    assert len(_index_files(root)) == 2
+
+
+def test_a_crash_rebuilds_the_index_from_the_first_file_not_known_whole(make_store, tmp_path, store_config) -> None:
+    """After a crash an index file that fails its checks (a damaged header) is dropped with every
+    later one and rebuilt: dropping a middle file alone lost its keys for good."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 220)
+    files = _index_files(root)
+    assert len(files) >= 4  # the damaged one has full, trusted files after it
+    _set_header_int(files[1], 32, store_config.max_hash_slot_num + 1)  # hashSlotCount out of range
+    (root / "abort").write_bytes(b"")  # as a crash leaves it
+    store = make_store()
+    assert [i for i in range(220) if _found(store, f"k{i}") != [offsets[i]]] == []
+    store.shutdown()
+    assert verify_store(root, store_config).ok
+
+
+def test_reopening_adds_no_index_entry_for_a_record_split_over_two_files(make_store, tmp_path, store_config) -> None:
+    """Every normal open dispatches the last record again; when its keys were split over the last
+    two index files (the first filled up), none of them is added a second time."""
+    root = tmp_path / "store"
+    per_file = store_config.max_index_num - 1
+    _written(make_store, per_file // 2 + 1)  # two keys each: the last record's second key opens a new file
+    counts = [(path.read_bytes()[36:40]) for path in _index_files(root)]
+    assert len(counts) == 2 and struct.unpack(">i", counts[1])[0] == 2
+    for _ in range(2):
+        MessageStore.open(root, store_config).shutdown()
+        assert [(path.read_bytes()[36:40]) for path in _index_files(root)] == counts
+
+
+def test_a_short_checkpoint_reads_as_zeros(make_store, tmp_path, store_config: StoreConfig) -> None:
+    """RocketMQ maps the checkpoint at full size, so a short one reads as zero timestamps: the
+    store opens (a recovery after a crash then walks the whole log) and it is written whole again."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 30)
+    for content in (b"", b"short"):
+        (root / "checkpoint").write_bytes(content)
+        (root / "abort").write_bytes(b"")
+        with MessageStore.open(root, store_config) as store:
+            assert _found(store, "k29") == [offsets[29]]
+            assert store.get_max_offset_in_queue("T", 1) == 15
+        assert (root / "checkpoint").stat().st_size == 4096
+
+
+@pytest.mark.parametrize(
+    ("entry", "made"),
+    [("lock", "folder"), ("abort", "folder"), ("checkpoint", "folder"), ("consumequeue", "file"), ("index", "file")],
+)
+def test_a_store_entry_of_the_wrong_kind_is_named(make_store, tmp_path, store_config, entry, made) -> None:
+    """A folder where ``lock``, ``abort`` or ``checkpoint`` belongs, or a file where ``consumequeue``
+    or ``index`` does: the open is refused naming it (not a raw OSError), and verify reports it."""
+    root = tmp_path / "store"
+    _written(make_store, 3)
+    path = root / entry
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    path.mkdir() if made == "folder" else path.write_bytes(b"x")
+    with pytest.raises(CorruptStoreError, match="should be") as info:
+        MessageStore.open(root, store_config)
+    assert info.value.path == str(path)
+    report = verify_store(root, store_config)
+    assert not report.ok and any(p.startswith(f"{entry}: should be") for p in report.problems)
