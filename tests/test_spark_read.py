@@ -126,6 +126,11 @@ def test_partitions_are_large_and_configurable(spark, store, everything):  # noq
     assert df.rdd.getNumPartitions() > 4
     assert_rows_equal(spark_rows(df), everything)
     assert reader(spark, minPartitions="3").load(str(store)).rdd.getNumPartitions() == 3
+    # never more partitions than messages (in commitlog mode: about the log's size / average record)
+    for mode in ("consumequeue", "commitlog"):
+        for asked in ({"minPartitions": "100000"}, {"maxPartitionBytes": "1"}):
+            parts = reader(spark, mode=mode, **asked).load(str(store)).rdd.getNumPartitions()
+            assert len(everything) / 2 < parts <= len(everything) + 4, (mode, asked, parts)
 
 
 # -- options --------------------------------------------------------------------------------------------

@@ -301,7 +301,10 @@ def _cut_by_log(
 
 
 def log_partitions(snap: Snapshot, spec: ReadSpec, opts: ReadOptions) -> list[ReadPartition]:
-    """Whole segments (several per partition) or, for segments over the budget, large byte ranges."""
+    """Whole segments (several per partition) or, for segments over the budget, large byte ranges.
+
+    The budget is never below the average record, so that (as in consumequeue mode) a read has
+    about as many partitions as messages at most, whatever minPartitions or maxPartitionBytes ask."""
     pieces = []
     for base in sorted(snap.segments):
         readable = min(snap.segment_size, snap.log_end - base)
@@ -309,7 +312,8 @@ def log_partitions(snap: Snapshot, spec: ReadSpec, opts: ReadOptions) -> list[Re
             continue
         pieces.append((base, readable))
     total = sum(r for _, r in pieces)
-    budget = max(1, math.ceil(total / max(opts.min_partitions, math.ceil(total / opts.partition_bytes))))
+    wanted = max(opts.min_partitions, math.ceil(total / opts.partition_bytes))
+    budget = max(math.ceil(snap.average_size()), math.ceil(total / wanted))
     groups: list[list[LogRange]] = []
     current: list[LogRange] = []
     used = 0
