@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.verify import verify_store
 
 
@@ -118,3 +118,23 @@ def test_a_store_entry_of_the_wrong_kind_is_named(make_store, tmp_path, store_co
     assert info.value.path == str(path)
     report = verify_store(root, store_config)
     assert not report.ok and any(p.startswith(f"{entry}: should be") for p in report.problems)
+
+
+def test_an_open_cut_short_by_recovery_leaves_abort(make_store, tmp_path, store_config) -> None:
+    """``abort`` is written before recovery changes files: an open that fails (or a power cut)
+    while it rebuilds the queues leaves it, and the next open recovers as after a crash."""
+    root = tmp_path / "store"
+    store = make_store()
+    for topic in ("A", "T"):
+        store.put(Message(topic, b"x"))
+    store.shutdown()
+    shutil.rmtree(root / "consumequeue")  # every queue is rebuilt from the log by the open
+    (root / "consumequeue").mkdir()
+    (root / "consumequeue" / "T").write_bytes(b"")  # where T's queues go: rebuilding fails there
+    with pytest.raises(StoreFileError, match="consumequeue/T"):
+        MessageStore.open(root, store_config)
+    assert (root / "abort").exists()
+    (root / "consumequeue" / "T").unlink()
+    with MessageStore.open(root, store_config) as store:
+        assert store.recovery.abnormal
+        assert store.get_max_offset_in_queue("T", 0) == 1

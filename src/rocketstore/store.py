@@ -1,9 +1,10 @@
 """MessageStore: opens a store folder, wires the parts together and owns the lock.
 
-A store opened normally takes the ``lock`` file, recovers, starts its services and writes the
-``abort`` marker; ``shutdown`` reverses that. A store opened with ``read_only=True`` maps every
-file copy-on-write: recovery and dispatch run in memory and nothing on disk changes, which is
-how ``rocketstore export`` and the Spark reader see a store as RocketMQ would serve it.
+A store opened normally takes the ``lock`` file, writes the ``abort`` marker before recovery
+changes any file, recovers and starts its services; ``shutdown`` reverses that. A store opened
+with ``read_only=True`` maps every file copy-on-write: recovery and dispatch run in memory and
+nothing on disk changes, which is how ``rocketstore export`` and the Spark reader see a store
+as RocketMQ would serve it.
 """
 
 from __future__ import annotations
@@ -171,6 +172,8 @@ class MessageStore:
                 self.index.allocator = self.allocator
             self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint)
             self.delay_millis = delay_level_millis(config.message_delay_level)
+            if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash
+                self._write_abort()
             if not recover_files:
                 self.recovery = None
             else:
@@ -200,7 +203,6 @@ class MessageStore:
                 self._update_refusal()
                 self.put = self.writer.put  # the hot path, without the method call
                 self.services.start()
-                self._write_abort()
         except BaseException:
             self.services.stop_started()
             self._close_files()
