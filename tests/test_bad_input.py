@@ -189,6 +189,7 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         lambda s: s.query_message("T", "k", max_num="5"),
         lambda s: s.look_message_by_offset("0"),
         lambda s: s.look_message_by_msg_id("zz"),
+        lambda s: s.look_message_by_msg_id("7F000001 00002A9F 00000000000000"),  # 32 characters, not all hex
         lambda s: s.look_message_by_msg_id(None),
         lambda s: s.get_offset_in_queue_by_time("T", 0, "now"),
     ],

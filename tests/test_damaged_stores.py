@@ -138,3 +138,29 @@ def test_an_open_cut_short_by_recovery_leaves_abort(make_store, tmp_path, store_
     with MessageStore.open(root, store_config) as store:
         assert store.recovery.abnormal
         assert store.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_a_log_cut_drops_an_empty_index_file_that_carries_the_cut_records(make_store, tmp_path, store_config) -> None:
+    """RocketMQ leaves an empty index file after a full one (made for a record with no keys); its
+    header carries the full file's end. A recovery that cuts the log inside the full file drops
+    both and indexes the kept records again (the empty file hid them, and the records after)."""
+    root = tmp_path / "store"
+    config = store_config.copy(maxIndexNum=31, maxHashSlotNum=8, mappedFileSizeCommitLog=65536)
+    store = make_store(config=config)
+    offsets = _put(store, 15)  # 30 entries: the first file is full
+    store.shutdown()
+    (full,) = _index_files(root)
+    header = full.read_bytes()[:40]
+    empty = bytearray(len(full.read_bytes()))
+    empty[:32] = header[8:16] * 2 + header[24:32] * 2  # begin/end time and offset: the full file's ends
+    (root / "index" / str(int(full.name) + 1)).write_bytes(empty)
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:  # record 10's body fails its CRC
+        f.seek(offsets[10] + 88)
+        byte = f.read(1)[0]
+        f.seek(offsets[10] + 88)
+        f.write(bytes([byte ^ 0xFF]))
+    store = make_store(config=config)
+    assert store.max_phy_offset == offsets[10]
+    assert [i for i in range(10) if _found(store, f"k{i}") != [offsets[i]]] == []
+    again = _put(store, 14, 10)
+    assert [i for i in range(10, 14) if _found(store, f"k{i}") != [again[i - 10]]] == []

@@ -998,6 +998,10 @@ def test_query_by_key_and_uniq_key_across_several_index_files(make_store, store_
     assert [m.commit_log_offset for m in few.messages] == common[-4:]  # the newest, oldest first
     assert store.query_message("IdxTopic", "key-1", max_num=0).messages == []
     assert store.query_message("OtherTopic", "key-1").messages == []
+    found = store.query_message("IdxTopic", "key-1")
+    assert found.index_last_update_timestamp > 0 and found.index_last_update_phyoffset > 0
+    missed = store.query_message("IdxTopic", "no-such-key")  # the index's last update told only with hits
+    assert (missed.index_last_update_timestamp, missed.index_last_update_phyoffset) == (0, 0)
     assert store.query_message("IdxTopic", "no-such-key").messages == []
     last_ts, last_phy = got.index_last_update_timestamp, got.index_last_update_phyoffset
     assert (last_ts, last_phy) == (results[-1].store_timestamp, results[-1].commit_log_offset)

@@ -248,10 +248,12 @@ class MessageReader:
             return QueryResult([], 0, 0)
         found: list[StoredMessage] = []
         last_query_ts = end
+        last_ts = last_phy = 0  # the index's last update, told only when it gave offsets (as RocketMQ)
         for _ in range(3):
             offsets = self.index.query_offsets(topic, key, max_num, begin, last_query_ts)
             if not offsets:
                 break
+            last_ts, last_phy = self.index.last_update()
             offsets.sort()
             first = True
             for phy in offsets:
@@ -265,7 +267,6 @@ class MessageReader:
                     found.append(msg)
             if found or last_query_ts < begin:
                 break
-        last_ts, last_phy = self.index.last_update()
         unique = {m.commit_log_offset: m for m in found}
         return QueryResult([unique[o] for o in sorted(unique)][:max_num], last_ts, last_phy)
 

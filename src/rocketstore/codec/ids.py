@@ -196,6 +196,8 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
     if len(msg_id) not in (32, 56):
         raise ValueError(f"an offset msgId has 32 or 56 hex characters, not {len(msg_id)}: {msg_id!r}")
     raw = bytes.fromhex(msg_id)
+    if len(raw) * 2 != len(msg_id):  # fromhex skips whitespace
+        raise ValueError(f"an offset msgId is hex digits only: {msg_id!r}")
     return format_host(raw[:-8]), _OFFSET.unpack(raw[-8:])[0]
 
 

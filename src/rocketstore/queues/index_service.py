@@ -260,7 +260,8 @@ class IndexService:
         the offset from which its records must be indexed again is returned (None: nothing went).
         """
         with self._lock:
-            doomed = [f for f in self.files if f.end_phy_offset >= offset and f.index_count > 1]
+            # an empty file goes too: its header carries the end of the file before it
+            doomed = [f for f in self.files if f.end_phy_offset >= offset]
             if not doomed:
                 return None
             first = min(f.begin_phy_offset for f in doomed)
