@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 from rocketstore import Message, MessageStore, StoreConfig
 
@@ -39,6 +40,67 @@ def fsync_per_message(folder: str, n: int = 2000) -> float:
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+def timed_threads(target: Callable[..., None], args: list[tuple]) -> float:
+    """Seconds until one thread per item of ``args`` has run ``target`` with it."""
+    workers = [threading.Thread(target=target, args=a) for a in args]
+    started = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - started
+
+
+def group_commit_floor(folder: str, threads: int, n: int) -> float:
+    """msg/s of the barest group commit this interpreter can run: ``threads`` threads each append
+    1 KiB with os.write and park on a lock of their own; one flusher thread fdatasyncs whatever
+    was appended and releases the parked threads it covered. No message is built, encoded or
+    dispatched: this is the ceiling of any SYNC_FLUSH store written in Python threads here."""
+    path = os.path.join(folder, "floor.bin")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    mutex = threading.Lock()
+    parked: list[threading.Lock] = []
+    appended = threading.Event()
+    finished = threading.Event()
+
+    def produce(count: int) -> None:
+        mine = threading.Lock()
+        for _ in range(count):
+            mine.acquire()
+            with mutex:
+                os.write(fd, BODY)
+                parked.append(mine)
+            appended.set()
+            mine.acquire()  # released by the flusher once its fdatasync covers the append
+            mine.release()
+
+    def flush() -> None:
+        while True:
+            appended.wait()
+            appended.clear()
+            with mutex:
+                group = parked[:]
+                parked.clear()
+            if not group:
+                if finished.is_set():
+                    return
+                continue
+            os.fdatasync(fd)
+            for lock in group:
+                lock.release()
+
+    flusher = threading.Thread(target=flush)
+    flusher.start()
+    per = n // threads
+    elapsed = timed_threads(produce, [(per,)] * threads)
+    finished.set()
+    appended.set()
+    flusher.join()
+    os.close(fd)
+    os.unlink(path)
+    return per * threads / elapsed
 
 
 def sync_put(folder: str, threads: int, n: int, warm: bool = False) -> tuple[float, float, float]:
@@ -67,13 +129,7 @@ def sync_put(folder: str, threads: int, n: int, warm: bool = False) -> tuple[flo
                     raise RuntimeError(result)
             latencies.extend(mine)
 
-        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-        started = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - started
+        elapsed = timed_threads(work, [(t,) for t in range(threads)])
     shutil.rmtree(path, ignore_errors=True)
     latencies.sort()
     return per * threads / elapsed, latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
@@ -118,11 +174,13 @@ def main() -> int:
     folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-durability-")
     os.makedirs(folder, exist_ok=True)
     fsyncs: list[float] = []
+    floors: list[float] = []
     sync: dict[int, list[tuple[float, float, float]]] = {t: [] for t in (1, 4, 16, 64)}
     sync_warm: list[tuple[float, float, float]] = []
     pools: dict[tuple[bool, bool], list[float]] = {(w, p): [] for w in (False, True) for p in (False, True)}
     for run in range(args.runs):
         fsyncs.append(fsync_per_message(folder))
+        floors.append(group_commit_floor(folder, 16, args.sync_messages))
         for threads in sync:
             n = args.sync_messages // 5 if threads == 1 else args.sync_messages
             sync[threads].append(sync_put(folder, threads, n))
@@ -132,6 +190,8 @@ def main() -> int:
         print(f"run {run + 1} done", flush=True)
     print(f"\nmedians of {args.runs} runs (1 KiB messages):")
     print(f"  fsync per message (write + fdatasync): {statistics.median(fsyncs):,.0f} msg/s")
+    floor = statistics.median(floors)
+    print(f"  group commit floor, 16 Python threads, no message work: {floor:,.0f} msg/s")
     for label, results in [(f"{t:>2} threads", r) for t, r in sync.items()] + [
         ("16 threads, warmMapedFileEnable", sync_warm)
     ]:
