@@ -143,6 +143,11 @@ def test_topics_and_queues(spark, store, everything):  # noqa: F811
     assert rows(topics="TopicA") == [r for r in everything if r["topic"] == "TopicA"]
     assert rows(topics="TopicA,OrderTopic") == [r for r in everything if r["topic"] in ("TopicA", "OrderTopic")]
     assert rows(topics="Topic.*") == [r for r in everything if re.fullmatch("Topic.*", r["topic"])]
+    # a comma inside a pattern's {} / [] / () does not separate topics
+    assert rows(topics="Topic[AB]{1,2}") == [r for r in everything if r["topic"] != "OrderTopic"]
+    assert rows(topics="(Order|X)Topic,TopicA") == [r for r in everything if r["topic"] != "TopicB"]
+    with pytest.raises(Exception, match=r"InvalidArgumentError: option topics: no topic of \S+ matches 'Nope,T\[AB"):
+        rows(topics="T[AB]{1,2},Nope")
     assert rows(queues="1,3") == [r for r in everything if r["queueId"] in (1, 3)]
     assert rows(queues='{"TopicB": [0]}') == [r for r in everything if (r["topic"], r["queueId"]) == ("TopicB", 0)]
     for mode in ("consumequeue", "commitlog"):

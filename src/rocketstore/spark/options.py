@@ -1,14 +1,17 @@
 """The source's own options, parsed once on the driver into plain, picklable values.
 
 ``topics``: comma-separated names; an entry with characters a topic cannot have (``.*?[]()^$+{}\\``)
-is a regular expression matched against whole topic names. ``queues``: ``0,2`` for every topic or
-JSON ``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
-``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive.
-A starting offset after the ending offset given for the same queue is an error; a starting
-offset past a queue's end reads nothing from it. ``maxPartitionBytes``, ``minPartitions``,
-``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers.
-Timestamps are epoch milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a
-fraction of a millisecond counts from the next one).
+is a regular expression matched against whole topic names (commas inside its ``()``, ``[]`` or
+``{}`` do not separate entries: ``Topic[AB]{1,2}`` is one). ``topics`` that match no topic of the
+store refuse a batch read of the consume queues (as ``rocketstore spark export --topics`` does);
+a stream or a commit-log read warns. ``queues``: ``0,2`` for every topic or JSON
+``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
+``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive. A
+starting offset after the ending offset given for the same queue is an error; a starting offset past
+a queue's end reads nothing from it. ``maxPartitionBytes``, ``minPartitions``,
+``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers. Timestamps are epoch
+milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a fraction of a
+millisecond counts from the next one).
 """
 
 from __future__ import annotations
@@ -91,12 +94,35 @@ class ReadOptions:
         return None if self.tags is None else frozenset(java_hash(t) for t in self.tags)
 
 
+def split_topics(text: str) -> list[str]:
+    """``text`` cut at its commas outside ``()``, ``{}`` and ``[]`` (and not escaped)."""
+    items, depth, in_class, escaped, start = [], 0, False, False, 0
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch in "({":
+            depth += 1
+        elif ch in ")}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
 def parse_topics(text: str | None) -> tuple[frozenset[str] | None, tuple[re.Pattern[str], ...]]:
     if text is None or not text.strip():
         return None, ()
     names: set[str] = set()
     patterns = []
-    for item in (t.strip() for t in text.split(",")):
+    for item in (t.strip() for t in split_topics(text)):
         if not item:
             continue
         if _TOPIC_CHARS.fullmatch(item):

@@ -167,6 +167,20 @@ class Snapshot:
         )
 
 
+def unmatched_topics(snap: Snapshot, selection: Selection) -> str | None:
+    """What is wrong when the ``topics`` option matches no topic of the store (else None)."""
+    if selection.names is None and not selection.patterns:
+        return None
+    present = sorted({topic for topic, _ in snap.table})
+    if any(selection.topic_ok(t) for t in present):
+        return None
+    given = ",".join([*sorted(selection.names or ()), *(p.pattern for p in selection.patterns)])
+    shown = ", ".join(present[:30]) or "none"
+    if len(present) > 30:
+        shown += f", ... ({len(present)} in all)"
+    return f"option topics: no topic of {snap.root} matches {given!r} (it has: {shown})"
+
+
 # -- offsets ------------------------------------------------------------------------------------
 
 

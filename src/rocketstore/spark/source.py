@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -35,12 +36,21 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from rocketstore.errors import InvalidArgumentError
 from rocketstore.spark.options import parse_options
-from rocketstore.spark.plan import ReadPartition, Snapshot, batch_ranges, log_partitions, queue_partitions
+from rocketstore.spark.plan import (
+    ReadPartition,
+    Snapshot,
+    batch_ranges,
+    log_partitions,
+    queue_partitions,
+    unmatched_topics,
+)
 from rocketstore.spark.read import read_partition
 from rocketstore.spark.schema import DDL, flag_option, requested_columns
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+log = logging.getLogger(__name__)
 
 
 class RocketStoreDataSource(DataSource):
@@ -114,6 +124,11 @@ class BatchReader(DataSourceReader):
             if opts.ending_ts is not None:
                 time_to = _tighter(time_to, (opts.ending_ts * 1000, False), min)
         with Snapshot(opts.path, opts.config) as snap:
+            unmatched = unmatched_topics(snap, opts.selection)
+            if unmatched and opts.mode == "consumequeue":
+                raise InvalidArgumentError(unmatched)
+            if unmatched:  # commitlog mode: records of a deleted topic's queues are still in the log
+                log.warning("%s", unmatched)
             spec = snap.spec(opts, opts.columns)
             spec.selection = selection
             if time_from is not None:

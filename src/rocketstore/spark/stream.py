@@ -14,6 +14,7 @@ max offset fails the query, or (failOnDataLoss=false) the queue is read again fr
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -23,11 +24,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.spark.options import EARLIEST, LATEST, parse_options
-from rocketstore.spark.plan import ReadPartition, Snapshot, check_start, data_loss, queue_partitions
+from rocketstore.spark.plan import ReadPartition, Snapshot, check_start, data_loss, queue_partitions, unmatched_topics
 from rocketstore.spark.read import read_partition
 from rocketstore.spark.schema import requested_columns
 
 Key = tuple[str, int]
+log = logging.getLogger(__name__)
 
 
 def to_json(offsets: dict[Key, int]) -> dict[str, dict[str, int]]:
@@ -92,6 +94,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         sel = opts.selection
         out: dict[Key, int] = {}
         with Snapshot(opts.path, opts.config) as snap:
+            unmatched = unmatched_topics(snap, sel)
+            if unmatched:  # a stream reads topics created later
+                log.warning("%s: the stream reads them once they are created", unmatched)
             for (topic, queue_id), (lo, hi) in snap.all_bounds().items():
                 if not sel.topic_ok(topic) or not sel.queue_ok(topic, queue_id):
                     continue
