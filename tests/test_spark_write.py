@@ -84,6 +84,24 @@ def test_append_dataframe(spark, tmp_path, rmqread):  # noqa: F811
         _frame(spark, 3).write.format("rocketstore").options(**SMALL_OPTIONS).mode("overwrite").save(str(store))
 
 
+def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # noqa: F811
+    """Refused on the driver as a read is (the hint names a store inside); an empty folder may
+    become a store."""
+    home = tmp_path / "home"
+    make_store(home / "store", 3)
+    (home / "notes.txt").write_text("x")
+    before = hash_tree(home)
+    df = spark.createDataFrame([("TopicA", b"b")], "topic string, body binary")
+    with pytest.raises(Exception, match=r"StoreNotFoundError: no store at \S+home: .*did you mean \S+store\?"):
+        df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(home))
+    assert hash_tree(home) == before
+    from rocketstore.spark.commits import check_target
+
+    (tmp_path / "empty").mkdir()
+    check_target(str(tmp_path / "empty"), small_config())
+    check_target(str(tmp_path / "missing"), small_config())
+
+
 def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # noqa: F811
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType

@@ -116,6 +116,7 @@ class _Writer:
             raise ValueError("rocketstore appends messages: use mode('append'); a store is never overwritten")
         self.path = os.path.abspath(store_path(options))
         self.config: StoreConfig = store_config(options)
+        commits.check_target(self.path, self.config)  # on the driver, before any task runs
         self.topic = option(options, "topic")
         self.job = uuid.uuid4().hex
         staging = option(options, "stagingDir") or default_staging(self.path)
