@@ -102,6 +102,33 @@ def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # no
     check_target(str(tmp_path / "missing"), small_config())
 
 
+def test_column_types_are_checked_on_the_driver(spark, tmp_path):  # noqa: F811
+    """A column of a type the sink cannot write is refused by name before any task runs; the
+    null elements of a keys array are dropped; a queueId past an int is refused by name."""
+    import pyarrow as pa
+
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.sink import _normalize
+
+    store = tmp_path / "store"
+    for sql, column in (
+        ("select 'TopicA' topic, 5 body", "'body' is int"),
+        ("select 'TopicA' topic, 'b' body, array(1) `keys`", "'keys' is array<int>"),
+        ("select 'TopicA' topic, 'b' body, map('a', 1) properties", "'properties' is map<string,int>"),
+        ("select 'TopicA' topic, 'b' body, 1.5 flag", "'flag' is decimal"),
+    ):
+        with pytest.raises(Exception, match=f"InvalidMessageError: column {column}"):
+            spark.sql(sql).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert not store.exists()
+    df = spark.sql("select 'TopicA' topic, 'b' body, array('k1', null, 'k2') `keys`, cast(2 as bigint) queueId")
+    df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    ((_, queue_id, keys),) = [(r["topic"], r["queueId"], r["keys"]) for r in export_rows(store, small_config())]
+    assert (queue_id, keys) == (2, "k1 k2")
+    batch = pa.RecordBatch.from_pydict({"topic": ["T"], "body": [b"b"], "queueId": pa.array([2**40], pa.int64())})
+    with pytest.raises(InvalidMessageError, match="column 'queueId'"):
+        _normalize(batch, None)
+
+
 def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # noqa: F811
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType

@@ -8,8 +8,10 @@ leaves no message behind. Streaming writes add a write-ahead marker per micro-ba
 ``commits``), which makes each batch land exactly once even across restarts and crashes.
 
 Columns: ``topic`` (or the ``topic`` option) and ``body`` (binary or string) are required;
-``queueId``, ``tags``, ``keys`` (a string or an array of strings), ``properties`` (a map) and
-``flag`` are optional. Rows without a queueId go round-robin over the topic's write queues.
+``queueId`` and ``flag`` (integers), ``tags``, ``keys`` (a string or an array of strings, whose
+nulls are dropped) and ``properties`` (a map of strings) are optional; other columns are not
+written. A column of another type is refused on the driver. Rows without a queueId go
+round-robin over the topic's write queues.
 """
 
 from __future__ import annotations
@@ -50,6 +52,32 @@ STAGED = pa.schema(
 )
 
 
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+WRITE_TYPES: dict[str, tuple[str, ...]] = {  # the Spark types (simpleString) each column may have
+    "topic": ("string",),
+    "body": ("binary", "string"),
+    "queueId": _INTEGRAL,
+    "tags": ("string",),
+    "keys": ("string", "array<string>"),
+    "properties": ("map<string,string>",),
+    "flag": _INTEGRAL,
+}
+
+
+def check_columns(schema: Any, topic_option: str | None) -> None:
+    """Refuse, on the driver, a DataFrame without topic/body or with a column of a type the sink
+    cannot write (InvalidMessageError naming the column); a null-typed column is all nulls."""
+    names = set(schema.fieldNames())
+    if "body" not in names or ("topic" not in names and not topic_option):
+        raise InvalidMessageError("writing to rocketstore needs topic and body columns (topic may be an option)")
+    for field in schema.fields:
+        allowed = WRITE_TYPES.get(field.name)
+        kind = field.dataType.simpleString()
+        if allowed is None or kind in (*allowed, "void") or (field.name == "topic" and topic_option):
+            continue
+        raise InvalidMessageError(f"column {field.name!r} is {kind}: rocketstore writes it from {' or '.join(allowed)}")
+
+
 def default_staging(store: str) -> str:
     """Next to the store, not in it: a write job changes nothing in the store until it commits."""
     parent, name = os.path.split(os.path.abspath(store))
@@ -83,14 +111,18 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatc
         raise ValueError("writing to rocketstore needs a body column (binary or string)")
     keys = column("keys")
     if keys is not None and pa.types.is_list(keys.type):
-        keys = pa.array([None if k is None else " ".join(k) for k in keys.to_pylist()], pa.string())
+        joined = (None if k is None else " ".join(x for x in k if x is not None) or None for k in keys.to_pylist())
+        keys = pa.array(list(joined), pa.string())
     out = []
     for field in STAGED:
         value = {"topic": topic, "body": body, "keys": keys}.get(field.name, column(field.name))
         if value is None:
             value = pa.nulls(n, field.type)
         elif not value.type.equals(field.type):
-            value = pc.cast(value, field.type)
+            try:
+                value = pc.cast(value, field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # a bigint queueId past 2**31-1
+                raise InvalidMessageError(f"column {field.name!r}: {exc}") from None
         out.append(value)
     return pa.RecordBatch.from_arrays(out, schema=STAGED)
 
@@ -121,9 +153,7 @@ class _Writer:
         self.job = uuid.uuid4().hex
         staging = option(options, "stagingDir") or default_staging(self.path)
         self.staging = os.path.join(os.path.abspath(staging), self.job)
-        names = set(schema.fieldNames())
-        if "body" not in names or ("topic" not in names and not self.topic):
-            raise ValueError("writing to rocketstore needs topic and body columns (topic may be an option)")
+        check_columns(schema, self.topic)
 
     def _stage(self, batches: Iterator[pa.RecordBatch], prefix: str = "") -> Staged:
         ctx = TaskContext.get()
