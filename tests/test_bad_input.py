@@ -16,6 +16,7 @@ from rocketstore.errors import (
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
+    ReadOnlyStoreError,
 )
 from rocketstore.export import ImportLineError, import_jsonl
 from rocketstore.verify import verify_store
@@ -192,13 +193,27 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         lambda s: s.look_message_by_msg_id("7F000001 00002A9F 00000000000000"),  # 32 characters, not all hex
         lambda s: s.look_message_by_msg_id(None),
         lambda s: s.get_offset_in_queue_by_time("T", 0, "now"),
+        lambda s: s.get_message_store_timestamp("T", 0, 1.5),
+        lambda s: s.get_commit_log_offset_in_queue("T", 0, "1"),
+        lambda s: s.commit_offset("g", "T", None, 3),
+        lambda s: s.commit_offset("g", "T", 0, 3.9),
+        lambda s: s.commit_offset("g", "T", 0, -7),
+        lambda s: s.commit_offset("g", "T", -1, 5),
+        lambda s: s.commit_offset("g", "T", 0, 2**70),
+        lambda s: s.query_offset("g", "T", "0"),
+        lambda s: s.send_back("g", "abc"),
+        lambda s: s.send_back("g", 0, delay_level="3"),
+        lambda s: s.delete_topics("T"),  # one str would be split into letters
+        lambda s: s.clean_unused_topics("T"),  # ... and every other topic removed
     ],
 )
 def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):
     store = make_store()
     assert store.put(Message("T", b"x", keys="k")).ok
+    assert store.wait_for_dispatch()
     with pytest.raises(InvalidArgumentError):
         call(store)
+    assert store.queue_ids() == {"T": [0]} and store.query_offset("g", "T", 0) == -1  # nothing changed
     assert store.wait_for_dispatch() and len(store.get_message("g", "T", 0, 0).messages) == 1
 
 
@@ -223,3 +238,23 @@ def test_an_import_line_with_empty_tags_and_keys_columns_is_taken(make_store):
     assert store.wait_for_dispatch()
     stored = store.get_message("g", "T", 0, 0).messages[0]
     assert stored.tags is None and stored.keys is None
+
+
+def test_wrong_open_arguments_and_read_only_writes_are_typed_errors(make_store, tmp_path) -> None:
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok
+    store.shutdown()
+    with pytest.raises(InvalidArgumentError):
+        MessageStore.open(tmp_path / "store", {"mappedFileSizeCommitLog": 4096})
+    with pytest.raises(InvalidArgumentError):
+        MessageStore.open(tmp_path / "store", recover=False)
+    view = make_store(read_only=True)
+    with pytest.raises(ReadOnlyStoreError):  # accepted, then lost at the next open
+        view.commit_offset("g", "T", 0, 1)
+
+
+def test_a_refused_put_result_is_false(make_store) -> None:
+    store = make_store()
+    assert store.put(Message("T", b"x"))
+    refused = store.put(Message("T", b"x" * (store.config.max_message_size + 1)))
+    assert not refused and not refused.ok

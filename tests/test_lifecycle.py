@@ -207,11 +207,35 @@ def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> N
         lambda: store.flush(),
         lambda: store.wait_for_dispatch(),
         lambda: store.services.clean.run_once(),  # a cleanup round still running in another thread
+        lambda: store.min_phy_offset,
+        lambda: store.max_phy_offset,
+        lambda: store.positions(),
+        lambda: store.queue_ids(),
+        lambda: store.dispatch_behind_bytes(),
+        lambda: store.schedule_report(),
+        lambda: store.disk_report(),
+        lambda: store.put_batch([Message("T", b"y")]),
     ):
         with pytest.raises(StoreClosedError):
             call()
     assert os.path.isdir(tmp_path / "store" / "consumequeue" / "T")
+    assert repr(store).endswith(", closed)")
     shutil.rmtree(tmp_path / "store")
+
+
+def test_a_store_left_open_at_exit_is_shut_down(tmp_path: Path) -> None:
+    """A program that ends without shutdown(): the atexit hook shuts the store down, so committed
+    offsets reach consumerOffset.json and the next open needs no recovery."""
+    script = f"""
+from rocketstore import Message, MessageStore
+store = MessageStore.open({str(tmp_path / "store")!r})
+store.put(Message("T", b"x"))
+store.commit_offset("g", "T", 0, 1)
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    with MessageStore.open(tmp_path / "store") as store:
+        assert store.last_exit_ok
+        assert store.query_offset("g", "T", 0) == 1
 
 
 def test_consumer_offsets_and_new_topics_reach_disk_while_the_store_runs(make_store, store_config) -> None:

@@ -29,7 +29,7 @@ except (ValueError, OSError):  # pragma: no cover
     _TOTAL_RAM = 8 << 30
 
 
-def _check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> list:
+def check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> list:
     """The values of ``name=(value, type)``, integers as Python ints (``as_int``: numpy's too,
     not a bool); InvalidArgumentError for a value not of its type (None passes where
     ``type(None)`` is given)."""
@@ -43,6 +43,11 @@ def _check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]])
         else:
             raise InvalidArgumentError(f"{call}: {name} must be a {kinds[0].__name__}, not {value!r}")
     return out
+
+
+def _queue_arguments(call: str, topic: object, queue_id: object, offset: object) -> list:
+    """``check_arguments`` of a (topic, queue id, queue offset) call."""
+    return check_arguments(call, topic=(topic, str), queue_id=(queue_id, int), offset=(offset, int))
 
 
 def tag_hashes(tags: str | None) -> frozenset[int] | None:
@@ -76,7 +81,7 @@ class MessageReader:
             or type(topic) is not str
             or (tags is not None and type(tags) is not str)
         ):
-            topic, queue_id, offset, max_nums, tags = _check_arguments(  # only then: a pull is a hot path
+            topic, queue_id, offset, max_nums, tags = check_arguments(  # only then: a pull is a hot path
                 "get_message",
                 topic=(topic, str),
                 queue_id=(queue_id, int),
@@ -215,13 +220,13 @@ class MessageReader:
     # -- lookups ---------------------------------------------------------------------------------
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         if type(commit_log_offset) is not int or (size is not None and type(size) is not int):
-            commit_log_offset, size = _check_arguments(
+            commit_log_offset, size = check_arguments(
                 "look_message_by_offset", offset=(commit_log_offset, int), size=(size, (int, type(None)))
             )
         return self.commit_log.read_message(commit_log_offset, size)
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
-        _check_arguments("look_message_by_msg_id", msg_id=(msg_id, str))
+        check_arguments("look_message_by_msg_id", msg_id=(msg_id, str))
         try:
             _, offset = decode_offset_msg_id(msg_id)
         except ValueError:
@@ -235,7 +240,7 @@ class MessageReader:
 
         Index hits whose real key differs (hash collisions) are dropped.
         """
-        topic, key, max_num, begin, end = _check_arguments(
+        topic, key, max_num, begin, end = check_arguments(
             "query_message",
             topic=(topic, str),
             key=(key, str),
@@ -272,7 +277,7 @@ class MessageReader:
 
     # -- offsets and times ----------------------------------------------------------------------
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        topic, queue_id, timestamp = _check_arguments(
+        topic, queue_id, timestamp = check_arguments(
             "get_offset_in_queue_by_time", topic=(topic, str), queue_id=(queue_id, int), timestamp=(timestamp, int)
         )
         cq = self.queues.find(topic, queue_id)
@@ -281,6 +286,7 @@ class MessageReader:
         return cq.offset_by_time(timestamp, self.commit_log.store_time_at, self.commit_log.min_offset())
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        topic, queue_id, offset = _queue_arguments("get_message_store_timestamp", topic, queue_id, offset)
         cq = self.queues.find(topic, queue_id)
         unit = cq.get_unit(offset) if cq and offset >= 0 else None
         if unit is None:
@@ -300,6 +306,7 @@ class MessageReader:
         return self.get_message_store_timestamp(topic, queue_id or 0, cq.min_offset_in_queue())
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        topic, queue_id, offset = _queue_arguments("get_commit_log_offset_in_queue", topic, queue_id, offset)
         cq = self.queues.find(topic, queue_id)
         unit = cq.get_unit(offset) if cq else None
         return unit[0] if unit else 0

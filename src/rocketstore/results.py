@@ -86,6 +86,10 @@ class PutResult(tuple):
         """True when the message is stored (PutMessageResult.isOk)."""
         return self[0] in _STORED
 
+    def __bool__(self) -> bool:
+        """``ok``: ``if store.put(message):`` is false for a refused put (a tuple would be true)."""
+        return self[0] in _STORED
+
     @property
     def commit_log_offsets(self) -> list[int]:
         if self[6] is not None:

@@ -8,11 +8,18 @@ schedule topic), or, once it has been retried ``maxReconsumeTimes`` times, in ``
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
-from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, validate_group
+from rocketstore.errors import MessageNotFoundError
 from rocketstore.meta.config_files import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
+from rocketstore.reader import check_arguments
+from rocketstore.results import PutMessageStatus, PutResult
+
+if TYPE_CHECKING:
+    from rocketstore.store import MessageStore
 
 DLQ_NUMS_PER_GROUP = 1  # a dead-letter topic has one queue
 FIRST_RETRY_LEVEL = 3  # the first retry waits delay level 3 (10 s with the default table)
@@ -67,3 +74,32 @@ def send_back_message(
     props[WAIT] = "false"  # RocketMQ's broker does not wait for a flush of a sent-back message
     message = original.copy_to(topic, props, reconsume_times=original.reconsume_times + 1)
     return message, queue_id, queue_nums
+
+
+def send_back(
+    store: MessageStore,
+    group: str,
+    message: StoredMessage | int,
+    delay_level: int = 0,
+    max_reconsume_times: int | None = None,
+) -> PutResult:
+    """``MessageStore.send_back``: store ``send_back_message``'s message, creating the group and
+    its topic if missing (after every check: a refused send-back leaves no entry)."""
+    validate_group(group)
+    if not isinstance(message, StoredMessage):
+        (offset,) = check_arguments("send_back", message=(message, int))
+        message = store.look_message_by_offset(offset)
+        if message is None:
+            raise MessageNotFoundError(f"no message at commit-log offset {offset}")
+    delay_level, max_reconsume_times = check_arguments(
+        "send_back", delay_level=(delay_level, int), max_reconsume_times=(max_reconsume_times, (int, type(None)))
+    )
+    planned = send_back_message(message, group, store.subscription_groups, max_reconsume_times, delay_level)
+    if planned is None:  # RocketMQ answers success and stores nothing
+        reason = f"group {group} has no retry queue (retryQueueNums <= 0)"
+        return PutResult.refused(PutMessageStatus.MESSAGE_ILLEGAL, reason)
+    again, queue_id, queue_nums = planned
+    store.subscription_groups.ensure(group)
+    if store.topics.ensure(again.topic, queue_id, queue_nums=queue_nums):
+        store.topics.persist()
+    return store.writer.put_general(again, queue_id, new_uniq=False)  # a UNIQ_KEY is the client's to give

@@ -9,20 +9,21 @@ as RocketMQ would serve it.
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.topic import NEVER_REMOVED, validate_group, validate_topic
+from rocketstore.codec.topic import NEVER_REMOVED, topic_names, validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis, refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     FlushError,
+    InvalidArgumentError,
     InvalidTopicError,
-    MessageNotFoundError,
     ReadOnlyStoreError,
     RocketStoreError,
     StoreClosedError,
@@ -40,13 +41,13 @@ from rocketstore.meta.config_files import (
     TopicConfigManager,
 )
 from rocketstore.meta.lockfile import StoreLock
-from rocketstore.meta.root import check_entries, require_store
+from rocketstore.meta.root import check_entries, remove_abort, require_store, write_abort
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
-from rocketstore.reader import MessageReader
+from rocketstore.reader import MessageReader, check_arguments
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
-from rocketstore.retry import send_back_message
+from rocketstore.retry import send_back
 from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
@@ -56,6 +57,16 @@ from rocketstore.services.wiring import StoreServices
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
+_INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
+_OPEN: weakref.WeakSet[MessageStore] = weakref.WeakSet()  # writable stores not shut down yet
+
+
+@atexit.register
+def _shut_down_at_exit() -> None:
+    """Shut down the writable stores a program left open (as the broker's shutdown hook): their
+    consumer offsets and config files are written, and the next open needs no recovery."""
+    for store in list(_OPEN):
+        store.shutdown()
 
 
 class MessageStore:
@@ -98,8 +109,10 @@ class MessageStore:
         it open, and CorruptStoreError naming the file when a file cannot belong to a RocketMQ
         store.
         """
+        if not isinstance(config, StoreConfig | None):
+            raise InvalidArgumentError(f"config is a StoreConfig (or None), not {type(config).__name__}")
         if not recover and not read_only:
-            raise ValueError("recover=False is only for read-only opens")
+            raise InvalidArgumentError("recover=False is only for read-only opens")
         root = os.path.abspath(os.fspath(path))
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
@@ -110,6 +123,8 @@ class MessageStore:
             store = cls(root, config, read_only)
             try:
                 store._open(recover)
+                if not read_only:
+                    _OPEN.add(store)
                 return store
             except OSError as exc:
                 if isinstance(exc, RocketStoreError):
@@ -173,7 +188,7 @@ class MessageStore:
             self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint)
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash
-                self._write_abort()
+                write_abort(self.root)
             if not recover_files:
                 self.recovery = None
             else:
@@ -270,23 +285,20 @@ class MessageStore:
         (An open, writable store replaces this method on the instance with the writer's put
         function, which does the same checks without a call more.)
         """
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._writable()
         return self.writer.put(message, queue_id)
 
     def put_batch(
         self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
     ) -> PutResult:
         """Store messages of one topic as consecutive records; ``properties`` are added to each."""
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._writable()
         return self.writer.put_batch(messages, queue_id, properties)
 
     def put_as_is(self, message: Message, queue_id: int = 0) -> PutResult:
         """Store ``message`` exactly as given: a ``DELAY`` property is kept but does not delay it.
         This is how ``rocketstore import`` keeps messages as they were."""
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._writable()
         return self.writer.put_general(message, queue_id, schedule=False, new_uniq=False)
 
     # -- delayed messages, retry and dead letters ----------------------------------------------------
@@ -310,34 +322,23 @@ class MessageStore:
         random; a group with none sends nothing back (refused). The group and the topics are
         created if missing.
         """
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
-        self._readable()
-        validate_group(group)
-        original = message
-        if not isinstance(message, StoredMessage):
-            original = self.look_message_by_offset(int(message))
-            if original is None:
-                raise MessageNotFoundError(f"no message at commit-log offset {message}")
-        planned = send_back_message(original, group, self.subscription_groups, max_reconsume_times, delay_level)
-        if planned is None:  # RocketMQ answers success and stores nothing
-            return PutResult.refused(
-                PutMessageStatus.MESSAGE_ILLEGAL, f"group {group} has no retry queue (retryQueueNums <= 0)"
-            )
-        again, queue_id, queue_nums = planned
-        self.subscription_groups.ensure(group)  # after the checks: a refused group leaves no entry
-        if self.topics.ensure(again.topic, queue_id, queue_nums=queue_nums):
-            self.topics.persist()
-        return self.writer.put_general(again, queue_id, new_uniq=False)  # a UNIQ_KEY is the client's to give
+        self._writable()
+        return send_back(self, group, message, delay_level, max_reconsume_times)
 
     def schedule_report(self, now: int | None = None) -> list[dict[str, object]]:
         """Delayed messages per level: delivered offset, queue end, lag and when the next is due."""
+        self._readable()
         return schedule_report(self.queues, self.delay_offsets, self.config.message_delay_level.split(), now)
 
     # -- reading -------------------------------------------------------------------------------
     def _readable(self) -> None:
         if self._closed:
             raise StoreClosedError(f"{self.root} is shut down")
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is open read-only")
+        self._readable()
 
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None
@@ -386,15 +387,18 @@ class MessageStore:
 
     @property
     def min_phy_offset(self) -> int:
+        self._readable()
         return self.commit_log.min_offset()
 
     @property
     def max_phy_offset(self) -> int:
+        self._readable()
         return self.commit_log.max_offset()
 
     def positions(self) -> dict[str, int]:
         """The commit log's wrote >= committed >= flushed offsets (committed lags only with the
         transient store pool; flushed lags under ASYNC_FLUSH), and where dispatch has got to."""
+        self._readable()
         queue = self.commit_log.queue
         return {
             "wrote": queue.max_wrote_offset(),
@@ -405,24 +409,30 @@ class MessageStore:
 
     def queue_ids(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, and its queue ids."""
+        self._readable()
         return self.queues.topics()
 
     # -- consumer offsets ------------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes (persisted in consumerOffset.json)."""
-        self._readable()
+        self._writable()
         validate_group(group)
         validate_topic(topic)
+        queue_id, offset = check_arguments("commit_offset", queue_id=(queue_id, int), offset=(offset, int))
+        if not (0 <= queue_id <= _INT_MAX and 0 <= offset <= _LONG_MAX):
+            raise InvalidArgumentError(f"commit_offset: queue id {queue_id} or offset {offset} is out of range")
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset of ``group``, -1 when it has none."""
         self._readable()
         validate_group(group)
+        (queue_id,) = check_arguments("query_offset", queue_id=(queue_id, int))
         return self.consumer_offsets.query(group, topic, queue_id)
 
     # -- dispatch ----------------------------------------------------------------------------------
     def dispatch_behind_bytes(self) -> int:
+        self._readable()
         return self.reput.behind() if self.reput else 0
 
     def wait_for_dispatch(self, timeout: float | None = 30.0) -> bool:
@@ -464,9 +474,7 @@ class MessageStore:
         ``executeDeleteFilesManually``); without it a round deletes only what the hour or the
         disk ratios call for. ``now`` (epoch seconds) stands in for the clock.
         """
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
-        self._readable()
+        self._writable()
         clean = self.services.clean
         total = CleanRun()
         for _ in range(MANUAL_DELETE_TIMES):  # a writer rolling segments as fast would keep it going
@@ -481,8 +489,8 @@ class MessageStore:
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is
         cleaned) and their entries in topics.json; the topics that had queues."""
-        self._readable()
-        doomed = set(topics)
+        self._writable()
+        doomed = set(topic_names("delete_topics", topics))
         if doomed & NEVER_REMOVED:
             raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
         keep = {topic for topic in self.queues.topics() if topic not in doomed}
@@ -491,10 +499,8 @@ class MessageStore:
     def clean_unused_topics(self, keep: Iterable[str]) -> list[str]:
         """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``
         (but the schedule and transaction-op topics')."""
-        if self.read_only:
-            raise ReadOnlyStoreError(f"{self.root} is open read-only")
-        self._readable()
-        keep = set(keep)
+        self._writable()
+        keep = set(topic_names("clean_unused_topics", keep))
         # no record is appended meanwhile, and every one appended before is dispatched: no unit of
         # a removed queue comes after it, and a topic that comes back starts again at offset 0
         with self.commit_log.put_lock:
@@ -510,6 +516,7 @@ class MessageStore:
     def disk_report(self, now: float | None = None) -> dict[str, object]:
         """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and
         when the oldest segment is deleted by time."""
+        self._readable()
         check = self.services.clean.last_check if self.services.clean else None
         return disk_report(check or measure_disk(self.config, self.root), self.config, self.commit_log, now) | {
             "runningFlags": describe_flags(self.running_flags)
@@ -527,6 +534,7 @@ class MessageStore:
         with self._shutdown_lock:
             if self._closed:
                 return
+            _OPEN.discard(self)
             self._closed = True
         errors: list[Exception] = []
         flush_failed: list[FlushError] = []
@@ -549,9 +557,9 @@ class MessageStore:
             step(self._flush_index_and_checkpoint, "flushing the index and the checkpoint")
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 step(manager.persist, f"writing {os.path.basename(manager.path)}")
-            behind = self.dispatch_behind_bytes()
+            behind = self.reput.behind() if self.reput else 0
             if not errors and not flush_failed and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
-                step(self._remove_abort, "removing abort")
+                step(lambda: remove_abort(self.root), "removing abort")
             else:
                 log.warning(
                     "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery",
@@ -567,15 +575,6 @@ class MessageStore:
         if errors:
             raise RocketStoreError(f"{self.root} did not shut down cleanly: {errors[0]}") from errors[0]
 
-    def _write_abort(self) -> None:
-        """The marker of a store in use: left behind by a crash, it makes the next open recover."""
-        with open(os.path.join(self.root, "abort"), "wb") as f:
-            os.fsync(f.fileno())
-
-    def _remove_abort(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.root, "abort"))
-
     def _flush_index_and_checkpoint(self) -> None:
         if self.index is not None:
             self.index.flush()
@@ -584,7 +583,6 @@ class MessageStore:
     def _close_files(self) -> None:
         if self.allocator is not None:
             self.allocator.stop()
-
         for part in ("commit_log", "queues", "index"):
             obj = getattr(self, part, None)
             if obj is not None:
@@ -597,4 +595,5 @@ class MessageStore:
         return self._closed
 
     def __repr__(self) -> str:
-        return f"MessageStore({self.root!r}{', read_only' if self.read_only else ''})"
+        state = (", read_only" if self.read_only else "") + (", closed" if self._closed else "")
+        return f"MessageStore({self.root!r}{state})"

@@ -173,12 +173,12 @@ class Message:
     def keys(self) -> str | None:
         return self._keys if self._props is None else self._props.get(KEYS)
 
-    born_timestamp = property(lambda self: self._extra[0] if self._extra else None)
-    born_host = property(lambda self: self._extra[1] if self._extra else None)
-    store_host = property(lambda self: self._extra[2] if self._extra else None)
-    sys_flag = property(lambda self: self._extra[3] if self._extra else 0)
-    reconsume_times = property(lambda self: self._extra[4] if self._extra else 0)
-    prepared_transaction_offset = property(lambda self: self._extra[5] if self._extra else 0)
+    born_timestamp: int | None = property(lambda self: self._extra[0] if self._extra else None)  # type: ignore[assignment]
+    born_host: str | None = property(lambda self: self._extra[1] if self._extra else None)  # type: ignore[assignment]
+    store_host: str | None = property(lambda self: self._extra[2] if self._extra else None)  # type: ignore[assignment]
+    sys_flag: int = property(lambda self: self._extra[3] if self._extra else 0)  # type: ignore[assignment]
+    reconsume_times: int = property(lambda self: self._extra[4] if self._extra else 0)  # type: ignore[assignment]
+    prepared_transaction_offset: int = property(lambda self: self._extra[5] if self._extra else 0)  # type: ignore[assignment]
 
     def with_topic(self, topic: str, properties: dict[str, str]) -> Message:
         """A copy for ``topic`` with ``properties`` (already valid: the store's own rewrites)."""
@@ -279,20 +279,20 @@ class StoredMessage:
         self._topic: str | None = None
         self._props: dict[str, str] | None = None
 
-    store_size = property(lambda self: self._h[0])
-    body_crc = property(lambda self: self._h[2])
-    queue_id = property(lambda self: self._h[3])
-    flag = property(lambda self: self._h[4])
-    queue_offset = property(lambda self: self._h[5])
-    commit_log_offset = property(lambda self: self._h[6])
-    sys_flag = property(lambda self: self._h[7])
-    born_timestamp = property(lambda self: self._h[8])
-    born_host = property(lambda self: format_host(self._h[9]))
-    store_timestamp = property(lambda self: self._h[10])
-    store_host = property(lambda self: format_host(self._h[11]))
-    reconsume_times = property(lambda self: self._h[12])
-    prepared_transaction_offset = property(lambda self: self._h[13])
-    body_len = property(lambda self: self._h[14])
+    store_size: int = property(lambda self: self._h[0])  # type: ignore[assignment]
+    body_crc: int = property(lambda self: self._h[2])  # type: ignore[assignment]
+    queue_id: int = property(lambda self: self._h[3])  # type: ignore[assignment]
+    flag: int = property(lambda self: self._h[4])  # type: ignore[assignment]
+    queue_offset: int = property(lambda self: self._h[5])  # type: ignore[assignment]
+    commit_log_offset: int = property(lambda self: self._h[6])  # type: ignore[assignment]
+    sys_flag: int = property(lambda self: self._h[7])  # type: ignore[assignment]
+    born_timestamp: int = property(lambda self: self._h[8])  # type: ignore[assignment]
+    born_host: str = property(lambda self: format_host(self._h[9]))  # type: ignore[assignment]
+    store_timestamp: int = property(lambda self: self._h[10])  # type: ignore[assignment]
+    store_host: str = property(lambda self: format_host(self._h[11]))  # type: ignore[assignment]
+    reconsume_times: int = property(lambda self: self._h[12])  # type: ignore[assignment]
+    prepared_transaction_offset: int = property(lambda self: self._h[13])  # type: ignore[assignment]
+    body_len: int = property(lambda self: self._h[14])  # type: ignore[assignment]
 
     @property
     def version(self) -> int:
@@ -330,9 +330,9 @@ class StoredMessage:
             props = self._props = decode_properties(self.properties_raw.decode("utf-8", "replace"))
         return props
 
-    tags = _stored_property(TAGS, "The ``TAGS`` property.")
-    keys = _stored_property(KEYS, "The ``KEYS`` property (space separated keys).")
-    uniq_key = _stored_property(UNIQ_KEY, "The ``UNIQ_KEY`` property (the client's message id).")
+    tags: str | None = _stored_property(TAGS, "The ``TAGS`` property.")  # type: ignore[assignment]
+    keys: str | None = _stored_property(KEYS, "The ``KEYS`` property (space separated keys).")  # type: ignore[assignment]
+    uniq_key: str | None = _stored_property(UNIQ_KEY, "The ``UNIQ_KEY`` property (the client's message id).")  # type: ignore[assignment]
 
     @property
     def msg_id(self) -> str:

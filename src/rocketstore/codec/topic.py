@@ -9,8 +9,9 @@ follow the same characters, up to 255 (Validators.checkGroup).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-from rocketstore.errors import InvalidGroupError, InvalidTopicError
+from rocketstore.errors import InvalidArgumentError, InvalidGroupError, InvalidTopicError
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
@@ -70,6 +71,13 @@ def validate_group(group: object) -> str:
     if not _VALID.fullmatch(group):
         raise InvalidGroupError(f"the group {group!r} has characters other than letters, digits, '%', '|', '_' and '-'")
     return group
+
+
+def topic_names(call: str, topics: Iterable[str]) -> Iterable[str]:
+    """``topics`` unless it is one str (which ``set`` would split into letters)."""
+    if isinstance(topics, str):
+        raise InvalidArgumentError(f"{call} takes a collection of topic names, not the str {topics!r}")
+    return topics
 
 
 def is_system_topic(topic: str) -> bool:

@@ -7,6 +7,7 @@ healthy store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from rocketstore.config import StoreConfig
@@ -53,3 +54,14 @@ def check_entries(root: str, config: StoreConfig) -> None:
     """CorruptStoreError naming the first store entry of the wrong kind (``misplaced_entries``)."""
     for path, kind in misplaced_entries(root, config):
         raise CorruptStoreError(f"should be {kind}", path)
+
+
+def write_abort(root: str) -> None:
+    """The marker of a store in use: left behind by a crash, it makes the next open recover."""
+    with open(os.path.join(root, "abort"), "wb") as f:
+        os.fsync(f.fileno())
+
+
+def remove_abort(root: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(root, "abort"))
