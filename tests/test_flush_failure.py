@@ -27,6 +27,12 @@ def test_a_failed_sync_flush_fails_the_put_and_stops_writes(loop_fs, store_confi
         assert store.commit_log.flushed_where == flushed  # the flushed offset did not move past the failure
         refused = store.put(Message("FlushTopic", b"after", tags="TagA"))
         assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE  # no writes after a failed fsync
+        # the kernel marked the lost pages clean: a retried msync "succeeds" without writing them,
+        # so no later flush may move the flushed offset over them, nor dispatch show the message
+        store.services.flush.run_once()  # the group commit's own round: it fails again
+        assert store.commit_log.flushed_where == flushed
+        store.reput.run_once()
+        assert [m.body for m in store.get_message("g", "FlushTopic", 0, 0, 8).messages] == [b"before"]
     finally:
         fs.heal()
         store.shutdown()

@@ -140,6 +140,7 @@ class MappedFile:
         self._cleanup_over = False
         self._first_shutdown = 0.0
         self._lock = threading.Lock()
+        self.flush_error: FlushError | None = None  # the first failed flush: every later one fails too
 
     # -- creation ------------------------------------------------------------------------------
     @classmethod
@@ -346,17 +347,24 @@ class MappedFile:
     def force(self, start: int = 0, end: int | None = None) -> None:
         """Make ``[start, end)`` durable (the whole file by default); FlushError on an OSError.
 
-        Only that range is written: pages faulted in ahead of the writer stay out of it.
+        Only that range is written: pages faulted in ahead of the writer stay out of it. After a
+        failed flush the kernel may have dropped the dirty pages and marked them clean, so that
+        a retry "succeeds" without writing them: every later flush of the file fails as well
+        (until the store is opened again), and no flushed position moves past lost bytes.
         """
         if self.mode != "rw" or not self.hold():
             return
+        if self.flush_error is not None:
+            self.release()
+            raise FlushError(f"{self.path}: an earlier flush failed ({self.flush_error}); reopen the store")
         try:
             if syscalls.AVAILABLE:
                 syscalls.msync(self.mm, start, self.file_size if end is None else end)
             else:  # pragma: no cover
                 os.fdatasync(self.fd)
         except OSError as exc:
-            raise FlushError(f"flushing {self.path} failed: {exc}") from exc
+            self.flush_error = FlushError(f"flushing {self.path} failed: {exc}")
+            raise self.flush_error from exc
         finally:
             self.release()
 
