@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,65 @@ def test_with_the_pool_waiting_for_dispatch_waits_for_what_was_written(make_stor
         assert store.put(Message("Pooled", b"m%d" % i)).ok
     assert store.wait_for_dispatch()
     assert [m.body for m in store.get_message("g", "Pooled", 0, 0).messages] == [b"m0", b"m1", b"m2"]
+
+
+def test_the_flushed_offset_never_goes_back_under_concurrent_flushes(make_store, store_config) -> None:
+    """store.flush() beside the flush service, while a producer writes: msync releases the GIL,
+    and a flush that read an older target and ended last used to set the offset back."""
+    config = store_config.copy(
+        mappedFileSizeCommitLog=1 << 20,
+        mappedFileSizeConsumeQueue=20 * 1_000_000,
+        messageIndexEnable=False,
+        flushIntervalCommitLog=1,
+        flushCommitLogThoroughInterval=1,
+    )
+    store = make_store(config=config)
+    queue = store.commit_log.queue
+    body = os.urandom(2000)
+    went_back: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            store.put(Message("T", body))
+
+    def flush() -> None:
+        while not stop.is_set():
+            store.flush()
+
+    threads = [threading.Thread(target=f) for f in (write, flush)]
+    for t in threads:
+        t.start()
+    last = 0
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            now = queue.flushed_where
+            if now < last:
+                went_back.append((last, now))
+            last = now
+            time.sleep(0)  # let the flushes run between looks
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert went_back == []
+
+
+def test_positions_tell_what_the_pool_has_not_committed_when_it_runs_dry(make_store, store_config) -> None:
+    """With every pool buffer lent, a new segment is written straight into its file; the bytes of
+    the segment before it still wait in their buffer, and "committed" says so."""
+    config = store_config.copy(
+        transientStorePoolEnable=True,
+        transientStorePoolSize=1,
+        mappedFileSizeCommitLog=1 << 16,
+        commitIntervalCommitLog=3_600_000,  # the test commits by hand
+        commitCommitLogThoroughInterval=3_600_000,
+    )
+    store = make_store(config=config)
+    while len(store.commit_log.queue.files) < 2:
+        assert store.put(Message("Pool", b"p" * 1000)).ok
+    positions = store.positions()
+    assert positions["committed"] == store.commit_log.queue.committed_where < positions["wrote"]
+    store.services.commit.run_once(0)
+    assert store.positions()["committed"] > 0

@@ -402,7 +402,7 @@ class MessageStore:
         queue = self.commit_log.queue
         return {
             "wrote": queue.max_wrote_offset(),
-            "committed": queue.max_offset(),
+            "committed": queue.committed_where if self.pool is not None else queue.max_offset(),
             "flushed": queue.flushed_where,
             "dispatched": self.reput.reput_from if self.reput else queue.max_offset(),
         }

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 
@@ -44,6 +45,10 @@ class MappedFileQueue:
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.committed_where = 0
+        # a flush (or commit) at a time: one that read an older target and ended last would move
+        # the position back; two commits could give one pool buffer back twice
+        self._flush_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
         self.store_timestamp = 0
         self.path_is_full = path_is_full
         self.allocator = allocator
@@ -189,6 +194,10 @@ class MappedFileQueue:
     # -- flush and commit --------------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
         """Flush the segment holding ``flushed_where``; True when nothing advanced."""
+        with self._flush_lock:
+            return self._flush(least_pages)
+
+    def _flush(self, least_pages: int) -> bool:
         first = self.first
         if first is not None and self.flushed_where < first.file_from_offset:  # deleted unflushed: gone
             self.flushed_where = first.file_from_offset
@@ -207,6 +216,10 @@ class MappedFileQueue:
         """Commit the segment holding ``committed_where`` (transient pool); True when nothing advanced.
 
         A segment full and committed gives its write buffer back to the pool."""
+        with self._commit_lock:
+            return self._commit(least_pages)
+
+    def _commit(self, least_pages: int) -> bool:
         first = self.first
         if first is not None and self.committed_where < first.file_from_offset:  # deleted uncommitted: gone
             self.committed_where = first.file_from_offset
