@@ -370,3 +370,28 @@ def test_positions_tell_what_the_pool_has_not_committed_when_it_runs_dry(make_st
     assert positions["committed"] == store.commit_log.queue.committed_where < positions["wrote"]
     store.services.commit.run_once(0)
     assert store.positions()["committed"] > 0
+
+
+def test_with_the_pool_a_put_wakes_the_commit_and_is_dispatched_at_once(make_store, store_config) -> None:
+    """RocketMQ's put path wakes the commit thread when the pool is on: a put is committed and
+    dispatched without waiting for commitIntervalCommitLog (an hour here)."""
+    config = store_config.copy(
+        transientStorePoolEnable=True,
+        commitIntervalCommitLog=3_600_000,
+        commitCommitLogThoroughInterval=0,  # every round commits whatever is written
+    )
+    store = make_store(config=config)
+    assert store.put(Message("Pool", b"now")).ok
+    assert store.reput.wait_caught_up(timeout=10)  # not wait_for_dispatch: that commits itself
+    assert store.get_message("g", "Pool", 0, 0, 1).messages[0].body == b"now"
+
+
+@pytest.mark.parametrize("timed", [True, False])
+def test_flush_commit_log_timed_keeps_the_flush_to_its_interval(make_store, store_config, timed) -> None:
+    """flushCommitLogTimed (the default): the ASYNC flush sleeps its interval out whatever wakes it
+    (a commit of the pool); without it a wake-up flushes at once."""
+    store = make_store(config=store_config.copy(flushCommitLogTimed=timed, flushIntervalCommitLog=3_600_000))
+    flush = store.services.flush
+    flush.wake_event.clear()
+    flush.wake()
+    assert flush.wake_event.is_set() is not timed
