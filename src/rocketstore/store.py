@@ -59,14 +59,17 @@ from rocketstore.writer import MessageWriter
 log = logging.getLogger(__name__)
 _INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
 _OPEN: weakref.WeakSet[MessageStore] = weakref.WeakSet()  # writable stores not shut down yet
+os.register_at_fork(after_in_child=_OPEN.clear)  # a forked child never shuts its parent's stores down
 
 
 @atexit.register
 def _shut_down_at_exit() -> None:
-    """Shut down the writable stores a program left open (as the broker's shutdown hook): their
-    consumer offsets and config files are written, and the next open needs no recovery."""
+    """Shut down the writable stores a program left open (as the broker's shutdown hook)."""
     for store in list(_OPEN):
-        store.shutdown()
+        try:
+            store.shutdown()
+        except Exception as exc:  # the others are still shut down
+            log.error("shutting down %s at exit: %s", store.root, exc)
 
 
 class MessageStore:
@@ -554,7 +557,9 @@ class MessageStore:
             self.services.stop(step, self._update_refusal, wait_for_dispatch)
             if self.read_only:
                 return
-            step(self._flush_index_and_checkpoint, "flushing the index and the checkpoint")
+            if self.index is not None:
+                step(self.index.flush, "flushing the index")
+            step(self.checkpoint.flush, "flushing the checkpoint")
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 step(manager.persist, f"writing {os.path.basename(manager.path)}")
             behind = self.reput.behind() if self.reput else 0
@@ -574,11 +579,6 @@ class MessageStore:
                     self._lock.release()
         if errors:
             raise RocketStoreError(f"{self.root} did not shut down cleanly: {errors[0]}") from errors[0]
-
-    def _flush_index_and_checkpoint(self) -> None:
-        if self.index is not None:
-            self.index.flush()
-        self.checkpoint.flush()
 
     def _close_files(self) -> None:
         if self.allocator is not None:
