@@ -108,18 +108,25 @@ def test_parked_waiters_that_time_out_leave_the_group_and_nothing_is_lost(
     assert store.get_max_offset_in_queue("Sync", 0) + store.get_max_offset_in_queue("Sync", 1) == 401
 
 
+def _pool_committed_by_hand(store_config: StoreConfig, **settings: object) -> StoreConfig:
+    """The transient store pool with 64 KiB segments, its commit service idle for an hour: the
+    test commits by hand."""
+    return store_config.copy(
+        transientStorePoolEnable=True,
+        mappedFileSizeCommitLog=1 << 16,
+        commitIntervalCommitLog=3_600_000,
+        commitCommitLogThoroughInterval=3_600_000,
+        **settings,
+    )
+
+
 def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_config: StoreConfig) -> None:
     """Writes land in a pool buffer; the file sees them only when the commit service moves them;
     the flush makes them durable. Dispatch follows the committed position, inspect shows all
     three, and a clean shutdown commits, dispatches and removes abort."""
-    config = store_config.copy(
-        transientStorePoolEnable=True,
-        transientStorePoolSize=2,
-        mappedFileSizeCommitLog=1 << 16,
-        commitIntervalCommitLog=3_600_000,  # the test commits by hand
-        commitCommitLogThoroughInterval=3_600_000,
-        flushIntervalCommitLog=3_600_000,
-        flushCommitLogThoroughInterval=3_600_000,
+    hour = 3_600_000
+    config = _pool_committed_by_hand(
+        store_config, transientStorePoolSize=2, flushIntervalCommitLog=hour, flushCommitLogThoroughInterval=hour
     )
     path = tmp_path / "store"
     store = MessageStore.open(path, config)
@@ -356,13 +363,7 @@ def test_the_flushed_offset_never_goes_back_under_concurrent_flushes(make_store,
 def test_positions_tell_what_the_pool_has_not_committed_when_it_runs_dry(make_store, store_config) -> None:
     """With every pool buffer lent, a new segment is written straight into its file; the bytes of
     the segment before it still wait in their buffer, and "committed" says so."""
-    config = store_config.copy(
-        transientStorePoolEnable=True,
-        transientStorePoolSize=1,
-        mappedFileSizeCommitLog=1 << 16,
-        commitIntervalCommitLog=3_600_000,  # the test commits by hand
-        commitCommitLogThoroughInterval=3_600_000,
-    )
+    config = _pool_committed_by_hand(store_config, transientStorePoolSize=1)
     store = make_store(config=config)
     while len(store.commit_log.queue.files) < 2:
         assert store.put(Message("Pool", b"p" * 1000)).ok

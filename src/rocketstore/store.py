@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 
-from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names, validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis, refuse_unsupported
 from rocketstore.errors import (
@@ -57,7 +57,6 @@ from rocketstore.services.wiring import StoreServices
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
-_INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
 _OPEN: weakref.WeakSet[MessageStore] = weakref.WeakSet()  # writable stores not shut down yet
 os.register_at_fork(after_in_child=_OPEN.clear)  # a forked child never shuts its parent's stores down
 
@@ -422,7 +421,7 @@ class MessageStore:
         validate_group(group)
         validate_topic(topic)
         queue_id, offset = check_arguments("commit_offset", queue_id=(queue_id, int), offset=(offset, int))
-        if not (0 <= queue_id <= _INT_MAX and 0 <= offset <= _LONG_MAX):
+        if not (0 <= queue_id <= JAVA_INT[1] and 0 <= offset <= JAVA_LONG[1]):
             raise InvalidArgumentError(f"commit_offset: queue id {queue_id} or offset {offset} is out of range")
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
