@@ -55,3 +55,28 @@ def test_a_failed_async_flush_stops_writes(loop_fs, store_config):
     finally:
         fs.heal()
         store.shutdown()
+
+
+def test_a_queue_whose_flush_failed_does_not_keep_the_others_dirty(loop_fs, store_config):
+    fs = loop_fs(32)
+    store = MessageStore.open(fs.mount / "store", store_config.copy(flushDiskType="ASYNC_FLUSH"))
+    try:
+        for topic in ("TopicA", "TopicB", "TopicA"):
+            assert store.put(Message(topic, b"x", tags="TagA")).ok
+            assert store.wait_for_dispatch()
+            if topic == "TopicB":
+                store.queues.flush(0)  # B clean from here on
+        failing, other = store.queues.table[("TopicA", 0)], store.queues.table[("TopicB", 0)]
+        fs.fail_writes()
+        with pytest.raises(FlushError):
+            failing.flush(0)  # A's file is latched from now on
+        fs.heal()
+        assert store.put(Message("TopicB", b"y", tags="TagA")).ok
+        assert store.wait_for_dispatch()
+        assert other.queue.flushed_where < other.queue.max_offset()
+        with pytest.raises(FlushError):
+            store.queues.flush(0)  # A still fails, and says so once every queue was tried
+        assert other.queue.flushed_where == other.queue.max_offset()  # B was flushed all the same
+    finally:
+        store.shutdown()
+    assert (fs.mount / "store" / "abort").exists()  # A's units may be lost: the next open recovers

@@ -23,11 +23,14 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from rocketstore.errors import CorruptStoreError, FlushError
 from rocketstore.files import syscalls
 
 OS_PAGE_SIZE = 4096
+T = TypeVar("T")
 CREATING_SUFFIX = ".creating"  # a file being made; one left behind is a crash leftover
 
 
@@ -39,6 +42,19 @@ def remove_leftover(path: str, mode: str) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(path)
     return True
+
+
+def flush_each(items: Iterable[T], flush: Callable[[T], object]) -> None:
+    """``flush(item)`` for every item; a FlushError stops none of the others (a file whose flush
+    failed fails every later flush), and the first one is raised once all were tried."""
+    first: FlushError | None = None
+    for item in items:
+        try:
+            flush(item)
+        except FlushError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def offset_to_file_name(offset: int) -> str:

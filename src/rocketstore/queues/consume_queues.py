@@ -8,6 +8,7 @@ import shutil
 import threading
 
 from rocketstore.codec.topic import NEVER_REMOVED
+from rocketstore.files.mapped_file import flush_each
 from rocketstore.queues.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,8 @@ class ConsumeQueueStore:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> None:
-        for cq in list(self.table.values()):
-            cq.flush(least_pages)
+        """Flush every queue; one whose file refuses (FlushError) does not keep the others dirty."""
+        flush_each(list(self.table.values()), lambda cq: cq.flush(least_pages))
 
     def destroy_all(self) -> None:
         for cq in self.table.values():

@@ -15,7 +15,7 @@ from rocketstore.codec.message import JAVA_INT
 from rocketstore.codec.records import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ, Records
 from rocketstore.errors import ConfigError, CorruptStoreError
 from rocketstore.files.allocate import SegmentAllocator
-from rocketstore.files.mapped_file import remove_leftover
+from rocketstore.files.mapped_file import flush_each, remove_leftover
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, IndexFile, index_file_size
 
@@ -310,8 +310,8 @@ class IndexService:
             return len(doomed)
 
     def flush(self) -> None:
-        for index in list(self.files):
-            index.flush()
+        """Flush every index file; one that refuses (FlushError) does not stop the others."""
+        flush_each(list(self.files), IndexFile.flush)
 
     def close(self) -> None:
         for index in self.files:
