@@ -231,6 +231,24 @@ def test_numpy_integers_are_integers_everywhere(make_store):
     assert store.get_offset_in_queue_by_time("T", np.int32(0), np.int64(0)) == 0
 
 
+def test_numpy_strings_are_strings_everywhere(make_store):
+    """Text from numpy (np.str_, a str subclass) is taken as text and kept as a plain str."""
+    store, topic, group = make_store(), np.str_("T"), np.str_("g")
+    message = Message(
+        topic, b"m", tags=np.str_("a"), keys=[np.str_("k1"), "k2"], properties={np.str_("p"): np.str_("v")}
+    )
+    assert all(type(v) is str for v in (message.topic, message.tags, message.keys, *message.properties))
+    assert Message(topic, b"n", keys=np.str_("k3"), born_host=np.str_("10.0.0.1:1")).keys == "k3"
+    assert store.put(message).ok and store.wait_for_dispatch()
+    assert [m.keys for m in store.get_message(group, topic, 0, 0, tags=np.str_("a || b")).messages] == ["k1 k2"]
+    assert store.get_commit_log_offset_in_queue(topic, 0, 0) == 0
+    assert store.get_message_store_timestamp(topic, 0, 0) > 0
+    assert store.get_offset_in_queue_by_time(topic, 0, 0) == 0
+    assert len(store.query_message(topic, np.str_("k2")).messages) == 1
+    store.commit_offset(group, topic, 0, 1)
+    assert store.query_offset(group, topic, 0) == 1
+
+
 def test_an_import_line_with_empty_tags_and_keys_columns_is_taken(make_store):
     """An empty tags or keys column means none, as Message(tags="") does."""
     store = make_store()

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.ids import decode_offset_msg_id, java_hash
-from rocketstore.codec.message import StoredMessage, as_int
+from rocketstore.codec.message import StoredMessage, as_int, plain_str
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError
@@ -31,13 +31,13 @@ except (ValueError, OSError):  # pragma: no cover
 
 def check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> list:
     """The values of ``name=(value, type)``, integers as Python ints (``as_int``: numpy's too,
-    not a bool); InvalidArgumentError for a value not of its type (None passes where
-    ``type(None)`` is given)."""
+    not a bool) and text as a plain str (numpy.str_ too); InvalidArgumentError for a value not
+    of its type (None passes where ``type(None)`` is given)."""
     out = []
     for name, (value, kind) in given.items():
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (value is None and type(None) in kinds) or (str in kinds and type(value) is str):
-            out.append(value)
+        if (value is None and type(None) in kinds) or (str in kinds and isinstance(value, str)):
+            out.append(plain_str(value))
         elif int in kinds:
             out.append(as_int(f"{call}: {name}", value, InvalidArgumentError))
         else:

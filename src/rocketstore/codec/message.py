@@ -44,6 +44,11 @@ def as_int(name: str, value: object, error: type[Exception] = InvalidMessageErro
     raise error(f"{name} must be an integer, not {value!r}")
 
 
+def plain_str(value: object) -> object:
+    """A str subclass (numpy.str_, a str enum) as the plain str it holds; anything else as is."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
 def check_range(name: str, value: object, bounds: tuple[int, int], given: object = None) -> int:
     """``value`` as an int, if it is an integer within ``bounds`` (its record field's Java width);
     InvalidMessageError else. ``given`` is what the caller was given, if not ``value`` itself."""
@@ -85,19 +90,21 @@ class Message:
         prepared_transaction_offset: int = 0,
     ) -> None:
         if type(topic) is not str or topic not in _known_topics:
-            validate_topic(topic)
+            topic = validate_topic(plain_str(topic))
         self.topic = topic
         if type(body) is not bytes:
             body = _as_bytes(body)
         self.body = body
         if tags:
+            tags = plain_str(tags)
             if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
                 raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
         else:
             tags = None
         if keys:
             if type(keys) is not str:
-                keys = _joined_keys(keys)
+                keys = plain_str(keys)
+                keys = keys if type(keys) is str else _joined_keys(keys)
             if "\x01" in keys or "\x02" in keys or not _utf8_text(keys):
                 raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
         else:
@@ -136,6 +143,7 @@ class Message:
             prepared_transaction_offset = check_range(
                 "prepared_transaction_offset", prepared_transaction_offset, JAVA_LONG
             )
+            born_host, store_host = plain_str(born_host), plain_str(store_host)
             for name, host in (("born_host", born_host), ("store_host", store_host)):
                 if host is not None and type(host) is not str:
                     raise InvalidMessageError(f"{name} is a str ip:port or [ipv6]:port, not {host!r}")
@@ -215,7 +223,7 @@ def _as_bytes(body: object) -> bytes:
 def _joined_keys(keys: Iterable[str]) -> str:
     if not isinstance(keys, Iterable):
         raise InvalidMessageError(f"keys are a str or a list of str, not {keys!r}")
-    keys = list(keys)
+    keys = [plain_str(k) for k in keys]
     for k in keys:
         if type(k) is not str or not k or " " in k:
             raise InvalidMessageError(f"each key is a non-empty str without spaces, not {k!r}")
@@ -226,7 +234,7 @@ def checked_properties(properties: dict[str, str]) -> dict[str, str]:
     """A copy of ``properties`` once every name and value is checked (InvalidMessageError):
     non-empty text without the separators (an empty value would not read back: RocketMQ's
     parser drops it)."""
-    props = dict(properties)
+    props = {plain_str(name): plain_str(value) for name, value in dict(properties).items()}
     for name, value in props.items():
         if (
             type(name) is not str
