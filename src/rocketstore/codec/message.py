@@ -96,7 +96,8 @@ class Message:
             body = _as_bytes(body)
         self.body = body
         if tags:
-            tags = plain_str(tags)
+            if type(tags) is not str:
+                tags = plain_str(tags)
             if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
                 raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
         else:
