@@ -7,6 +7,7 @@ would run a round, the test runs the round itself, as the thread does, to stay d
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import shutil
@@ -69,9 +70,10 @@ def test_a_failed_open_stops_the_services_it_started(make_store, tmp_path: Path,
         pytest.skip("chattr +i is not supported here")
     try:
         before = store_threads()
-        with pytest.raises(StoreFileError, match="abort"):
+        with pytest.raises(StoreFileError, match="abort") as refused:
             MessageStore.open(root, store_config)
         assert store_threads() == before
+        assert refused.value.errno == errno.EPERM and refused.value.filename == str(root / "abort")
     finally:
         subprocess.run(["chattr", "-i", str(root)], check=True)
     assert make_store().get_max_offset_in_queue("T", 0) == 1

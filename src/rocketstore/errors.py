@@ -56,7 +56,15 @@ class CorruptStoreError(RocketStoreError):
 
 
 class StoreFileError(RocketStoreError, OSError):
-    """A file or folder of the store could not be used (no permission, say); names it."""
+    """A file or folder of the store could not be used (no permission, say); names it, and keeps
+    the OSError's ``errno`` and ``filename``."""
+
+    @classmethod
+    def of(cls, exc: OSError, context: str) -> StoreFileError:
+        """``exc`` in the store's words: ``context``, then the system's reason and the file."""
+        if exc.errno is None:
+            return cls(f"{context}: {exc}")
+        return cls(exc.errno, f"{context}: {exc.strerror}", exc.filename)
 
 
 class RecordError(RocketStoreError):

@@ -132,7 +132,7 @@ class MessageStore:
                 if isinstance(exc, RocketStoreError):
                     raise
                 if not (read_only and isinstance(exc, FileNotFoundError)):
-                    raise StoreFileError(f"the store at {root} cannot be opened: {exc}") from exc
+                    raise StoreFileError.of(exc, f"the store at {root} cannot be opened") from exc
                 if attempt == 3:  # a read-only open of a live store: its cleanup deleted a file
                     raise RocketStoreError(f"{root} kept changing while it was opened: {exc}") from exc
         raise AssertionError("unreachable")
