@@ -29,7 +29,7 @@ from rocketstore.codec.properties import (
     encode_properties,
 )
 from rocketstore.codec.scan import delay_of_level, java_int
-from rocketstore.codec.topic import SCHEDULE_TOPIC, validate_topic
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog, too_big_for_segment
@@ -92,7 +92,6 @@ class MessagePreparer:
             raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
         if type(message) is not Message:
             raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
-        validate_topic(message.topic)  # it may have been set after the Message was made
         if schedule and message._props is not None and DELAY in message._props:
             return self._delayed(message, queue_id)
         return message, queue_id
@@ -118,7 +117,7 @@ class MessagePreparer:
         A message without a ``UNIQ_KEY`` gets one, as RocketMQ's producers give it, unless
         ``new_uniq`` is false (a message stored as it was: import, redelivery)."""
         config = self.config
-        body = message.body
+        body = message._body
         if len(body) > config.max_message_size:
             return PutResult.refused(
                 _ILLEGAL, f"the body is {len(body)} bytes; maxMessageSize is {config.max_message_size}"
@@ -141,7 +140,7 @@ class MessagePreparer:
             text = f"{text}\x02UNIQ_KEY\x01{uniq}" if text else f"UNIQ_KEY\x01{uniq}"
         if extra_props:
             text = f"{text}\x02{extra_props}"
-        topic = message.topic
+        topic = message._topic
         if topic == SCHEDULE_TOPIC and DELAY in props and java_int(props[DELAY]) is None:
             return _not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
         topic_bytes = self._topic_bytes.get(topic)
@@ -154,7 +153,7 @@ class MessagePreparer:
                 body,
                 text.encode("utf-8"),
                 queue_id,
-                message.flag,
+                message._flag,
                 extra[3],
                 now if extra[0] is None else extra[0],
                 parse_host(extra[1]) if extra[1] else store_host,
@@ -255,12 +254,9 @@ class MessageWriter(MessagePreparer):
                 or not 0 <= queue_id <= 0x7FFFFFFF
             ):
                 return general(message, queue_id)
-            topic = message.topic
-            try:
-                head = heads.get(topic)
-            except TypeError:  # an unhashable topic, set after the Message was made
-                return general(message, queue_id)
-            body = message.body
+            topic = message._topic
+            head = heads.get(topic)
+            body = message._body
             if head is None or len(body) > config.max_message_size or config.enabled_append_prop_crc:
                 return general(message, queue_id)
             now = _time_ns() // 1_000_000
@@ -286,7 +282,7 @@ class MessageWriter(MessagePreparer):
                 tail,
                 total,
                 crc32(body) & 0x7FFFFFFF,
-                message.flag,
+                message._flag,
                 now,
                 code,
                 keys,
@@ -352,10 +348,9 @@ class MessageWriter(MessagePreparer):
         for m in messages:
             if type(m) is not Message:
                 raise InvalidMessageError(f"put_batch takes Messages, not {type(m).__name__}")
-        topic = messages[0].topic
-        validate_topic(topic)  # it may have been set after the Messages were made
+        topic = messages[0]._topic
         for m in messages:
-            if m.topic != topic:
+            if m._topic != topic:
                 raise InvalidMessageError(f"a batch is for one topic: {topic!r} and {m.topic!r}")
         # plain: tags and keys alone (the common batch), checked in one pass over each field
         plain = self._plain and {m._extra is None and m._props is None for m in messages} == {True}
@@ -401,7 +396,7 @@ class MessageWriter(MessagePreparer):
         """A batch of tags-and-keys messages for the store's own host (None: take the general path).
 
         Built column by column, a list per field, so that each step runs as one comprehension."""
-        bodies = [m.body for m in messages]
+        bodies = [m._body for m in messages]
         if max(map(len, bodies)) > self.config.max_message_size:
             return None
         uniqs = self.uniq_keys.next_many(now, len(messages))
@@ -421,7 +416,7 @@ class MessageWriter(MessagePreparer):
         result = self.commit_log.append_plain_batch(
             topic,
             queue_id,
-            (bodies, tails, sizes, crcs, [m.flag for m in messages], codes, keys, uniqs),
+            (bodies, tails, sizes, crcs, [m._flag for m in messages], codes, keys, uniqs),
             now,
             self.store_host,
         )

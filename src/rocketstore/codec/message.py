@@ -71,7 +71,7 @@ class Message:
     keeps the common put path short.
     """
 
-    __slots__ = ("_extra", "_keys", "_props", "_tags", "body", "flag", "topic")
+    __slots__ = ("_body", "_extra", "_flag", "_keys", "_props", "_tags", "_topic")
 
     def __init__(
         self,
@@ -91,10 +91,10 @@ class Message:
     ) -> None:
         if type(topic) is not str or topic not in _known_topics:
             topic = validate_topic(plain_str(topic))
-        self.topic = topic
+        self._topic = topic
         if type(body) is not bytes:
             body = _as_bytes(body)
-        self.body = body
+        self._body = body
         if tags:
             if type(tags) is not str:
                 tags = plain_str(tags)
@@ -123,7 +123,7 @@ class Message:
             self._props = None
         if type(flag) is not int or not -(2**31) <= flag < 2**31:
             flag = check_range("flag", flag, JAVA_INT)
-        self.flag = flag
+        self._flag = flag
         if type(sys_flag) is not int:
             sys_flag = as_int("sys_flag", sys_flag)
         if sys_flag & ~sf.PRODUCER_BITS:
@@ -156,6 +156,31 @@ class Message:
                 reconsume_times,
                 prepared_transaction_offset,
             )
+
+    # topic, body and flag may be set after construction, checked as the constructor checks them
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @topic.setter
+    def topic(self, topic: str) -> None:
+        self._topic = validate_topic(plain_str(topic))
+
+    @property
+    def body(self) -> bytes:
+        return self._body
+
+    @body.setter
+    def body(self, body: bytes | bytearray | memoryview | str) -> None:
+        self._body = body if type(body) is bytes else _as_bytes(body)
+
+    @property
+    def flag(self) -> int:
+        return self._flag
+
+    @flag.setter
+    def flag(self, flag: int) -> None:
+        self._flag = check_range("flag", flag, JAVA_INT)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -192,9 +217,9 @@ class Message:
     def with_topic(self, topic: str, properties: dict[str, str]) -> Message:
         """A copy for ``topic`` with ``properties`` (already valid: the store's own rewrites)."""
         copy = Message.__new__(Message)
-        copy.topic = validate_topic(topic)
-        copy.body = self.body
-        copy.flag = self.flag
+        copy._topic = validate_topic(topic)
+        copy._body = self._body
+        copy._flag = self._flag
         copy._tags = properties.get(TAGS)
         copy._keys = properties.get(KEYS)
         copy._props = properties

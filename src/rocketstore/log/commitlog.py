@@ -134,49 +134,51 @@ class CommitLog:
         handoff = self.handoff
         render = rec.render
         with self.put_lock:
-            now = _time_ns() // 1_000_000
-            if now < self._last_store_ts:
-                now = self._last_store_ts  # store times never go back in log order
-            self._last_store_ts = self.begin_time_in_lock = now
-            mapped = self._current
-            if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
-                mapped = self._writable_for(total, now)
-                if mapped is None:
-                    self.begin_time_in_lock = 0
-                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
-            if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
+            try:
+                now = _time_ns() // 1_000_000
+                if now < self._last_store_ts:
+                    now = self._last_store_ts  # store times never go back in log order
+                self._last_store_ts = self.begin_time_in_lock = now
+                mapped = self._current
+                if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
+                    mapped = self._writable_for(total, now)
+                    if mapped is None:
+                        return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+                if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
+                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
+                key = (topic, queue_id)
+                if key not in self.topic_queue_table and self.on_new_queue is not None:
+                    self.on_new_queue(key)
+                queue_offset = self.topic_queue_table.get(key, 0) if queued else 0
+                phy = mapped.file_from_offset + mapped.wrote_position
+                if len(items) == 1:
+                    p = items[0]
+                    mapped.append(render(p, queue_offset, phy, now))
+                    tags = p[15] if type(p[15]) is int else now + p[15][1]  # (DELIVER_AFTER, delay)
+                    handoff.append((topic, queue_id, phy, p[1], tags, now, queue_offset, p[16], p[17], p[6]))
+                    offsets = None
+                else:
+                    parts = []
+                    entries = []
+                    offsets = []
+                    q = queue_offset
+                    at = phy
+                    for p in items:  # every record rendered before any is stored or handed off
+                        parts.append(render(p, q, at, now))
+                        entries.append((topic, queue_id, at, p[1], p[15], now, q, p[16], p[17], p[6]))
+                        offsets.append(at)
+                        at += p[1]
+                        if queued:
+                            q += 1
+                    mapped.append(b"".join(parts))
+                    handoff.extend(entries)
+                mapped.store_timestamp = now
+                if queued:
+                    self.topic_queue_table[key] = queue_offset + len(items)
+                if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
+                    self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
+            finally:
                 self.begin_time_in_lock = 0
-                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
-            key = (topic, queue_id)
-            if key not in self.topic_queue_table and self.on_new_queue is not None:
-                self.on_new_queue(key)
-            queue_offset = self.topic_queue_table.get(key, 0) if queued else 0
-            phy = mapped.file_from_offset + mapped.wrote_position
-            if len(items) == 1:
-                p = items[0]
-                mapped.append(render(p, queue_offset, phy, now))
-                tags = p[15] if type(p[15]) is int else now + p[15][1]  # (DELIVER_AFTER, delay)
-                handoff.append((topic, queue_id, phy, p[1], tags, now, queue_offset, p[16], p[17], p[6]))
-                offsets = None
-            else:
-                parts = []
-                offsets = []
-                q = queue_offset
-                at = phy
-                for p in items:
-                    parts.append(render(p, q, at, now))
-                    handoff.append((topic, queue_id, at, p[1], p[15], now, q, p[16], p[17], p[6]))
-                    offsets.append(at)
-                    at += p[1]
-                    if queued:
-                        q += 1
-                mapped.append(b"".join(parts))
-            mapped.store_timestamp = now
-            if queued:
-                self.topic_queue_table[key] = queue_offset + len(items)
-            if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
-                self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
-            self.begin_time_in_lock = 0
         wake = self.wake_event
         if wake is not None and not wake.is_set():
             wake.set()
@@ -301,39 +303,39 @@ class CommitLog:
         magic = rec.MESSAGE_MAGIC_CODE
         key = (topic, queue_id)
         with self.put_lock:
-            now = born_ts if born_ts >= self._last_store_ts else self._last_store_ts
-            self._last_store_ts = self.begin_time_in_lock = now
-            mapped = self._current
-            if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
-                mapped = self._writable_for(total, now)
-                if mapped is None:
-                    self.begin_time_in_lock = 0
-                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
-            if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
-                self.begin_time_in_lock = 0
-                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
-            first_queue_offset = self.topic_queue_table.get(key)
-            if first_queue_offset is None:
-                first_queue_offset = 0
-                if self.on_new_queue is not None:
-                    self.on_new_queue(key)
-            first = mapped.file_from_offset + mapped.wrote_position
-            offsets = list(itertools.accumulate(sizes[:-1], initial=first))
-            headers = [
-                pack(size, magic, crc, queue_id, flag, q, phy, 0, born_ts, host, now, host, 0, 0, len(body))
-                for size, crc, flag, q, phy, body in zip(
-                    sizes, crcs, flags, itertools.count(first_queue_offset), offsets, bodies
+            try:
+                now = born_ts if born_ts >= self._last_store_ts else self._last_store_ts
+                self._last_store_ts = self.begin_time_in_lock = now
+                mapped = self._current
+                if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
+                    mapped = self._writable_for(total, now)
+                    if mapped is None:
+                        return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+                if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
+                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
+                first_queue_offset = self.topic_queue_table.get(key)
+                if first_queue_offset is None:
+                    first_queue_offset = 0
+                    if self.on_new_queue is not None:
+                        self.on_new_queue(key)
+                first = mapped.file_from_offset + mapped.wrote_position
+                offsets = list(itertools.accumulate(sizes[:-1], initial=first))
+                headers = [
+                    pack(size, magic, crc, queue_id, flag, q, phy, 0, born_ts, host, now, host, 0, 0, len(body))
+                    for size, crc, flag, q, phy, body in zip(
+                        sizes, crcs, flags, itertools.count(first_queue_offset), offsets, bodies
+                    )
+                ]
+                mapped.append(b"".join(itertools.chain.from_iterable(zip(headers, bodies, tails, strict=True))))
+                self.handoff.append(
+                    batch_request(topic, queue_id, first, sizes, codes, now, first_queue_offset, keys, uniqs)
                 )
-            ]
-            mapped.append(b"".join(itertools.chain.from_iterable(zip(headers, bodies, tails, strict=True))))
-            self.handoff.append(
-                batch_request(topic, queue_id, first, sizes, codes, now, first_queue_offset, keys, uniqs)
-            )
-            mapped.store_timestamp = now
-            self.topic_queue_table[key] = first_queue_offset + len(sizes)
-            if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
-                self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
-            self.begin_time_in_lock = 0
+                mapped.store_timestamp = now
+                self.topic_queue_table[key] = first_queue_offset + len(sizes)
+                if mapped.wrote_position >= self._prefault_at and self.allocator is not None:
+                    self._prefault_at = self.allocator.advise(mapped, mapped.wrote_position)
+            finally:
+                self.begin_time_in_lock = 0
         wake = self.wake_event
         if wake is not None and not wake.is_set():
             wake.set()
