@@ -349,7 +349,12 @@ def test_verify_accepts_delivery_times_of_an_earlier_level_table(tmp_path: Path,
     assert report.ok, report.problems
     assert any("messageDelayLevel" in note for note in report.notes)
     unit = path / "consumequeue" / SCHEDULE_TOPIC / "1" / f"{0:020d}"
-    with open(unit, "r+b") as f:  # a delivery time before the record's store time is still wrong
+    with open(unit, "r+b") as f:
         f.seek(12)
-        f.write((1).to_bytes(8, "big"))
-    assert not verify_store(path, changed).ok
+        delivery = int.from_bytes(f.read(8), "big")
+    # still wrong: before the record's store time, or not a whole number of seconds after it
+    for tags in (1, delivery + 1, delivery - 1):
+        with open(unit, "r+b") as f:
+            f.seek(12)
+            f.write(tags.to_bytes(8, "big"))
+        assert not verify_store(path, changed).ok, tags

@@ -101,8 +101,10 @@ def _check_units(
     flags = log.sys_flags[r] & TRANSACTION_ROLLBACK_TYPE
     tags_bad = log.tags[r] != tags[check]
     if tid >= 0 and log.topics[tid] == SCHEDULE_TOPIC:
-        # a delivery time from an earlier messageDelayLevel: RocketMQ delivers by the unit's time
-        other_level = tags_bad & (tags[check] >= log.store_ts[r])
+        # a delivery time from an earlier messageDelayLevel: RocketMQ delivers by the unit's time.
+        # Any level is a whole number of seconds (a number and s, m, h or d) after the store time.
+        delay = tags[check] - log.store_ts[r]
+        other_level = tags_bad & (delay > 0) & (delay % 1000 == 0)
         if other_level.any():
             report.note(
                 f"{where}: {int(other_level.sum())} units hold delivery times the current messageDelayLevel "
