@@ -240,6 +240,31 @@ store.commit_offset("g", "T", 0, 1)
         assert store.query_offset("g", "T", 0) == 1
 
 
+def test_a_forked_child_leaves_its_parents_stores_alone_at_exit(tmp_path: Path) -> None:
+    """A child forked from a program with a store open ends normally (its atexit hooks run): it
+    must not shut the parent's store down. It used to, removing the parent's abort marker while
+    the parent still wrote, so a crash of the parent would then skip recovery."""
+    root = tmp_path / "store"
+    script = f"""
+import os, sys
+from rocketstore import Message, MessageStore
+store = MessageStore.open({str(root)!r})
+assert store.put(Message("T", b"x")).ok and store.wait_for_dispatch()
+child = os.fork()
+if child == 0:
+    sys.exit(0)
+assert os.waitpid(child, 0)[1] == 0
+print(os.path.exists(os.path.join({str(root)!r}, "abort")))
+assert store.put(Message("T", b"y")).ok
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]  # the parent's store was still marked open after the child
+    assert done.stderr == ""
+    with MessageStore.open(root) as store:
+        assert store.last_exit_ok and store.get_max_offset_in_queue("T", 0) == 2
+
+
 def test_consumer_offsets_and_new_topics_reach_disk_while_the_store_runs(make_store, store_config) -> None:
     """The broker writes consumerOffset.json every flushConsumerOffsetInterval (5 s): a crash loses
     at most that much of the committed offsets, not everything since the open."""
