@@ -322,3 +322,35 @@ def test_streaming_write_is_exactly_once_across_restarts(spark, tmp_path, rmqrea
     with pytest.raises(Exception, match="SinkInUseError: the store's streaming sink 'mirror' belongs to another"):
         _stream_copy(spark, source, sink, tmp_path / "ckpt2", sinkId="mirror")
     assert len(_bodies(sink)) == 195
+
+
+def test_integral_collated_and_empty_array_columns_are_written(spark, tmp_path):  # noqa: F811
+    """The driver's type check goes by kind, not by exact type: a tinyint/smallint/bigint queueId
+    or flag, strings with a collation and an empty array literal (array<void>) as keys are
+    written as their int/string counterparts; a fractional queueId is still refused by name."""
+    store = tmp_path / "store"
+    lcase = "collate UTF8_LCASE"
+    for i, (qtype, ftype) in enumerate((("tinyint", "smallint"), ("smallint", "tinyint"), ("bigint", "bigint"))):
+        keys = f"array('k{i}' {lcase}, null)" if i == 1 else "array()"
+        sql = (
+            f"select 'TopicA' {lcase} topic, 'body {i}' {lcase} body, cast({i + 1} as {qtype}) queueId, "
+            f"cast({i} as {ftype}) flag, 'Tag{i}' {lcase} tags, {keys} `keys`, "
+            f"map('seq' {lcase}, '{i}' {lcase}) properties"
+        )
+        df = spark.sql(sql)
+        assert df.schema["keys"].dataType.simpleString() in ("array<void>", f"array<string {lcase}>")
+        df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    rows = export_rows(store, small_config())
+    fields = ("topic", "queueId", "flag", "tags", "keys")
+    got = sorted((base64.b64decode(r["body"]).decode(), *(r[f] for f in fields), r["properties"]["seq"]) for r in rows)
+    assert got == [
+        ("body 0", "TopicA", 1, 0, "Tag0", None, "0"),
+        ("body 1", "TopicA", 2, 1, "Tag1", "k1", "1"),
+        ("body 2", "TopicA", 3, 2, "Tag2", None, "2"),
+    ]
+    before = len(got)
+    for qtype in ("double", "float"):
+        sql = f"select 'TopicA' topic, 'b' body, cast(1 as {qtype}) queueId"
+        with pytest.raises(Exception, match=f"InvalidMessageError: column 'queueId' is {qtype}: .*integral"):
+            spark.sql(sql).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert len(export_rows(store, small_config())) == before

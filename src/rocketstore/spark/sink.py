@@ -8,10 +8,12 @@ leaves no message behind. Streaming writes add a write-ahead marker per micro-ba
 ``commits``), which makes each batch land exactly once even across restarts and crashes.
 
 Columns: ``topic`` (or the ``topic`` option) and ``body`` (binary or string) are required;
-``queueId`` and ``flag`` (integers), ``tags``, ``keys`` (a string or an array of strings, whose
-nulls are dropped) and ``properties`` (a map of strings) are optional; other columns are not
-written. A column of another type is refused on the driver. Rows without a queueId go
-round-robin over the topic's write queues.
+``queueId`` and ``flag`` (tinyint, smallint, int or bigint), ``tags``, ``keys`` (a string or an
+array of strings, whose nulls are dropped) and ``properties`` (a map of strings) are optional;
+other columns are not written. Types are checked by kind: a string of any collation is a string,
+and an empty ``array()`` literal (array<void>) is an array of strings. A column of another type
+(a double queueId among them) is refused on the driver. Rows without a queueId go round-robin
+over the topic's write queues.
 """
 
 from __future__ import annotations
@@ -52,15 +54,55 @@ STAGED = pa.schema(
 )
 
 
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
-WRITE_TYPES: dict[str, tuple[str, ...]] = {  # the Spark types (simpleString) each column may have
-    "topic": ("string",),
-    "body": ("binary", "string"),
-    "queueId": _INTEGRAL,
-    "tags": ("string",),
-    "keys": ("string", "array<string>"),
-    "properties": ("map<string,string>",),
-    "flag": _INTEGRAL,
+def _string(dt: Any) -> bool:
+    """A string of any collation (``string collate UTF8_LCASE``), char(n) or varchar(n)."""
+    from pyspark.sql.types import CharType, StringType, VarcharType
+
+    return isinstance(dt, (StringType, CharType, VarcharType))
+
+
+def _null(dt: Any) -> bool:
+    from pyspark.sql.types import NullType
+
+    return isinstance(dt, NullType)
+
+
+def _integral(dt: Any) -> bool:
+    """tinyint, smallint, int or bigint (a value past an int is refused by the task, by name)."""
+    from pyspark.sql.types import IntegralType
+
+    return isinstance(dt, IntegralType)
+
+
+def _binary_or_string(dt: Any) -> bool:
+    from pyspark.sql.types import BinaryType
+
+    return isinstance(dt, BinaryType) or _string(dt)
+
+
+def _keys(dt: Any) -> bool:
+    """A string, or an array of strings (``array()``, an array<void>, is an empty one)."""
+    from pyspark.sql.types import ArrayType
+
+    return _string(dt) or (isinstance(dt, ArrayType) and (_string(dt.elementType) or _null(dt.elementType)))
+
+
+def _string_map(dt: Any) -> bool:
+    from pyspark.sql.types import MapType
+
+    return isinstance(dt, MapType) and all(_string(t) or _null(t) for t in (dt.keyType, dt.valueType))
+
+
+# the Spark types each column may have (compared by kind: any collation, any integral width),
+# and how the refusal names them; the tasks cast each to the staged Arrow type
+WRITE_TYPES: dict[str, tuple[Any, str]] = {
+    "topic": (_string, "string"),
+    "body": (_binary_or_string, "binary or string"),
+    "queueId": (_integral, "an integral type (tinyint, smallint, int or bigint)"),
+    "tags": (_string, "string"),
+    "keys": (_keys, "string or array<string>"),
+    "properties": (_string_map, "map<string,string>"),
+    "flag": (_integral, "an integral type (tinyint, smallint, int or bigint)"),
 }
 
 
@@ -71,11 +113,13 @@ def check_columns(schema: Any, topic_option: str | None) -> None:
     if "body" not in names or ("topic" not in names and not topic_option):
         raise InvalidMessageError("writing to rocketstore needs topic and body columns (topic may be an option)")
     for field in schema.fields:
-        allowed = WRITE_TYPES.get(field.name)
-        kind = field.dataType.simpleString()
-        if allowed is None or kind in (*allowed, "void") or (field.name == "topic" and topic_option):
+        rule = WRITE_TYPES.get(field.name)
+        if rule is None or _null(field.dataType) or (field.name == "topic" and topic_option):
             continue
-        raise InvalidMessageError(f"column {field.name!r} is {kind}: rocketstore writes it from {' or '.join(allowed)}")
+        accepts, wanted = rule
+        if not accepts(field.dataType):
+            kind = field.dataType.simpleString()
+            raise InvalidMessageError(f"column {field.name!r} is {kind}: rocketstore writes it from {wanted}")
 
 
 def default_staging(store: str) -> str:
