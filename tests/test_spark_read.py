@@ -263,6 +263,31 @@ def test_commitlog_mode_reads_every_record(spark, store):  # noqa: F811
     assert_rows_equal(spark_rows(reader(spark, mode="commitlog").load(str(store))), want)
 
 
+def test_commitlog_mode_splits_a_log_the_queues_mostly_do_not_serve(spark, tmp_path):  # noqa: F811
+    """A deleted topic's records stay in the log without queue units: the partition budget's floor
+    (about one record) must not become the log's size over the few units left, which planned the
+    whole log as one partition. The floor still keeps partitions to about one per record."""
+    from rocketstore import MessageStore
+    from spark_conftest import write_messages
+
+    store = tmp_path / "store"
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 400, topics=("Bulk",))
+        write_messages(s, 1, start=400, topics=("TopicA",))
+        s.wait_for_dispatch()
+        s.delete_topics(["Bulk"])
+    segments = len(list((store / "commitlog").iterdir()))
+    assert segments >= 4
+    want = log_rows(store, small_config())
+    assert len(want) == 401
+    for topics in ({"topics": "TopicA"}, {}):
+        df = reader(spark, mode="commitlog", maxPartitionBytes="16384", **topics).load(str(store))
+        assert df.rdd.getNumPartitions() >= segments - 1, topics
+        assert_rows_equal(spark_rows(df), [r for r in want if r["topic"] == "TopicA"] if topics else want)
+    parts = reader(spark, mode="commitlog", maxPartitionBytes="1").load(str(store)).rdd.getNumPartitions()
+    assert len(want) / 2 < parts <= len(want) + segments
+
+
 def test_offsets_below_the_minimum(spark, store, tmp_path):  # noqa: F811
     """A starting offset retention already removed: an error, or the minimum with failOnDataLoss=false."""
     import shutil

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pyspark.sql.datasource import InputPartition
 
 from rocketstore.config import StoreConfig
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, units_of, valid_prefix
 from rocketstore.spark.options import EARLIEST, LATEST, ReadOptions, Selection
 from rocketstore.store import MessageStore
 
 log = logging.getLogger(__name__)
+SIZE_SAMPLE = 64  # queue units per queue whose sizes give the average record size
 
 
 class DataLossError(RuntimeError):
@@ -98,6 +99,7 @@ class Snapshot:
         self.segment_size = store.commit_log.file_size
         self.segments = {m.file_from_offset: m.path for m in store.commit_log.queue.files}
         self._disk_ends: dict[tuple[str, int], int] | None = None
+        self._average: float | None = None
 
     def close(self) -> None:
         self.store.shutdown()
@@ -147,8 +149,26 @@ class Snapshot:
         return self.store.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
 
     def average_size(self) -> float:
-        count = sum(max(0, hi - lo) for lo, hi in self.all_bounds().values())
-        return max(1.0, (self.log_end - self.log_min) / count) if count else 1024.0
+        """About the average record's size: the mean of the sizes the queue units give (the last
+        ``SIZE_SAMPLE`` units of each queue), 1024 when no queue has a unit. Not the log's size
+        over the unit count: a record without a unit (a deleted topic's, a prepared transaction's)
+        counts in the one but not the other, and a log of mostly such records would look like
+        one of a few huge records (commitlog mode then planned it as a single partition)."""
+        if self._average is None:
+            total = count = 0
+            for cq in self.table.values():
+                end = cq.max_offset_in_queue()
+                index = max(cq.min_offset_in_queue(), end - SIZE_SAMPLE)
+                while index < end:  # the units may span two files
+                    units = units_of(cq.read_units(index, end - index))
+                    valid = valid_prefix(units)
+                    total += int(units["size"][:valid].sum())
+                    count += valid
+                    if not len(units) or valid < len(units):
+                        break
+                    index += len(units)
+            self._average = max(1.0, total / count) if count else 1024.0
+        return self._average
 
     def spec(self, opts: ReadOptions, columns: list[str], mode: str | None = None) -> ReadSpec:
         return ReadSpec(
