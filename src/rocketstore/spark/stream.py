@@ -9,7 +9,11 @@ across queues in proportion to their backlog, at least one message for each queu
 Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
 default) or are skipped with a warning. So does a queue that started over (its topic deleted and
 created again, or the store replaced by an older copy): a checkpointed offset above the queue's
-max offset fails the query, or (failOnDataLoss=false) the queue is read again from its minimum.
+max offset fails the query, or (failOnDataLoss=false) the stream warns and goes on from the
+queue's max offset, as Kafka's source does when a partition's offsets went backwards (the
+batch's end offset is the queue's latest, below its start, and the batch reads nothing of it).
+Nothing below the max offset is delivered: an older copy of the store holds only messages that
+were delivered already, and a topic created again loses what was stored in it before the restart.
 """
 
 from __future__ import annotations
@@ -123,14 +127,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
         end = dict(begin)
         for key, (lo, hi) in bounds.items():
-            if begin.get(key, lo) > hi:  # the queue started over: its end goes below its start
-                data_loss(_started_over(key, begin[key], lo, hi), self.opts.fail_on_data_loss, f"read it from {lo}")
-                begin[key] = lo
-            if self.target is not None:
-                if key not in self.target:
-                    continue  # appeared after an availableNow query started: the next run reads it
-                hi = min(hi, self.target[key])
-            end[key] = max(begin.get(key, lo), hi)
+            if self.target is not None and key not in self.target:
+                continue  # appeared after an availableNow query started: the next run reads it
+            until = hi if self.target is None else min(hi, self.target[key])
+            first = begin.get(key, lo)
+            if first > hi:  # the queue started over below the checkpoint's offset
+                then = f"go on from the queue's max offset {hi} (what it holds below that is not read)"
+                data_loss(_started_over(key, first, lo, hi), self.opts.fail_on_data_loss, then)
+                end[key] = until  # below the start: the batch reads nothing of it, the next one starts there
+            else:
+                end[key] = max(first, until)
         if isinstance(limit, ReadMaxRows):
             earliest = {k: lo for k, (lo, _hi) in bounds.items()}
             end = rate_limit(begin, end, earliest, limit.max_rows)
@@ -147,9 +153,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key in sorted(until):
                 lo, hi = snap.bounds(*key)
                 e = until[key]
-                if key in begin and e >= begin[key]:
+                if key in begin and e < begin[key]:
+                    continue  # the queue started over (latestOffset said so): the next batch starts at e
+                if key in begin:
                     s = check_start(key[0], key[1], begin[key], lo, max(hi, e), opts.fail_on_data_loss, "stored offset")
-                else:  # a new queue, or one that started over (latestOffset said so): from its earliest
+                else:  # a new queue: from its earliest
                     s = lo
                 if e > hi:
                     if key in snap.table:  # what latestOffset saw is gone: never checkpoint past what is read
