@@ -110,7 +110,7 @@ def test_parked_waiters_that_time_out_leave_the_group_and_nothing_is_lost(
 
 def _pool_committed_by_hand(store_config: StoreConfig, **settings: object) -> StoreConfig:
     """The transient store pool with 64 KiB segments, its commit service idle for an hour: the
-    test commits by hand."""
+    test commits by hand, after ``_first_commit_round`` (a put wakes the service)."""
     return store_config.copy(
         transientStorePoolEnable=True,
         mappedFileSizeCommitLog=1 << 16,
@@ -118,6 +118,12 @@ def _pool_committed_by_hand(store_config: StoreConfig, **settings: object) -> St
         commitCommitLogThoroughInterval=3_600_000,
         **settings,
     )
+
+
+def _first_commit_round(store: MessageStore) -> None:
+    """The commit service's first round, thorough as in RocketMQ, done before any put: the rounds
+    a put wakes then commit only once commitCommitLogLeastPages pages wait."""
+    store.services.commit.run_once()
 
 
 def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_config: StoreConfig) -> None:
@@ -131,6 +137,7 @@ def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_con
     path = tmp_path / "store"
     store = MessageStore.open(path, config)
     try:
+        _first_commit_round(store)
         puts = [store.put(Message("Pool", b"p" * 100, keys=f"k{i}"), 0) for i in range(20)]
         assert all(p.status == PutMessageStatus.PUT_OK for p in puts)
         end = puts[-1].commit_log_offset + puts[-1].wrote_bytes
@@ -182,6 +189,35 @@ def test_consume_queue_flush_writes_the_checkpoint(make_store, store_config: Sto
     assert on_disk.logics_msg_timestamp == result.store_timestamp
     cq = store.queues.find("Cp", 0)
     assert cq.queue.flushed_where == 20  # the unit is on disk
+
+
+def test_the_first_round_of_each_flush_service_is_thorough(make_store, store_config: StoreConfig) -> None:
+    """As in RocketMQ (lastFlushTimestamp starts at 0), a flush service's first round after the
+    open flushes everything and writes the checkpoint; later rounds wait for the thorough
+    interval or for enough dirty pages."""
+    hour = 3_600_000
+    store = make_store(
+        config=store_config.copy(
+            mappedFileSizeCommitLog=1 << 20,
+            flushIntervalCommitLog=hour,
+            flushCommitLogThoroughInterval=hour,
+            flushIntervalConsumeQueue=hour,
+            flushConsumeQueueThoroughInterval=hour,
+        )
+    )
+    path = os.path.join(store.root, "checkpoint")
+    first = store.put(Message("Cp", b"x"))
+    assert store.wait_for_dispatch()
+    store.services.flush.run_once()
+    assert store.commit_log.flushed_where == first.commit_log_offset + first.wrote_bytes
+    store.services.flush_consume_queue.run_once()
+    assert StoreCheckpoint(path, writable=False).logics_msg_timestamp == first.store_timestamp
+    second = store.put(Message("Cp", b"y"))
+    assert store.wait_for_dispatch() and second.store_timestamp >= first.store_timestamp
+    store.services.flush.run_once()
+    assert store.commit_log.flushed_where == second.commit_log_offset  # one dirty page: not yet
+    store.services.flush_consume_queue.run_once()
+    assert store.queues.find("Cp", 0).queue.flushed_where == 20
 
 
 def test_a_checkpoint_written_by_an_index_roll_claims_no_unflushed_units(make_store, store_config: StoreConfig) -> None:
@@ -365,6 +401,7 @@ def test_positions_tell_what_the_pool_has_not_committed_when_it_runs_dry(make_st
     the segment before it still wait in their buffer, and "committed" says so."""
     config = _pool_committed_by_hand(store_config, transientStorePoolSize=1)
     store = make_store(config=config)
+    _first_commit_round(store)
     while len(store.commit_log.queue.files) < 2:
         assert store.put(Message("Pool", b"p" * 1000)).ok
     positions = store.positions()

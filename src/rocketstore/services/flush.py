@@ -35,7 +35,7 @@ class FlushRealTimeService(Service):
         self.commit_log = commit_log
         self.checkpoint = checkpoint
         self.config = config
-        self._last_thorough = time.monotonic()
+        self._last_thorough = float("-inf")  # RocketMQ: the first round is thorough
         self.on_flush_failure: Callable[[FlushError], None] | None = None
 
     def on_failure(self, exc: BaseException) -> None:
@@ -83,7 +83,7 @@ class CommitRealTimeService(Service):
         self.commit_log = commit_log
         self.config = config
         self.flush = flush
-        self._last_thorough = time.monotonic()
+        self._last_thorough = float("-inf")  # RocketMQ: the first round is thorough
         self._moved = 0  # bytes the last round committed
         self.on_committed: Callable[[], None] | None = None  # wakes the reput service
 
@@ -136,7 +136,7 @@ class FlushConsumeQueueService(Service):
         self.queues = queues
         self.checkpoint = checkpoint
         self.config = config
-        self._last_thorough = time.monotonic()
+        self._last_thorough = float("-inf")  # RocketMQ: the first round is thorough
 
     def run_once(self, least_pages: int | None = None) -> None:
         self.interval_ms = self.config.flush_interval_consume_queue
