@@ -226,6 +226,51 @@ def test_a_sink_another_query_wrote_is_refused(tmp_path):
     assert len(log_rows(store, config)) == 1
 
 
+def test_a_checkpoint_is_bound_by_its_query_id_however_its_path_is_written(tmp_path):
+    """A local checkpoint, as a path or a file: URI (Hadoop decodes no %-escape), gives the query
+    id in its metadata; one on another file system is bound by its URI as Hadoop's Path spells it
+    (no trailing or doubled slash), until the tasks report the id."""
+    from rocketstore.spark.commits import checkpoint_query
+
+    ck = tmp_path / "a%20b"
+    ck.mkdir()
+    (ck / "metadata").write_text('{"id":"d2a6e2f4"}\n')
+    binding = f"checkpoint:{ck}"
+    for given in (str(ck), f"{ck}/", f"file:{ck}", f"file://{ck}", f"file://{ck}//"):
+        assert checkpoint_query({"checkpointLocation": given}) == ("query:d2a6e2f4", binding), given
+    remote = checkpoint_query({"checkpointLocation": "s3a://bucket/ck"})
+    assert remote == (None, "checkpoint:s3a://bucket/ck")
+    for given in ("s3a://bucket/ck/", "s3a://bucket//ck", "S3A://bucket/ck"):
+        assert checkpoint_query({"checkpointLocation": given}) == remote, given
+    assert checkpoint_query({"checkpointLocation": "s3a://other/ck"}) != remote
+
+
+def test_a_sink_bound_to_a_checkpoint_goes_to_that_checkpoint_s_query(tmp_path):
+    """A marker bound to a checkpoint's path (an earlier version's, or tasks Spark did not give the
+    query id) is the sink of the query of that checkpoint however it is written, which binds it to
+    its id; a query known only by its checkpoint is refused a sink another checkpoint's query owns."""
+    from rocketstore.spark.commits import SinkInUseError, append_staged, check_owner
+
+    config, store = small_config(), tmp_path / "store"
+    rows = [{"topic": "TopicA", "body": b"one"}]
+    ck, other = "checkpoint:s3a://bucket/ck", "checkpoint:s3a://bucket/other"
+    append_staged(str(store), config, [_staged(tmp_path / "a.arrow", rows)], sink="s", batch_id=0, query=ck)
+    markers = read_markers(str(store))
+    markers["s"]["query"] = "checkpoint:s3a://bucket//ck/"  # as an earlier version kept it
+    (store / MARKER).write_text(json.dumps(markers))
+    with pytest.raises(SinkInUseError):
+        check_owner(read_markers(str(store)), "s", "query:b", other)
+    staged = [_staged(tmp_path / "b.arrow", rows)]
+    assert append_staged(str(store), config, staged, sink="s", batch_id=1, query="query:b", checkpoint=ck) == 1
+    assert read_markers(str(store))["s"]["query"] == "query:b"
+    check_owner(read_markers(str(store)), "s", None, other)  # the id is not known yet: the tasks will tell
+    check_owner(read_markers(str(store)), "s", ck, ck)  # known only by its checkpoint, the same one
+    for query, checkpoint in (("query:c", ck), (other, other)):
+        with pytest.raises(SinkInUseError, match="query:b"):
+            check_owner(read_markers(str(store)), "s", query, checkpoint)
+    assert len(log_rows(store, config)) == 2
+
+
 def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
     """A delayed message is stored in SCHEDULE_TOPIC_XXXX (REAL_TOPIC/REAL_QID keep where it was
     sent): a batch cut short after some were appended appends only the rest when it is replayed."""
@@ -354,3 +399,40 @@ def test_integral_collated_and_empty_array_columns_are_written(spark, tmp_path):
         with pytest.raises(Exception, match=f"InvalidMessageError: column 'queueId' is {qtype}: .*integral"):
             spark.sql(sql).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
     assert len(export_rows(store, small_config())) == before
+
+
+def test_a_checkpoint_on_another_file_system_binds_the_sink_to_the_query_id(spark, tmp_path):  # noqa: F811
+    """A checkpoint the driver's Python cannot read (viewfs:// here, standing for hdfs:// or
+    s3a://) binds the sink to the query id the tasks get from Spark, as a local one does: the
+    query restarted (its checkpoint written another way) goes on, and another query is refused,
+    also one whose checkpoint was deleted and made again at the same place."""
+    import shutil
+
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    mount = "fs.viewfs.mounttable.rocketstoretest.link./ck"
+    spark.conf.set(mount, remote.as_uri())
+    try:
+        source = make_store(tmp_path / "source", 30)
+        sink = tmp_path / "sink"
+        query = _stream_copy(spark, source, sink, "viewfs://rocketstoretest/ck/q1", sinkId="mirror")
+        assert read_markers(str(sink))["mirror"]["query"] == f"query:{query.id}"
+        assert _bodies(sink) == _bodies(source)
+        with MessageStore.open(source, small_config()) as s:
+            write_messages(s, 12, start=30)
+            s.wait_for_dispatch()
+        again = _stream_copy(spark, source, sink, "viewfs://rocketstoretest/ck//q1/", sinkId="mirror")
+        assert again.id == query.id and _bodies(sink) == _bodies(source)
+        written = _bodies(sink)
+        with MessageStore.open(source, small_config()) as s:
+            write_messages(s, 12, start=42)
+            s.wait_for_dispatch()
+        refused = "SinkInUseError: the store's streaming sink 'mirror' belongs to another query"
+        with pytest.raises(Exception, match=refused):
+            _stream_copy(spark, source, sink, "viewfs://rocketstoretest/ck/q2", sinkId="mirror")
+        shutil.rmtree(remote / "q1")
+        with pytest.raises(Exception, match=refused):
+            _stream_copy(spark, source, sink, "viewfs://rocketstoretest/ck/q1", sinkId="mirror")
+        assert _bodies(sink) == written
+    finally:
+        spark.conf.unset(mount)

@@ -1,14 +1,24 @@
 """Appending staged messages to a store on the driver, exactly once per streaming micro-batch.
 
 ``config/sparkSinkCommits.json`` in the store keeps, per streaming sink (the ``sinkId`` option,
-else the query id Spark keeps in the checkpoint's ``metadata``), the query that writes it and the
-last micro-batch it wrote::
+else the query), the query that writes it, its checkpoint and the last micro-batch it wrote::
 
-    {"<sink>": {"query": "query:<id>", "batchId": 7, "state": "committed", "logStart": 1234, "count": 100}}
+    {"<sink>": {"query": "query:<id>", "checkpoint": "checkpoint:<uri>", "batchId": 7,
+                "state": "committed", "logStart": 1234, "count": 100}}
 
-A sink belongs to the query that first wrote it: another query (another checkpoint, whose batch
-ids start over at 0) given the same ``sinkId`` is refused (SinkInUseError), as its batches would
-be taken for ones already written and skipped.
+A query is the id Spark keeps in its checkpoint's ``metadata`` (what ``StreamingQuery.id``
+says). The driver reads it there when the checkpoint is local: a path, or a ``file:`` URI
+(``file:/p``, ``file:///p``). Every task of a streaming query gets it from Spark too (the local
+property ``sql.streaming.queryId``) and reports it with what it staged, so a checkpoint on
+another file system (``hdfs://``, ``s3a://``) binds the sink to its query just the same. Only
+when neither knows it (no task ran, nothing to write: the marker is left alone; or a Spark that
+does not set the property) does the checkpoint's URI stand for the query, spelled as Hadoop's
+``Path`` spells it (no trailing or doubled slash, the scheme in lower case).
+
+A sink belongs to the query that first wrote it: another query (another checkpoint, or one
+deleted and made again at the same place, whose batch ids start over at 0) given the same
+``sinkId`` is refused (SinkInUseError), as its batches would be taken for ones already written
+and skipped. The same query restarted from its checkpoint, however its path is written, is not.
 
 Before a batch's messages are appended, the entry becomes ``pending`` with the log's end offset
 (``logStart``), written atomically (temporary file, fsync, rename). After the messages are
@@ -55,34 +65,100 @@ class SinkInUseError(RocketStoreError, ValueError):
     """A streaming sink (``sinkId``) of the store already belongs to another streaming query."""
 
 
-def sink_id(options: Mapping[str, str]) -> tuple[str, str]:
-    """(sink, query) of a streaming write: the sink is ``sinkId``, else the query; the query is
-    the id Spark keeps in the checkpoint's ``metadata`` (the checkpoint's path if unreadable)."""
+def _split_scheme(uri: str) -> tuple[str | None, str]:
+    """(scheme, rest) as Hadoop's Path splits them: a scheme is what precedes a colon that comes
+    before any slash."""
+    colon, slash = uri.find(":"), uri.find("/")
+    if colon > 0 and (slash == -1 or colon < slash):
+        return uri[:colon].lower(), uri[colon + 1 :]
+    return None, uri
+
+
+def _normal_path(path: str) -> str:
+    """Doubled slashes collapsed and a trailing one removed, as Hadoop's Path normalizes them."""
+    while "//" in path:
+        path = path.replace("//", "/")
+    return path[:-1] if len(path) > 1 and path.endswith("/") else path
+
+
+def local_checkpoint(checkpoint: str) -> str | None:
+    """The local path of a checkpoint given as a path or a ``file:`` URI (``file:/p``,
+    ``file:///p``; no %-escape is decoded, Hadoop decodes none either); None for a checkpoint on
+    another file system. A relative path is the JVM's, whose working folder the Python workers
+    share."""
+    scheme, rest = _split_scheme(checkpoint)
+    if scheme is None:
+        return os.path.abspath(checkpoint)
+    if scheme != "file":
+        return None
+    if rest.startswith("//"):  # file://authority/path: only an empty authority is local
+        authority, _, path = rest[2:].partition("/")
+        if authority not in ("", "localhost"):
+            return None
+        rest = "/" + path
+    return os.path.abspath(rest)
+
+
+def checkpoint_binding(checkpoint: str) -> str:
+    """``checkpoint:<uri>``: the checkpoint one way however it is written."""
+    path = local_checkpoint(checkpoint)
+    if path is not None:
+        return f"checkpoint:{_normal_path(path)}"
+    scheme, rest = _split_scheme(checkpoint)
+    authority = ""
+    if rest.startswith("//"):
+        authority, _, path = rest[2:].partition("/")
+        rest = "/" + path
+    return f"checkpoint:{scheme}://{authority}{_normal_path(rest)}"
+
+
+def checkpoint_query(options: Mapping[str, str]) -> tuple[str | None, str]:
+    """(``query:<id>`` from the checkpoint's metadata, or None when it cannot be read here (a
+    checkpoint on another file system), ``checkpoint:<uri>``) of a streaming write."""
     checkpoint = option(options, "checkpointLocation")
     if not checkpoint:
         raise InvalidArgumentError(
             "a streaming write to rocketstore needs the checkpointLocation option (the sink records which "
             "query wrote each batch; spark.sql.streaming.checkpointLocation does not reach it)"
         )
-    path = checkpoint[len("file:") :] if checkpoint.startswith("file:") else checkpoint
-    query = f"checkpoint:{checkpoint}"
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
-            found = json.load(f).get("id")
-        if found:
-            query = f"query:{found}"
-    return option(options, "sinkId") or query, query
+    query = None
+    path = local_checkpoint(checkpoint)
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
+                found = json.load(f).get("id")
+            if found:
+                query = f"query:{found}"
+    return query, checkpoint_binding(checkpoint)
 
 
-def check_owner(markers: Mapping[str, Any], sink: str, query: str) -> None:
-    """Refuse ``sink`` when its marker names another query than ``query``."""
-    owner = (markers.get(sink) or {}).get("query")
-    if owner is not None and owner != query:
-        raise SinkInUseError(
-            f"the store's streaming sink {sink!r} belongs to another query ({owner}), not this one ({query}): "
-            "a new checkpoint numbers its batches from 0 again, so they would be taken for batches already "
-            "written and skipped. Give this query its own sinkId, or run the original query from its checkpoint."
-        )
+def _same_checkpoint(binding: str, checkpoint: str | None) -> bool:
+    """Whether ``binding`` (``checkpoint:<as written>``, as earlier versions kept it) is ``checkpoint``."""
+    return checkpoint is not None and checkpoint_binding(binding[len("checkpoint:") :]) == checkpoint
+
+
+def check_owner(markers: Mapping[str, Any], sink: str, query: str | None, checkpoint: str | None = None) -> None:
+    """Refuse ``sink`` when its marker names another query. ``query`` is this query's
+    ``query:<id>``; or None while its id is not known (the driver, with a checkpoint on another
+    file system: the tasks will tell), which refuses only a sink bound to another checkpoint; or
+    ``checkpoint:<uri>`` when it cannot be known (tasks Spark did not tell), taken for the owner
+    whose marker names the same checkpoint. A sink bound to a checkpoint (by an earlier version,
+    or in that last case) is the sink of whichever query that checkpoint is."""
+    entry = markers.get(sink) or {}
+    owner = entry.get("query")
+    if owner is None or owner == query:
+        return
+    if owner.startswith("checkpoint:"):
+        if _same_checkpoint(owner, checkpoint):
+            return
+    elif query is None or (query.startswith("checkpoint:") and entry.get("checkpoint") == checkpoint):
+        return
+    raise SinkInUseError(
+        f"the store's streaming sink {sink!r} belongs to another query ({owner}), not this one "
+        f"({query or checkpoint}): a new checkpoint numbers its batches from 0 again, so they would be taken "
+        "for batches already written and skipped. Give this query its own sinkId, or run the original query "
+        "from its checkpoint."
+    )
 
 
 def check_target(root: str, config: StoreConfig) -> None:
@@ -232,10 +308,11 @@ def append_staged(
     sink: str | None,
     batch_id: int | None,
     query: str | None = None,
+    checkpoint: str | None = None,
 ) -> int:
     """Append the staged messages (task order) under the store's lock; returns how many were
     appended. With ``sink``/``batch_id``, the write-ahead marker makes this exactly-once; a sink
-    another ``query`` owns is refused (SinkInUseError)."""
+    another ``query`` owns is refused (SinkInUseError, see ``check_owner``)."""
     if sink is None and not any(s.rows for s in staged):
         return 0
     check_target(root, config)
@@ -244,8 +321,8 @@ def append_staged(
         skip = 0
         markers = read_markers(store.root) if sink is not None else {}
         entry = markers.get(sink) if sink is not None else None
-        if sink is not None and query is not None:
-            check_owner(markers, sink, query)
+        if sink is not None and (query is not None or checkpoint is not None):
+            check_owner(markers, sink, query, checkpoint)
         if entry is not None and batch_id is not None:
             if entry.get("batchId", -1) > batch_id or (
                 entry.get("batchId") == batch_id and entry.get("state") == "committed"
@@ -260,8 +337,12 @@ def append_staged(
         check_chosen_queues(store, staged, choose)
         choose.rewind()  # the same queues, their counts read before the first put
         if sink is not None and batch_id is not None:
+            owner = (entry or {}).get("query")
+            if query is not None and (owner is None or not owner.startswith("query:")):
+                owner = query  # a checkpoint's binding gives way to its query's id, never the reverse
             markers[sink] = {
-                "query": query if query is not None else (entry or {}).get("query"),
+                "query": owner,
+                "checkpoint": checkpoint if checkpoint is not None else (entry or {}).get("checkpoint"),
                 "batchId": batch_id,
                 "state": "pending",
                 "logStart": int(entry["logStart"]) if skip else store.max_phy_offset,

@@ -40,6 +40,7 @@ from rocketstore.spark.schema import option, store_config, store_path
 from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the local property Spark sets to the streaming query's id
 
 STAGED = pa.schema(
     [
@@ -130,11 +131,13 @@ def default_staging(store: str) -> str:
 
 @dataclass
 class Staged(WriterCommitMessage):
-    """What one task staged: its file and how many messages it holds."""
+    """What one task staged: its file, how many messages it holds, and (a streaming write) the
+    id of the query, which Spark gives every task of it."""
 
     partition: int
     path: str
     rows: int
+    query: str | None = None
 
 
 def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
@@ -223,7 +226,8 @@ class _Writer:
         if not os.path.isdir(self.staging):  # the job was aborted while this task ran
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        return Staged(part, path, rows)
+        query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        return Staged(part, path, rows, query or None)
 
     def _discard(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -247,12 +251,17 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
 
 
 class StreamWriter(_Writer, DataSourceStreamArrowWriter):
-    """Each micro-batch is committed once: see ``commits`` for the write-ahead marker."""
+    """Each micro-batch is committed once: see ``commits`` for the write-ahead marker and how a
+    sink is bound to its query."""
 
     def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
-        self.sink, self.query = commits.sink_id(options)
-        commits.check_owner(commits.read_markers(self.path), self.sink, self.query)  # before any task runs
+        self.sink_id = option(options, "sinkId")
+        # the query's id when the checkpoint is local (else the tasks report it), and the checkpoint
+        self.query, self.checkpoint = commits.checkpoint_query(options)
+        sink = self.sink_id or self.query
+        if sink is not None:  # before any task runs, when the query is known here
+            commits.check_owner(commits.read_markers(self.path), sink, self.query, self.checkpoint)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self._stage(iterator)
@@ -260,7 +269,21 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         try:
             staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
-            commits.append_staged(self.path, self.config, staged, sink=self.sink, batch_id=batchId, query=self.query)
+            query = next((f"query:{m.query}" for m in staged if m.query), self.query)
+            if query is None and not any(m.rows for m in staged):
+                # no task ran and the checkpoint cannot be read here: nothing to write, and no
+                # query to bind the sink to (the marker stays as it is; a replay is empty too)
+                return
+            query = query or self.checkpoint  # a Spark whose tasks do not get the query id
+            commits.append_staged(
+                self.path,
+                self.config,
+                staged,
+                sink=self.sink_id or query,
+                batch_id=batchId,
+                query=query,
+                checkpoint=self.checkpoint,
+            )
         finally:
             self._discard()
 
