@@ -15,7 +15,7 @@ from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 from rocketstore.results import GetMessageStatus, GetResult, QueryResult
@@ -106,26 +106,25 @@ class MessageReader:
             return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], next_offset, min_offset, max_offset)
 
         config = self.config
-        wanted = tag_hashes(tags)
+        wanted = tag_hashes(tags) if tags is not None else None
         max_filter_units = max(config.max_filter_message_size, max_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
         want_units = max_filter_units if wanted is not None else min(max_filter_units, max(max_nums, 1))
         data = cq.read_units(offset, min(want_units, max_offset - offset))
         if not data:
             next_offset = offset if keep else cq.roll_next_file(offset)
             return GetResult(GetMessageStatus.OFFSET_FOUND_NULL, [], next_offset, min_offset, max_offset)
-        commit_log = self.commit_log
-        max_phy = commit_log.max_offset()
+        max_phy = self.commit_log.max_offset()
         memory = _TOTAL_RAM * config.access_message_in_memory_max_ratio // 100
-        phys, sizes, codes = unit_columns(data)
-        if wanted is None and max_phy - phys[0] <= memory:
-            # everything in memory and no filter: the batch is a prefix of the units
-            fast = self._pull_prefix(phys, sizes, max_nums, offset, min_offset, max_offset, max_phy, memory)
-            if fast is not None:
-                return fast
-        if want_units < max_filter_units:  # records missing or on disk: scan as far as RocketMQ does
-            data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
-            phys, sizes, codes = unit_columns(data)
-        units = zip(phys, sizes, codes, strict=True)
+        if wanted is None:
+            phys, sizes = unit_places(data)
+            if max_phy - phys[0] <= memory:
+                # everything in memory and no filter: the batch is a prefix of the units
+                fast = self._pull_prefix(phys, sizes, max_nums, offset, min_offset, max_offset, max_phy, memory)
+                if fast is not None:
+                    return fast
+            if want_units < max_filter_units:  # records missing or on disk: scan as far as RocketMQ does
+                data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
+        units = zip(*unit_columns(data), strict=True)
         return self._pull_units(units, max_nums, wanted, offset, min_offset, max_offset, max_phy, memory)
 
     def _pull_prefix(

@@ -203,19 +203,42 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) ->
 
 _UNPACK = tuple(h.unpack_from for h in HEADERS)
 _BODY_AT = tuple(h.size for h in HEADERS)
-_UNPACK_V4, _BODY_AT_V4 = _UNPACK[0], _BODY_AT[0]
+_UNPACK_V4 = _UNPACK[0]
+_V6_BITS = sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG
 
 
 def decode_record(raw: bytes) -> StoredMessage | None:
-    """``raw`` holding exactly one record -> its StoredMessage, or None if it is not a valid one."""
+    """``raw`` holding exactly one record -> its StoredMessage, or None if it is not a valid one.
+
+    The usual record (IPv4 hosts, V1) is read in a few steps; any other, or one that does not
+    add up, goes through ``_decode_any``, which tells which.
+    """
+    try:
+        h = _UNPACK_V4(raw)
+        body_len = h[14]
+        topic_len = raw[88 + body_len]
+        props_at = body_len + topic_len + 91  # header 88, topic length 1, properties length 2
+        props_len = (raw[props_at - 2] << 8) | raw[props_at - 1]
+    except (IndexError, struct.error):
+        return _decode_any(raw)
+    if (
+        props_at + props_len == len(raw) == h[0]
+        and h[1] == MESSAGE_MAGIC_CODE
+        and not h[7] & _V6_BITS
+        and body_len >= 0
+        and topic_len < 128
+        and props_len < 32768
+    ):
+        return StoredMessage(h, raw, (88, body_len + 89, topic_len, props_at, props_len))
+    return _decode_any(raw)
+
+
+def _decode_any(raw: bytes) -> StoredMessage | None:
+    """``decode_record`` for any record: IPv6 hosts, V2, or not a valid record at all."""
     try:
         hosts = (raw[39] >> 4) & 3  # the IPv6 host bits live in SYSFLAG's last byte
-        if hosts:
-            h = _UNPACK[hosts](raw)
-            body_at = _BODY_AT[hosts]
-        else:
-            h = _UNPACK_V4(raw)
-            body_at = _BODY_AT_V4
+        h = _UNPACK[hosts](raw)
+        body_at = _BODY_AT[hosts]
         topic_at = body_at + h[14]
         magic = h[1]
         if magic == MESSAGE_MAGIC_CODE:

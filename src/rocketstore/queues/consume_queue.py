@@ -46,6 +46,20 @@ def unit_columns(data: bytes) -> tuple[tuple[int, ...], tuple[int, ...], tuple[i
     return flat[0::3], flat[1::3], flat[2::3]
 
 
+_PLACE_RUNS: dict[int, struct.Struct] = {}
+
+
+def unit_places(data: bytes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The commit-log offsets and sizes of units (``unit_columns`` without the tags codes, which
+    a pull without a filter does not read)."""
+    n = len(data) // CQ_STORE_UNIT_SIZE
+    run = _PLACE_RUNS.get(n)
+    if run is None:
+        run = _PLACE_RUNS[n] = struct.Struct(">" + "qi8x" * n)
+    flat = run.unpack_from(data)
+    return flat[0::2], flat[1::2]
+
+
 def units_of(data: bytes) -> np.ndarray:
     """Units as a structured array (phy, size, tags)."""
     return np.frombuffer(data, dtype=UNIT_DTYPE, count=len(data) // CQ_STORE_UNIT_SIZE)
