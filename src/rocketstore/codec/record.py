@@ -207,19 +207,41 @@ _UNPACK_V4 = _UNPACK[0]
 _V6_BITS = sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG
 
 
+# Shapes of usual records seen, by TOTALSIZE: (body length, sysFlag, the slice from the topic
+# length to the properties length, those bytes, layout). A usual record of that size, body length
+# and sysFlag whose bytes there are the same has the same layout, so it needs no more checks.
+_SHAPES: dict[int, tuple[int, int, slice, bytes, tuple[int, int, int, int, int]]] = {}
+_SHAPES_MAX = 4096  # sizes remembered at most; records of other sizes take the longer way
+
+
 def decode_record(raw: bytes) -> StoredMessage | None:
     """``raw`` holding exactly one record -> its StoredMessage, or None if it is not a valid one.
 
-    The usual record (IPv4 hosts, V1) is read in a few steps; any other, or one that does not
-    add up, goes through ``_decode_any``, which tells which.
+    A usual record (IPv4 hosts, V1) of a shape seen before is checked against that shape in a
+    few steps, one of a new shape is read field by field (and its shape kept); any other record
+    goes through ``_decode_any``.
     """
     try:
         h = _UNPACK_V4(raw)
+    except struct.error:
+        return _decode_any(raw)
+    shape = _SHAPES.get(h[0])
+    if shape is not None:
+        body_len, sys_flag, tail, tail_bytes, layout = shape
+        if (
+            h[14] == body_len
+            and h[7] == sys_flag
+            and h[1] == MESSAGE_MAGIC_CODE
+            and len(raw) == h[0]
+            and raw[tail] == tail_bytes
+        ):
+            return StoredMessage(h, raw, layout)
+    try:
         body_len = h[14]
         topic_len = raw[88 + body_len]
         props_at = body_len + topic_len + 91  # header 88, topic length 1, properties length 2
         props_len = (raw[props_at - 2] << 8) | raw[props_at - 1]
-    except (IndexError, struct.error):
+    except IndexError:
         return _decode_any(raw)
     if (
         props_at + props_len == len(raw) == h[0]
@@ -229,7 +251,11 @@ def decode_record(raw: bytes) -> StoredMessage | None:
         and topic_len < 128
         and props_len < 32768
     ):
-        return StoredMessage(h, raw, (88, body_len + 89, topic_len, props_at, props_len))
+        layout = (88, body_len + 89, topic_len, props_at, props_len)
+        if len(_SHAPES) < _SHAPES_MAX:
+            tail = slice(body_len + 88, props_at)
+            _SHAPES[h[0]] = (body_len, h[7], tail, raw[tail], layout)
+        return StoredMessage(h, raw, layout)
     return _decode_any(raw)
 
 
