@@ -8,16 +8,23 @@ itself. The JSON shape is rocketmq-vectors' ``expected.jsonl``.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from rocketstore.codec import record as rec
-from rocketstore.codec.message import JAVA_INT, JAVA_LONG, StoredMessage, check_range, message_from_json
+from rocketstore.codec.crc import body_crc
+from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage, check_range, message_from_json
+from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
+from rocketstore.services.schedule import HALF_TOPIC
 from rocketstore.store import MessageStore
+
+log = logging.getLogger(__name__)
 
 
 def iter_queued(
@@ -128,30 +135,103 @@ def _check_int_fields(obj: dict[str, Any]) -> None:
 def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: Any = None) -> int:
     """Put messages given as export JSON lines (text, or UTF-8 bytes), in order; returns the number
     stored. Stops at the first line that cannot be stored with ImportLineError: the lines before
-    it stay stored."""
+    it stay stored.
+
+    Delayed messages: a ``SCHEDULE_TOPIC_XXXX`` line is stored as a unit waiting for delivery,
+    and the message it was delivered as, if it was, is a line of its real topic with the same
+    ``UNIQ_KEY`` (or, without one, the same born timestamp and body). Once the lines are stored
+    (or the import stops), each delay level's offset in ``delayOffset.json`` moves past the units
+    at its start whose delivered copy this import stored (:func:`skip_delivered`), so the next
+    writer of the store does not deliver them again. Open the store inside
+    :func:`rocketstore.services.wiring.no_delayed_delivery` (as ``rocketstore import`` does): a
+    schedule service running during the import would deliver units whose copies are still to come.
+    """
     count = 0
-    for number, line in enumerate(lines, 1):
-        size = len(line)
-        try:
-            text = line.decode("utf-8") if isinstance(line, bytes) else line
-            if not text.strip():
-                continue
-            obj = json.loads(text)
-            if not isinstance(obj, dict):
-                raise InvalidMessageError("each line is a JSON object")
-            _check_int_fields(obj)
-            message = message_from_json(obj)
-            queue_id = int(obj.get("queueId") or 0)
-            result = store.put_as_is(message, queue_id)
-        except UnicodeDecodeError as exc:
-            raise ImportLineError(number, f"not UTF-8 ({exc})", count) from None
-        except (ValueError, TypeError) as exc:  # InvalidMessageError and InvalidTopicError too
-            raise ImportLineError(number, str(exc), count) from None
-        except RecursionError:
-            raise ImportLineError(number, "JSON nested too deeply", count) from None
-        if not result.ok:
-            raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
-        count += 1
-        if progress is not None:
-            progress(size)
+    copies: set[int] = set()  # _copy_key of every non-schedule line
+    try:
+        for number, line in enumerate(lines, 1):
+            size = len(line)
+            try:
+                text = line.decode("utf-8") if isinstance(line, bytes) else line
+                if not text.strip():
+                    continue
+                obj = json.loads(text)
+                if not isinstance(obj, dict):
+                    raise InvalidMessageError("each line is a JSON object")
+                _check_int_fields(obj)
+                message = message_from_json(obj)
+                queue_id = int(obj.get("queueId") or 0)
+                result = store.put_as_is(message, queue_id)
+            except UnicodeDecodeError as exc:
+                raise ImportLineError(number, f"not UTF-8 ({exc})", count) from None
+            except (ValueError, TypeError) as exc:  # InvalidMessageError and InvalidTopicError too
+                raise ImportLineError(number, str(exc), count) from None
+            except RecursionError:
+                raise ImportLineError(number, "JSON nested too deeply", count) from None
+            if not result.ok:
+                raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
+            count += 1
+            if message.topic != SCHEDULE_TOPIC:
+                copies.add(_copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
+            if progress is not None:
+                progress(size)
+    except BaseException:
+        if copies:  # what was stored stays stored: so do its delivered units
+            try:
+                skip_delivered(store, copies)
+            except Exception as exc:
+                log.warning("import stopped: the delay offsets could not be moved past delivered units: %s", exc)
+        raise
+    if copies:
+        skip_delivered(store, copies)
     return count
+
+
+def _copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage) -> int:
+    """A delivered copy's identity, kept small (an import may hold millions): its topic and
+    UNIQ_KEY, which delivery keeps; for a message without one (a client that sets none), its topic,
+    born timestamp and body CRC, which delivery keeps too."""
+    if uniq_key is not None:
+        return hash((topic, uniq_key))
+    crc = message.body_crc if isinstance(message, StoredMessage) else body_crc(message.body)
+    return hash((topic, None, message.born_timestamp, crc))
+
+
+def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int, int]]:
+    """Move each delay level's offset past the units at its start that were delivered: a unit is
+    delivered when ``copies`` holds its real topic and UNIQ_KEY (:func:`_copy_key`), or when
+    delivery would store nothing for it (no REAL_TOPIC, a half message). Delivery goes in queue
+    order, so the walk stops at the first unit not delivered; an offset never moves back. The
+    offsets are persisted; returns ``{level: (old, new)}`` for those that moved."""
+    store.wait_for_dispatch()
+    offsets = store.delay_offsets
+    moved: dict[int, tuple[int, int]] = {}
+    for level in range(1, len(store.delay_millis) + 1):
+        cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
+        if cq is None:
+            continue
+        old = offsets.get(level)
+        new = max(old, cq.min_offset_in_queue())
+        for first, units in cq.iter_units(new, cq.max_offset_in_queue(), chunk=1024):
+            for k, (phy, size, _deliver) in enumerate(units.tolist()):
+                message = store.look_message_by_offset(phy, size)
+                if message is None or not _delivered(message, copies):
+                    break
+                new = first + k + 1
+            else:
+                continue
+            break
+        if new > old:
+            offsets.set(level, new)
+            moved[level] = (old, new)
+    if moved:
+        offsets.persist()
+    return moved
+
+
+def _delivered(unit: StoredMessage, copies: set[int]) -> bool:
+    props = unit.properties
+    topic = props.get(REAL_TOPIC)
+    if topic is None or topic == HALF_TOPIC:  # the schedule service skips it: nothing to deliver
+        return True
+    return _copy_key(topic, props.get(UNIQ_KEY), unit) in copies

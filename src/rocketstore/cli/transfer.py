@@ -22,6 +22,7 @@ from rocketstore.cli.common import (
     warn,
 )
 from rocketstore.export import dumps_row, export_row, import_jsonl, iter_queued
+from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 
 
@@ -128,16 +129,20 @@ def import_(opts: Common, input_path: str) -> None:
     with exit status 2, and the messages of the lines before it stay stored (the error names the
     line and says how many; `tail -n +LINE FILE` gives the rest to import once it is fixed).
 
+    Delayed messages are not delivered during the import. A SCHEDULE_TOPIC_XXXX line whose
+    delivered copy (same UNIQ_KEY, in its REAL_TOPIC) is in the input too counts as delivered:
+    each delay level's offset (delayOffset.json) moves past the delivered units at its start, so
+    the next process that keeps the store open for writing does not deliver them again.
+
     STORE is created if it does not exist; a folder that is not a store but holds one is refused,
     and so is a commit log outside STORE (storePathCommitLog) without --external-commit-log.
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
-    with (
-        click.open_file(input_path, "rb") as lines,
-        open_store(opts) as store,
-        progress_bar("import", total, unit_bytes=True) as advance,
-    ):
-        count = import_jsonl(store, lines, advance)
+    with click.open_file(input_path, "rb") as lines:
+        with no_delayed_delivery():  # no delivery during the import: the input may hold the delivered copies
+            store = open_store(opts)
+        with store, progress_bar("import", total, unit_bytes=True) as advance:
+            count = import_jsonl(store, lines, advance)
     if opts.as_json:
         print_json({"imported": count})
     else:

@@ -7,9 +7,11 @@ The store's parts stay the store's; this object owns only the threads that work 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import Message
@@ -34,6 +36,21 @@ log = logging.getLogger(__name__)
 
 Step = Callable[[Callable[[], object], str], None]  # runs one shutdown step, keeping its failure
 
+_DELIVER_DELAYED: ContextVar[bool] = ContextVar("rocketstore_deliver_delayed", default=True)
+
+
+@contextlib.contextmanager
+def no_delayed_delivery() -> Iterator[None]:
+    """Stores opened for writing in this block (by this thread or task) start no schedule service:
+    they take delayed messages but deliver none for as long as they stay open. ``rocketstore
+    import`` opens its store so: a delivery in the middle of an import would add a copy of a
+    message whose delivered copy the import brings too."""
+    token = _DELIVER_DELAYED.set(False)
+    try:
+        yield
+    finally:
+        _DELIVER_DELAYED.reset(token)
+
 
 class StoreServices:
     """The threads of one open, writable store. ``start`` once; ``stop`` (or ``stop_started``
@@ -46,7 +63,7 @@ class StoreServices:
         self.commit: CommitRealTimeService | None = None  # with the transient store pool only
         self.flush_consume_queue: FlushConsumeQueueService | None = None
         self.persist: ConfigPersistService | None = None
-        self.schedule: ScheduleMessageService | None = None  # not on a SLAVE
+        self.schedule: ScheduleMessageService | None = None  # not on a SLAVE, nor under no_delayed_delivery()
         self.all: list[Service] = []  # in stop order: cleanup first, so nothing is deleted during shutdown
 
     def start(self) -> None:
@@ -84,7 +101,8 @@ class StoreServices:
         self.all.insert(0, self.clean)
         for service in self.all:
             service.start()
-        if config.broker_role != "SLAVE":  # delayed delivery puts: a slave takes no puts
+        # delayed delivery puts: a slave takes no puts
+        if config.broker_role != "SLAVE" and _DELIVER_DELAYED.get():
             self.schedule = ScheduleMessageService(
                 store.queues,
                 store.reader.look_message_by_offset,

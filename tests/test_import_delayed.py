@@ -1,0 +1,177 @@
+"""``rocketstore import`` of delayed messages: the import delivers none, and a schedule unit whose
+delivered copy the input holds too is not delivered again by the next writer of the store."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.cli.main import cli
+from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.export import export_jsonl, import_jsonl
+from rocketstore.meta.fastjson import loads as fastjson_loads
+from test_cli import TINY, TINY_SETS, VECTOR_SETS, VECTORS, jsonl, needs_vectors, run
+
+
+class _Stdin(io.RawIOBase):
+    """Lines to read, calling ``at_line(n)`` before line ``n`` is handed out (a peek into the import
+    while it runs)."""
+
+    def __init__(self, lines: list[bytes], at_line: Callable[[int], None]) -> None:
+        super().__init__()
+        self._lines = lines
+        self._next = 0
+        self._at_line = at_line
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if not self._pending and self._next < len(self._lines):
+            self._at_line(self._next + 1)
+            self._pending = self._lines[self._next]
+            self._next += 1
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if self._next >= len(self._lines):
+            return b""
+        self._at_line(self._next + 1)
+        line = self._lines[self._next]
+        self._next += 1
+        return line
+
+
+def _schedule_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "rocketstore-schedule"]
+
+
+def test_import_runs_no_delayed_delivery_while_it_runs(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    with MessageStore.open(src, StoreConfig(**TINY)) as store:
+        for i in range(3):
+            store.put(Message("T", f"later {i}", properties={"DELAY": "1"})).raise_for_status()
+            store.put(Message("T", f"now {i}")).raise_for_status()
+    lines = [line.encode() + b"\n" for line in run("export", src, *TINY_SETS).stdout.splitlines()]
+    assert sum(json.loads(line)["topic"] == SCHEDULE_TOPIC for line in lines) == 3
+    before = set(_schedule_threads())
+    seen: list[list[threading.Thread]] = []
+
+    def peek(number: int) -> None:  # the store is open by then (the input is read after the open)
+        seen.append([t for t in _schedule_threads() if t not in before and t.is_alive()])
+
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        runner = CliRunner()
+    result = runner.invoke(
+        cli,
+        ["import", str(tmp_path / "dst"), *TINY_SETS, "-i", "-"],
+        input=io.BufferedReader(_Stdin(lines, peek)),
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert len(seen) == len(lines)
+    assert seen == [[]] * len(lines), "a schedule service ran during the import"
+
+
+def _delivered_all(store: MessageStore) -> int:
+    """Every delayed message delivered now, as the next long-running writer would (its thread
+    stopped, a clock far ahead): how many were delivered."""
+    service = store.services.schedule
+    assert service is not None
+    service.stop()
+    store.wait_for_dispatch()
+    count = service.run_once(now=2**62)
+    store.wait_for_dispatch()
+    return count
+
+
+@needs_vectors
+def test_import_of_an_export_does_not_deliver_the_delivered_again(tmp_path: Path) -> None:
+    exported = run("export", VECTORS / "sample-clean" / "store", *VECTOR_SETS).stdout
+    rows = jsonl(exported)
+    path = tmp_path / "clean.jsonl"
+    path.write_text(exported, encoding="utf-8")
+    result = run("import", tmp_path / "dst", *VECTOR_SETS, "-i", path)
+    assert result.exit_code == 0, result.stderr
+    offsets = fastjson_loads((tmp_path / "dst" / "config" / "delayOffset.json").read_text())
+    assert offsets["offsetTable"] == {1: 23, 2: 32}  # as the source store's
+    imported = run("export", tmp_path / "dst", *VECTOR_SETS).stdout
+    assert len(jsonl(imported)) == len(rows) == 1555
+
+    config = StoreConfig(mappedFileSizeCommitLog=65536, mappedFileSizeConsumeQueue=2000, maxHashSlotNum=1000)
+    config.set("maxIndexNum", 3000)
+    with MessageStore.open(tmp_path / "dst", config) as store:
+        delivered = _delivered_all(store)
+    after = jsonl(run("export", tmp_path / "dst", *VECTOR_SETS).stdout)
+    assert len(after) == 1555 + delivered
+    place = {(r["topic"], r["queueId"], r["queueOffset"]) for r in jsonl(imported)}
+    new = [r for r in after if (r["topic"], r["queueId"], r["queueOffset"]) not in place]
+    assert len(new) == delivered
+    had = {_identity(r) for r in rows if r["topic"] != SCHEDULE_TOPIC}
+    assert [r for r in new if _identity(r) in had] == [], "a delivered message was delivered again"
+    pending = [r for r in rows if r["topic"] == SCHEDULE_TOPIC and r["queueId"] not in (0, 1)]
+    assert delivered == len(pending) == 34  # levels 4, 6 and 18 were waiting in the source: they are delivered
+
+
+def _identity(row: dict) -> tuple:
+    """What a delivered copy keeps of its schedule record: UNIQ_KEY, else born time and body."""
+    uniq = row["properties"].get("UNIQ_KEY")
+    return (row["topic"], uniq) if uniq is not None else (row["topic"], row["bornTimestamp"], row["bodyCRC"])
+
+
+def _units(store: MessageStore, level: int) -> int:
+    return store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+
+
+@pytest.mark.parametrize("copies_first", [False, True])
+def test_import_skips_the_delivered_prefix_of_each_level(
+    tmp_path: Path, make_store: Callable[..., MessageStore], copies_first: bool
+) -> None:
+    src = make_store("src")
+    src.services.schedule.stop()
+    for i in range(5):
+        src.put(Message("Real", f"m{i}", properties={"DELAY": "2"}), 1).raise_for_status()
+    src.put(Message("Other", "o", properties={"DELAY": "3"})).raise_for_status()
+    src.wait_for_dispatch()
+    rows = [json.loads(line) for line in run_export(src)]
+    schedule = [r for r in rows if r["topic"] == SCHEDULE_TOPIC and r["queueId"] == 1]
+    assert len(schedule) == 5
+    # the input: every unit, and the delivered copies of the 1st, 2nd and 4th (not the 3rd: a gap)
+    copies = []
+    for r in (schedule[0], schedule[1], schedule[3]):
+        copy = {**r, "topic": "Real", "queueId": 1}
+        copies.append(json.dumps(copy))
+    lines = [json.dumps(r) for r in rows]
+    lines = copies + lines if copies_first else lines + copies
+    src.shutdown()
+    with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY)) as dst:
+        dst.services.schedule.stop()
+        assert import_jsonl(dst, lines) == 9
+        assert dst.delay_offsets.offset_table == {2: 2}  # past the delivered prefix only; level 3 untouched
+        assert _units(dst, 2) == 5
+    assert fastjson_loads((tmp_path / "dst" / "config" / "delayOffset.json").read_text())["offsetTable"] == {2: 2}
+    # a second import (a resumed one) that brings the 3rd copy moves it on past the 4th, never back
+    third = json.dumps({**schedule[2], "topic": "Real", "queueId": 1})
+    with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY)) as dst:
+        dst.services.schedule.stop()
+        assert import_jsonl(dst, [third]) == 1
+        assert dst.delay_offsets.offset_table == {2: 3}  # the 4th's copy is not in this input
+
+
+def run_export(store: MessageStore) -> list[str]:
+    out = io.StringIO()
+    export_jsonl(store, out)
+    return out.getvalue().splitlines()
