@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Iterator
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import body_crc
@@ -27,29 +27,52 @@ from rocketstore.store import MessageStore
 log = logging.getLogger(__name__)
 
 
-def iter_queued(
-    store: MessageStore, topics: Iterable[str] | None = None
-) -> Iterator[tuple[StoredMessage | None, int, int, int]]:
-    """(message, queue offset, tags code, unit size) for every consume-queue unit, in export order.
+class QueuedUnit(NamedTuple):
+    """One consume-queue unit and the message it points at (None when that cannot be read, and
+    ``reason`` says why)."""
 
-    The message is None when the unit points at a record that cannot be read.
-    """
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    tags_code: int
+    message: StoredMessage | None
+    reason: str | None = None
+
+
+def iter_units(store: MessageStore, topics: Iterable[str] | None = None) -> Iterator[QueuedUnit]:
+    """Every consume-queue unit of ``topics`` (all for None) in export order, with its message."""
     wanted = set(topics) if topics is not None else None
     get_data = store.commit_log.get_data
-    for (topic, _queue_id), cq in sorted(store.queues.table.items()):
+    for (topic, queue_id), cq in sorted(store.queues.table.items()):
         if wanted is not None and topic not in wanted:
             continue
         start, end = cq.min_offset_in_queue(), cq.max_offset_in_queue()
         for first, units in cq.iter_units(start, end):
             for k, (phy, size, tags) in enumerate(units.tolist()):
                 data = get_data(phy, size)
-                msg = None
-                if data is not None:
+                msg, reason = None, None
+                if data is None:
+                    reason = "the commit log does not hold it (past its end, or in a missing segment)"
+                else:
                     try:
                         msg = rec.decode(data)
-                    except RecordError:
-                        msg = None
-                yield msg, first + k, tags, size
+                    except RecordError as exc:
+                        reason = str(exc) or type(exc).__name__
+                yield QueuedUnit(topic, queue_id, first + k, phy, size, tags, msg, reason)
+
+
+def iter_queued(
+    store: MessageStore, topics: Iterable[str] | None = None
+) -> Iterator[tuple[StoredMessage | None, int, int, int]]:
+    """(message, queue offset, tags code, unit size) for every consume-queue unit, in export order.
+
+    The message is None when the unit points at a record that cannot be read (:func:`iter_units`
+    says why).
+    """
+    for unit in iter_units(store, topics):
+        yield unit.message, unit.queue_offset, unit.tags_code, unit.size
 
 
 def iter_log(store: MessageStore) -> Iterator[StoredMessage]:

@@ -42,6 +42,13 @@ class CommandError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+class ProblemsFound(CommandError):
+    """A command did its work but found problems it has reported (damaged records it skipped):
+    ``error: ...`` on stderr and exit status 1, as ``verify`` for the problems it finds."""
+
+    exit_code = 1
+
+
 @dataclass
 class Common:
     """The options every command takes, resolved."""

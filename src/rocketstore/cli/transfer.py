@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO
 
 import click
 
 from rocketstore.cli.common import (
     Common,
+    ProblemsFound,
     is_inside,
     open_store,
     print_json,
@@ -21,25 +23,45 @@ from rocketstore.cli.common import (
     utf8_stdout,
     warn,
 )
-from rocketstore.export import dumps_row, export_row, import_jsonl, iter_queued
+from rocketstore.export import dumps_row, export_row, import_jsonl, iter_units
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
+
+_WARNED_UNITS = 20  # unreadable units named one by one; the rest are counted
+
+
+@dataclass
+class ExportCount:
+    """What ``export_topics`` wrote and what it could not read."""
+
+    exported: int = 0
+    skipped: int = 0
 
 
 def export_topics(
     store: MessageStore, out: IO[str], topics: list[str] | None, advance: Callable[[int], None] | None = None
-) -> int:
+) -> ExportCount:
     """``export_jsonl`` restricted to ``topics`` (same lines, same order; all topics for None);
-    ``advance(1)`` after each message."""
-    count = 0
-    for msg, _queue_offset, tags, size in iter_queued(store, topics):
+    ``advance(1)`` after each message. A unit whose message cannot be read is warned about on
+    stderr (the first few one by one, with where it is and why) and counted as skipped."""
+    count = ExportCount()
+    for unit in iter_units(store, topics):
+        msg = unit.message
         if msg is None:
+            count.skipped += 1
+            if count.skipped <= _WARNED_UNITS:
+                warn(
+                    f"WARNING: {unit.topic}/{unit.queue_id} queue offset {unit.queue_offset} (commit-log offset "
+                    f"{unit.commit_log_offset}, {unit.size} bytes) cannot be read, not exported: {unit.reason}"
+                )
             continue
-        out.write(dumps_row(export_row(msg, tags, size)))
+        out.write(dumps_row(export_row(msg, unit.tags_code, unit.size)))
         out.write("\n")
-        count += 1
+        count.exported += 1
         if advance is not None:
             advance(1)
+    if count.skipped > _WARNED_UNITS:
+        warn(f"WARNING: ... and {count.skipped - _WARNED_UNITS} more unreadable message(s), not exported")
     return count
 
 
@@ -85,7 +107,9 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     The store is opened read-only: nothing on disk changes, and a store that needs recovery is
     recovered in memory. The output is JSON lines with or without --json; --output may not be
     inside the store. A --topic that is no topic of the store is warned about; when none is,
-    the export is refused (exit status 2). A progress bar (messages) is shown on a terminal only with --output.
+    the export is refused (exit status 2). A message that cannot be read (a damaged record) is
+    warned about and left out, the rest is exported, and the exit status is then 1. A progress
+    bar (messages) is shown on a terminal only with --output.
     """
     if output not in (None, "-"):
         for folder in (opts.root, *opts.commit_log_paths):
@@ -105,7 +129,12 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     finally:
         store.shutdown()
     if output not in (None, "-"):
-        warn(f"exported {count} messages to {output}")
+        warn(f"exported {count.exported} messages to {output}")
+    if count.skipped:
+        raise ProblemsFound(
+            f"{count.skipped} message(s) could not be read and are not in the export (the warnings above say "
+            f"which); {count.exported} exported"
+        )
 
 
 @click.command("import")
