@@ -3,11 +3,20 @@ errors in --json mode, and a store folder that holds other files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from rocketstore import Message, MessageStore, StoreConfig
-from test_cli import TINY, TINY_SETS, jsonl, run
+from test_cli import SRC, TINY, TINY_SETS, cli_process, jsonl, run
 
 GOOD = 150  # messages after the broken ones: 5 segments, so that recovery (which checks the last 3) keeps them
 
@@ -67,3 +76,110 @@ def test_export_of_a_sound_store_exits_0_without_warnings(tmp_path: Path) -> Non
     result = run("export", root, *TINY_SETS)
     assert result.exit_code == 0 and result.stderr == ""
     assert json.loads(result.stdout.splitlines()[0])["topic"] == "T"
+
+
+# -- 3: Ctrl-C ------------------------------------------------------------------------------------------
+BIG = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
+
+
+def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` (an event in another process) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _interrupt(proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    return proc.returncode, err.decode()
+
+
+def _stored(root: Path) -> int:
+    """Messages in T/0 of a store another process is writing (read-only open: recovered in memory)."""
+    try:
+        with MessageStore.open(root, StoreConfig(mappedFileSizeCommitLog=16777216), read_only=True) as store:
+            return store.get_max_offset_in_queue("T", 0)
+    except Exception:  # not created yet
+        return -1
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120,000 messages: an export takes seconds."""
+    root = tmp_path_factory.mktemp("big") / "store"
+    assert run("produce", root, *BIG, "--topic", "T", "--body", "x" * 24, "--count", 120_000).exit_code == 0
+    return root
+
+
+def test_import_interrupted_says_what_was_stored_and_where_to_go_on(tmp_path: Path, big_store: Path) -> None:
+    lines = run("export", big_store, *BIG, "--topic", "T").stdout.splitlines()[:50]
+    root = tmp_path / "imp"
+    proc = cli_process("import", root, *BIG, "-i", "-", stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(("\n".join(lines) + "\n").encode())
+    proc.stdin.flush()  # and keep it open: the import waits for more
+    _wait_until(lambda: _stored(root) == 50, "the 50 lines to be stored")
+    status, err = _interrupt(proc)
+    assert status == 130, err
+    assert err == (
+        "interrupted: 50 message(s) stored, from the lines before line 51; "
+        "`tail -n +51 FILE` gives the rest to import\n"
+    )
+    assert _stored(root) == 50 and not (root / "abort").exists()  # shut down cleanly
+
+
+def _part_files(folder: Path) -> list[Path]:
+    return list(folder.glob(".out.jsonl.*.part"))
+
+
+def test_export_interrupted_keeps_the_earlier_file(tmp_path: Path, big_store: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    proc = cli_process("export", big_store, *BIG, "-o", out)
+    _wait_until(lambda: any(p.stat().st_size > 0 for p in _part_files(tmp_path)), "the export to write")
+    status, err = _interrupt(proc)
+    assert (status, err) == (130, "interrupted\n")
+    assert out.read_text() == "earlier\n" and _part_files(tmp_path) == []
+
+
+def test_export_to_a_file_replaces_it_at_the_end_with_the_umask_mode(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    out = tmp_path / "out.jsonl"
+    assert run("export", root, *TINY_SETS, "-o", out).exit_code == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert len(jsonl(out.read_text())) == GOOD and _part_files(tmp_path) == []
+
+
+def test_verify_interrupted_is_130_not_its_problems_status(big_store: Path) -> None:
+    proc = cli_process("verify", big_store, *BIG)
+
+    def reading() -> bool:
+        with contextlib.suppress(OSError):
+            return "commitlog" in Path(f"/proc/{proc.pid}/maps").read_text()
+        return False
+
+    _wait_until(reading, "verify to read the commit log")
+    status, err = _interrupt(proc)
+    assert (status, err) == (130, "interrupted\n")
+
+
+def test_ctrl_c_while_the_command_line_loads_is_quiet() -> None:
+    code = (
+        "import sys; sys.argv[0] = '/usr/bin/rocketstore'; import rocketstore.cli, os, signal; "
+        "os.kill(os.getpid(), signal.SIGINT); import rocketstore.cli.main; print('not interrupted')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, b"interrupted\n", b"")
+    # imported by a program (not the console script), the package leaves its handler alone
+    code = "import signal, rocketstore.cli; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120
+    )
+    assert done.stdout == b"True\n", done.stderr

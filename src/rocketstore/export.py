@@ -7,9 +7,11 @@ itself. The JSON shape is rocketmq-vectors' ``expected.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import IO, Any, NamedTuple
 
 from rocketstore.codec import record as rec
@@ -140,6 +142,16 @@ class ImportLineError(InvalidMessageError):
         self.imported = imported
 
 
+class ImportInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``import_jsonl``: the ``imported`` messages of the lines before ``line`` are
+    stored, and nothing of ``line`` or after it."""
+
+    def __init__(self, line: int, imported: int) -> None:
+        super().__init__(f"interrupted at line {line} ({imported} message(s) before it stored)")
+        self.line = line
+        self.imported = imported
+
+
 def _check_int_fields(obj: dict[str, Any]) -> None:
     """InvalidMessageError unless every integer field is an integer that fits its record field."""
     for name, bounds in _INT_FIELDS:
@@ -155,10 +167,18 @@ def _check_int_fields(obj: dict[str, Any]) -> None:
         check_range(name, number, bounds, value)
 
 
-def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: Any = None) -> int:
+def import_jsonl(
+    store: MessageStore,
+    lines: Iterable[str | bytes],
+    progress: Any = None,
+    *,
+    guard: AbstractContextManager[Any] = contextlib.nullcontext(),
+) -> int:
     """Put messages given as export JSON lines (text, or UTF-8 bytes), in order; returns the number
     stored. Stops at the first line that cannot be stored with ImportLineError: the lines before
-    it stay stored.
+    it stay stored. A KeyboardInterrupt becomes ImportInterrupted, naming the first line not
+    stored; ``guard`` (re-entered for every line) is held while a message is stored and counted,
+    so that a caller's SIGINT handler can defer the interrupt past it (the CLI's DeferInterrupts).
 
     Delayed messages: a ``SCHEDULE_TOPIC_XXXX`` line is stored as a unit waiting for delivery,
     and the message it was delivered as, if it was, is a line of its real topic with the same
@@ -170,6 +190,7 @@ def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: An
     schedule service running during the import would deliver units whose copies are still to come.
     """
     count = 0
+    resume = 1  # the first line not stored (nor blank)
     copies: set[int] = set()  # _copy_key of every non-schedule line
     try:
         for number, line in enumerate(lines, 1):
@@ -177,6 +198,7 @@ def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: An
             try:
                 text = line.decode("utf-8") if isinstance(line, bytes) else line
                 if not text.strip():
+                    resume = number + 1
                     continue
                 obj = json.loads(text)
                 if not isinstance(obj, dict):
@@ -184,7 +206,11 @@ def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: An
                 _check_int_fields(obj)
                 message = message_from_json(obj)
                 queue_id = int(obj.get("queueId") or 0)
-                result = store.put_as_is(message, queue_id)
+                with guard:
+                    result = store.put_as_is(message, queue_id)
+                    if result.ok:
+                        count += 1
+                        resume = number + 1
             except UnicodeDecodeError as exc:
                 raise ImportLineError(number, f"not UTF-8 ({exc})", count) from None
             except (ValueError, TypeError) as exc:  # InvalidMessageError and InvalidTopicError too
@@ -193,17 +219,18 @@ def import_jsonl(store: MessageStore, lines: Iterable[str | bytes], progress: An
                 raise ImportLineError(number, "JSON nested too deeply", count) from None
             if not result.ok:
                 raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
-            count += 1
             if message.topic != SCHEDULE_TOPIC:
                 copies.add(_copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
             if progress is not None:
                 progress(size)
-    except BaseException:
+    except BaseException as exc:
         if copies:  # what was stored stays stored: so do its delivered units
             try:
                 skip_delivered(store, copies)
-            except Exception as exc:
-                log.warning("import stopped: the delay offsets could not be moved past delivered units: %s", exc)
+            except Exception as error:
+                log.warning("import stopped: the delay offsets could not be moved past delivered units: %s", error)
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, ImportInterrupted):
+            raise ImportInterrupted(resume, count) from None
         raise
     if copies:
         skip_delivered(store, copies)

@@ -9,3 +9,25 @@ One module per command group: ``common`` (options, output), ``inspect_cmd``, ``t
 (export, import), ``query_cmd``, ``check`` (verify, recover), ``messaging`` (produce, consume),
 ``clean_cmd`` (clean, topic deletion, disk report), ``spark_cmd`` (the Spark jobs).
 """
+
+import os as _os
+import signal as _signal
+import sys as _sys
+
+
+def _interrupted_at_start(_signum: int, _frame: object) -> None:
+    """Ctrl-C while the command line is still loading: one line and exit status 130, no traceback."""
+    _os.write(2, b"interrupted\n")
+    _os._exit(130)
+
+
+# Loading click, rich and the commands takes a moment: a Ctrl-C then ends the run quietly, until
+# main() puts Python's own handler back (the commands turn KeyboardInterrupt into exit status 130).
+# Only for the console script (and ``python -m rocketstore.cli.main``, whose argv[0] is "-m" while
+# it is being found): importing this package from a program leaves the program's handler alone.
+if _os.path.basename((getattr(_sys, "argv", None) or [""])[0]) in ("rocketstore", "-m"):
+    try:
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            _signal.signal(_signal.SIGINT, _interrupted_at_start)
+    except ValueError:  # not the main thread
+        pass

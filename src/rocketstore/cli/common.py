@@ -11,7 +11,9 @@ import contextlib
 import functools
 import io
 import os
+import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -40,6 +42,58 @@ class CommandError(click.ClickException):
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+
+
+class Interrupted(CommandError):
+    """Ctrl-C (SIGINT): one line on stderr (what was done, when it matters) and exit status 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str = "interrupted") -> None:
+        super().__init__(message)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(self.format_message(), err=True)
+
+
+class DeferInterrupts:
+    """While SIGINT's handler is this object's (``installed``), Ctrl-C raises KeyboardInterrupt at
+    once, except inside ``with guard:``, where it is raised when the block ends: a message being
+    stored is stored and counted, or not stored at all."""
+
+    def __init__(self) -> None:
+        self._inside = False
+        self._pending = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[DeferInterrupts]:
+        try:
+            previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: nothing to defer
+            yield self
+            return
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        if self._inside:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> None:
+        self._inside = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._inside = False
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
 
 
 class ProblemsFound(CommandError):
@@ -360,6 +414,30 @@ def utf8_stdout() -> Iterator[IO[str]]:
         wrapper.flush()
     finally:
         wrapper.detach()
+
+
+@contextlib.contextmanager
+def replacing_file(path: str) -> Iterator[IO[str]]:
+    """A UTF-8 text file written beside ``path`` (in its folder, hidden) and renamed over it only
+    when the block ends without an error: an interrupted or failed run leaves no truncated file
+    and keeps an earlier one. The file gets ``path``'s mode when it exists, else the umask's."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
+    try:
+        with open(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def print_json(obj: Any) -> None:

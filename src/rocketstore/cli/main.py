@@ -1,19 +1,31 @@
 """The ``rocketstore`` command group and its entry point.
 
-Exit codes: 0 success; 1 a check found problems (``verify``) or nothing was found (``query``);
-2 a usage error or a typed store error (``RocketStoreError``: printed on stderr, no traceback).
+Exit codes: 0 success; 1 a check found problems (``verify``), nothing was found (``query``) or
+messages could not be read (``export``); 2 a usage error or a typed store error
+(``RocketStoreError``: printed on stderr, no traceback); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
 import click
 
 from rocketstore import __version__
-from rocketstore.cli import check, clean_cmd, inspect_cmd, messaging, query_cmd, spark_cmd, transfer
+from rocketstore.cli import (
+    _interrupted_at_start,
+    check,
+    clean_cmd,
+    inspect_cmd,
+    messaging,
+    query_cmd,
+    spark_cmd,
+    transfer,
+)
+from rocketstore.cli.common import Interrupted
 from rocketstore.errors import RocketStoreError
 
 EXIT_PROBLEMS = 1
@@ -21,11 +33,21 @@ EXIT_ERROR = 2
 
 
 class _Group(click.Group):
-    """A group that turns the store's typed errors into a message and exit status 2."""
+    """A group that turns the store's typed errors into a message and exit status 2, and Ctrl-C
+    into one line and exit status 130 (click's own answer is "Aborted!" and status 1, which
+    ``verify`` and ``query`` use for their findings)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
         except RocketStoreError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)
@@ -81,6 +103,8 @@ for _command in (
 def main(argv: list[str] | None = None) -> None:
     """The console-script entry point. Text that stdout's encoding cannot hold (a table on an ASCII
     terminal) is written with replacement characters; JSON output is UTF-8 whatever the encoding."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # loaded: Ctrl-C is the commands' now
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
         reconfigure(errors="replace")

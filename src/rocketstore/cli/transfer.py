@@ -12,18 +12,21 @@ import click
 
 from rocketstore.cli.common import (
     Common,
+    DeferInterrupts,
+    Interrupted,
     ProblemsFound,
     is_inside,
     open_store,
     print_json,
     progress_bar,
+    replacing_file,
     require_topics,
     say,
     store_options,
     utf8_stdout,
     warn,
 )
-from rocketstore.export import dumps_row, export_row, import_jsonl, iter_units
+from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 
@@ -76,9 +79,10 @@ def queued_count(store: MessageStore, topics: list[str] | None) -> int:
 
 @contextlib.contextmanager
 def _output(path: str | None) -> Iterator[IO[str]]:
-    """The file, or stdout written as UTF-8 whatever the locale says (the export is UTF-8)."""
+    """The file (written beside it and renamed over it at the end: an interrupted or failed export
+    leaves no truncated file), or stdout written as UTF-8 whatever the locale says."""
     if path is not None and path != "-":
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+        with replacing_file(path) as f:
             yield f
         return
     with utf8_stdout() as out:
@@ -109,7 +113,8 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     inside the store. A --topic that is no topic of the store is warned about; when none is,
     the export is refused (exit status 2). A message that cannot be read (a damaged record) is
     warned about and left out, the rest is exported, and the exit status is then 1. A progress
-    bar (messages) is shown on a terminal only with --output.
+    bar (messages) is shown on a terminal only with --output. --output is written beside the file
+    and renamed over it at the end: an interrupted or failed export leaves an earlier file as it was.
     """
     if output not in (None, "-"):
         for folder in (opts.root, *opts.commit_log_paths):
@@ -157,6 +162,8 @@ def import_(opts: Common, input_path: str) -> None:
     Each line is stored as it is read: at the first line that cannot be stored the import stops
     with exit status 2, and the messages of the lines before it stay stored (the error names the
     line and says how many; `tail -n +LINE FILE` gives the rest to import once it is fixed).
+    Interrupted (Ctrl-C), it exits with status 130 saying the same: how many were stored and the
+    line to go on from.
 
     Delayed messages are not delivered during the import. A SCHEDULE_TOPIC_XXXX line whose
     delivered copy (same UNIQ_KEY, in its REAL_TOPIC) is in the input too counts as delivered:
@@ -167,11 +174,19 @@ def import_(opts: Common, input_path: str) -> None:
     and so is a commit log outside STORE (storePathCommitLog) without --external-commit-log.
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
-    with click.open_file(input_path, "rb") as lines:
-        with no_delayed_delivery():  # no delivery during the import: the input may hold the delivered copies
-            store = open_store(opts)
-        with store, progress_bar("import", total, unit_bytes=True) as advance:
-            count = import_jsonl(store, lines, advance)
+    guard = DeferInterrupts()
+    try:
+        with click.open_file(input_path, "rb") as lines, guard.installed():
+            with no_delayed_delivery():  # no delivery during the import: the input may hold the delivered copies
+                store = open_store(opts)
+            with store, progress_bar("import", total, unit_bytes=True) as advance:
+                count = import_jsonl(store, lines, advance, guard=guard)
+    except ImportInterrupted as exc:
+        source = "FILE" if input_path == "-" else input_path
+        raise Interrupted(
+            f"interrupted: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
+            f"`tail -n +{exc.line} {source}` gives the rest to import"
+        ) from None
     if opts.as_json:
         print_json({"imported": count})
     else:
