@@ -183,3 +183,15 @@ def test_ctrl_c_while_the_command_line_loads_is_quiet() -> None:
         [sys.executable, "-c", code], capture_output=True, env={**os.environ, "PYTHONPATH": str(SRC)}, timeout=120
     )
     assert done.stdout == b"True\n", done.stderr
+
+
+# -- 4: a closed pipe -------------------------------------------------------------
+def test_a_closed_pipe_exits_0_for_table_output_too(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    for command in (["inspect"], ["verify"], ["query", "--topic", "T", "--offset", "0"], ["inspect", "--json"]):
+        proc = cli_process(*command[:1], root, *TINY_SETS, *command[1:])
+        assert proc.stdout is not None
+        proc.stdout.close()  # as `| true` does: before the command writes
+        _out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, b""), command

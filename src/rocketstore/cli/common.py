@@ -8,6 +8,7 @@ stderr, and only when both stdout and stderr are terminals.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import io
 import os
@@ -378,10 +379,19 @@ def interactive() -> bool:
     return _is_tty(sys.stdout) and _is_tty(sys.stderr)
 
 
+class _PipeConsole(Console):
+    """A console whose closed pipe (``| head``) ends the command as every other output does: rich's
+    own answer is SystemExit(1), the status ``verify`` and ``query`` give their findings; this one
+    raises BrokenPipeError, which the command group turns into a quiet exit status 0."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, "stdout is closed (broken pipe)")
+
+
 def out_console() -> Console:
     """A console on the current stdout; wide and plain when stdout is not a terminal."""
     tty = _is_tty(sys.stdout)
-    return Console(file=sys.stdout, width=None if tty else _WIDE, highlight=False, soft_wrap=not tty)
+    return _PipeConsole(file=sys.stdout, width=None if tty else _WIDE, highlight=False, soft_wrap=not tty)
 
 
 def err_console() -> Console:
