@@ -195,3 +195,25 @@ def test_a_closed_pipe_exits_0_for_table_output_too(tmp_path: Path) -> None:
         proc.stdout.close()  # as `| true` does: before the command writes
         _out, err = proc.communicate(timeout=120)
         assert (proc.returncode, err) == (0, b""), command
+
+
+# -- 5: a closed stdout ---------------------------------------------------------------------------------
+def _with_stdout_closed(*args: object) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
+    return subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", *command],
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+
+
+def test_a_closed_stdout_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    for command in (["export"], ["inspect", "--json"], ["inspect"]):
+        done = _with_stdout_closed(command[0], root, *TINY_SETS, *command[1:])
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.decode().startswith("error: stdout is closed"), done.stderr
+        assert b"Traceback" not in done.stderr

@@ -103,6 +103,10 @@ for _command in (
 def main(argv: list[str] | None = None) -> None:
     """The console-script entry point. Text that stdout's encoding cannot hold (a table on an ASCII
     terminal) is written with replacement characters; JSON output is UTF-8 whatever the encoding."""
+    if sys.stdout is None:  # started with stdout closed (`>&-`): its descriptor may become a store file's
+        if sys.stderr is not None:
+            click.echo("error: stdout is closed: give the command a stdout (e.g. >/dev/null)", err=True)
+        sys.exit(EXIT_ERROR)
     if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # loaded: Ctrl-C is the commands' now
         signal.signal(signal.SIGINT, signal.default_int_handler)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
