@@ -91,9 +91,16 @@ def _wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -
 
 
 def _interrupt(proc: subprocess.Popen) -> tuple[int, str]:
+    """SIGINT, then the exit status and stderr (stdin is closed only once the process is gone: an
+    end of input would race with the signal)."""
     proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=120)
-    return proc.returncode, err.decode()
+    assert proc.stderr is not None
+    status = proc.wait(timeout=120)
+    err = proc.stderr.read().decode()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return status, err
 
 
 def _stored(root: Path) -> int:

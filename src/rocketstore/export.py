@@ -191,6 +191,7 @@ def import_jsonl(
     """
     count = 0
     resume = 1  # the first line not stored (nor blank)
+    read_all = False
     copies: set[int] = set()  # _copy_key of every non-schedule line
     try:
         for number, line in enumerate(lines, 1):
@@ -223,8 +224,11 @@ def import_jsonl(
                 copies.add(_copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
             if progress is not None:
                 progress(size)
+        read_all = True
+        if copies:
+            skip_delivered(store, copies)
     except BaseException as exc:
-        if copies:  # what was stored stays stored: so do its delivered units
+        if copies and not read_all:  # what was stored stays stored: so do its delivered units
             try:
                 skip_delivered(store, copies)
             except Exception as error:
@@ -232,8 +236,6 @@ def import_jsonl(
         if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, ImportInterrupted):
             raise ImportInterrupted(resume, count) from None
         raise
-    if copies:
-        skip_delivered(store, copies)
     return count
 
 
