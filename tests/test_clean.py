@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from click.testing import CliRunner
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 from rocketstore.errors import InvalidTopicError
+from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.results import GetMessageStatus, PutMessageStatus
 from rocketstore.running_flags import DISK_FULL
 from rocketstore.verify import verify_store
@@ -632,3 +635,37 @@ def test_verify_notes_the_records_of_a_deleted_topic(tmp_path: Path) -> None:
     report = verify_store(root, config)
     assert report.ok, report.problems
     assert any("5 records of deleted topics (Gone" in n for n in report.notes)
+
+
+def test_segments_made_while_a_cleanup_deletes_others_are_all_kept(tmp_path: Path) -> None:
+    """A new segment (the put or reput thread) and a deletion (the clean thread) change a file
+    queue's list at the same time: neither change may be lost. A lost new segment is written
+    but unreadable, and its name is made again at the next roll (EEXIST: no more puts)."""
+    queue = MappedFileQueue(str(tmp_path / "q"), 4096)
+    stop = threading.Event()
+
+    def roll() -> None:
+        while not stop.is_set():
+            queue.last_mapped_file(0).wrote_position = 4096  # full: the next call makes a new one
+
+    def clean() -> None:
+        try:
+            for _ in range(5_000):
+                queue.delete_files([f for f in queue.files[:-1] if f.destroy(0)])
+        finally:
+            stop.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    threads = [threading.Thread(target=roll), threading.Thread(target=clean)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+    on_disk = sorted(os.listdir(tmp_path / "q"))
+    assert [f.file_name for f in queue.files] == on_disk
+    queue.close()

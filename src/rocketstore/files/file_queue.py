@@ -49,6 +49,10 @@ class MappedFileQueue:
         # the position back; two commits could give one pool buffer back twice
         self._flush_lock = threading.Lock()
         self._commit_lock = threading.Lock()
+        # ``files`` is copy-on-write (readers take the list as it is); a change builds a new list
+        # from the current one under this lock, or a new segment and a deletion racing each other
+        # (the put or reput thread and the clean thread) would drop one another's change
+        self._files_lock = threading.Lock()
         self.store_timestamp = 0
         self.path_is_full = path_is_full
         self.allocator = allocator
@@ -145,7 +149,8 @@ class MappedFileQueue:
         mapped.first_create_in_queue = first_in_queue
         if self.pool is not None:
             mapped.write_buffer = self.pool.borrow()  # None when all are in use: write straight through
-        self.files = [*self.files, mapped]
+        with self._files_lock:
+            self.files = [*self.files, mapped]
         if self.allocator is not None:
             self.allocator.prepare_next(self, offset + self.file_size)
         if self.on_create is not None:
@@ -238,26 +243,27 @@ class MappedFileQueue:
     # -- truncation and deletion -------------------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> None:
         """Cut the queue at ``offset``: the segment holding it keeps its head, later ones go."""
-        keep: list[MappedFile] = []
-        for mapped in self.files:
-            if mapped.end_offset <= offset:
-                keep.append(mapped)
-            elif mapped.file_from_offset <= offset:
-                mapped.truncate(offset - mapped.file_from_offset)
-                keep.append(mapped)
-            else:
-                mapped.destroy(1000)
-        self.files = keep
+        with self._files_lock:
+            keep = [f for f in self.files if f.file_from_offset <= offset]
+            gone = self.files[len(keep) :]
+            self.files = keep
+        if keep and keep[-1].end_offset > offset:
+            keep[-1].truncate(offset - keep[-1].file_from_offset)
+        for mapped in gone:
+            mapped.destroy(1000)
 
     def delete_last_file(self) -> None:
-        files = self.files
-        if files:
+        with self._files_lock:
+            files = self.files
+            if not files:
+                return
             self.files = files[:-1]
-            files[-1].destroy(1000)
+        files[-1].destroy(1000)
 
     def delete_files(self, doomed: list[MappedFile]) -> None:
         gone = {id(f) for f in doomed}
-        self.files = [f for f in self.files if id(f) not in gone]
+        with self._files_lock:
+            self.files = [f for f in self.files if id(f) not in gone]
 
     def delete_expired_by_time(
         self,
@@ -313,9 +319,10 @@ class MappedFileQueue:
             self.allocator.discard(self)
 
     def destroy(self) -> None:
-        for mapped in self.files:
+        with self._files_lock:
+            files, self.files = self.files, []
+        for mapped in files:
             mapped.destroy(0)
-        self.files = []
         self.flushed_where = self.committed_where = 0
         if self.mode == "rw":
             for folder in self.paths:
