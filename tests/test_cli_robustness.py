@@ -49,6 +49,8 @@ def test_export_warns_about_each_unreadable_message_and_exits_1(tmp_path: Path) 
         result = run("export", root, *TINY_SETS, *extra)
         assert result.exit_code == 1, result.stderr
         rows = jsonl(result.stdout)
+        if extra:  # --json: the error is the last line, as an object
+            assert rows.pop()["error"]["type"] == "ProblemsFound"
         assert [r["topic"] for r in rows] == ["T"] * GOOD  # the rest is exported
         for queue_offset, phy in broken:
             assert f"WARNING: U/1 queue offset {queue_offset} (commit-log offset {phy}" in result.stderr
@@ -224,3 +226,26 @@ def test_a_closed_stdout_is_an_error_not_a_traceback(tmp_path: Path) -> None:
         assert done.returncode == 2, (command, done.stderr)
         assert done.stderr.decode().startswith("error: stdout is closed"), done.stderr
         assert b"Traceback" not in done.stderr
+
+
+# -- 6: errors in --json mode ----------------------------------------------------------------------------
+def test_json_mode_errors_are_a_json_object_on_stdout_too(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    lines = run("export", root, *TINY_SETS).stdout.splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines[:7], '{"topic":"T","body":"!!notbase64"}', *lines[7:]]) + "\n")
+    result = run("import", tmp_path / "imp", *TINY_SETS, "-i", bad, "--json")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: line 8: ")  # the human line stays on stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "ImportLineError" and error["line"] == 8 and error["imported"] == 7
+    assert error["message"].startswith("line 8: ")
+
+    result = run("inspect", root, "--json", "--set", "fooBar=1")
+    assert result.exit_code == 2 and result.stderr.startswith("error: ")
+    assert json.loads(result.stdout)["error"]["type"] == "ConfigError"
+    result = run("inspect", root, "--set", "fooBar=1")  # without --json: stderr only
+    assert result.exit_code == 2 and result.stdout == ""
+    result = run("export", root, *TINY_SETS, "--json", "--topic", "Nope")
+    assert result.exit_code == 2 and json.loads(result.stdout)["error"]["type"] == "CommandError"

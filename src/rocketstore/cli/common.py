@@ -53,8 +53,9 @@ class Interrupted(CommandError):
 
     exit_code = EXIT_INTERRUPTED
 
-    def __init__(self, message: str = "interrupted") -> None:
+    def __init__(self, message: str = "interrupted", **details: Any) -> None:
         super().__init__(message)
+        self.details = details  # for the --json error object (import: line, imported)
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(self.format_message(), err=True)
@@ -194,7 +195,12 @@ def store_options(
             store: str, config_file: str | None, settings: list[tuple[str, str]], as_json: bool, **kwargs: Any
         ) -> Any:
             external = bool(kwargs.pop("external_commit_log", False))
-            return func(Common(store, build_config(config_file, settings), as_json, external), **kwargs)
+            try:
+                return func(Common(store, build_config(config_file, settings), as_json, external), **kwargs)
+            except BaseException as exc:
+                if as_json:
+                    print_json_error(exc)
+                raise
 
         return wrapper
 
@@ -448,6 +454,41 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+def json_error(exc: BaseException) -> dict[str, Any] | None:
+    """The ``{"error": {...}}`` object --json writes on stdout for an error (the human ``error:``
+    line still goes to stderr): its type, message and, for an import, the line and how many
+    messages were stored. None for what is not an error (an exit status, a closed pipe)."""
+    from rocketstore.errors import RocketStoreError
+    from rocketstore.export import ImportLineError
+
+    if isinstance(exc, SystemExit | click.exceptions.Exit | BrokenPipeError):
+        return None
+    details: dict[str, Any] = {}
+    if isinstance(exc, KeyboardInterrupt):
+        kind, message = "Interrupted", "interrupted"
+    elif isinstance(exc, click.ClickException):
+        kind, message = type(exc).__name__, exc.format_message()
+        details = dict(getattr(exc, "details", {}))
+    elif isinstance(exc, RocketStoreError | OSError):
+        kind, message = type(exc).__name__, str(exc)
+        if isinstance(exc, ImportLineError):
+            details = {"line": exc.line, "imported": exc.imported}
+    else:  # a bug: the traceback tells
+        return None
+    return {"error": {"type": kind, "message": message, **details}}
+
+
+def print_json_error(exc: BaseException) -> None:
+    """``json_error`` as one line on stdout (nothing when stdout is gone)."""
+    obj = json_error(exc)
+    if obj is None or sys.stdout is None:
+        return
+    import json
+
+    with contextlib.suppress(OSError, ValueError), utf8_stdout() as out:
+        out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str) + "\n")
 
 
 def print_json(obj: Any) -> None:

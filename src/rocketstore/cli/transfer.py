@@ -185,7 +185,9 @@ def import_(opts: Common, input_path: str) -> None:
         source = "FILE" if input_path == "-" else input_path
         raise Interrupted(
             f"interrupted: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
-            f"`tail -n +{exc.line} {source}` gives the rest to import"
+            f"`tail -n +{exc.line} {source}` gives the rest to import",
+            line=exc.line,
+            imported=exc.imported,
         ) from None
     if opts.as_json:
         print_json({"imported": count})
