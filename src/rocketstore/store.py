@@ -503,9 +503,11 @@ class MessageStore:
         (but the schedule and transaction-op topics')."""
         self._writable()
         keep = set(topic_names("clean_unused_topics", keep))
-        # no record is appended meanwhile, and every one appended before is dispatched: no unit of
-        # a removed queue comes after it, and a topic that comes back starts again at offset 0
-        with self.commit_log.put_lock:
+        # no cleanup round reads the queues being removed; no record is appended meanwhile, and every
+        # one appended before is dispatched: no unit of a removed queue comes after it, and a topic
+        # that comes back starts again at offset 0
+        clean = self.services.clean
+        with clean.round_lock if clean else threading.Lock(), self.commit_log.put_lock:
             if not self.wait_for_dispatch():
                 raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
             with self.reput.lock:  # no dispatch round is writing into a queue being removed

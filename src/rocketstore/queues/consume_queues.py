@@ -106,7 +106,8 @@ class ConsumeQueueStore:
         for topic in gone:
             for key in [k for k in self.table if k[0] == topic]:
                 self.table[key].destroy()
-            self.table = {k: v for k, v in self.table.items() if k[0] != topic}
+            with self._lock:  # find_or_create adds to the table under it
+                self.table = {k: v for k, v in self.table.items() if k[0] != topic}
             if self.mode == "rw":
                 shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
         return gone

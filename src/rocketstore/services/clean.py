@@ -93,7 +93,7 @@ class CleanService(Service):
         # index files a crash left behind between deleting segments and cleaning up after them
         self._last_min_offset = 0
         self._last_redelete = time.monotonic()
-        self._round = threading.Lock()
+        self.round_lock = threading.Lock()  # held by a round, and by whatever must not run beside one
         self._round_done = threading.Condition()
         self.rounds = 0  # rounds completed
         self._closed = False
@@ -113,7 +113,7 @@ class CleanService(Service):
         """Commit-log cleanup, then the queues and index (``now``: epoch seconds, for the hour
         and the files' ages; ``manual``: delete expired files whatever the hour). Safe to call
         from any thread: rounds do not overlap."""
-        with self._round:
+        with self.round_lock:
             if self._closed:
                 raise StoreClosedError(f"{self.root} is shut down: no more cleanup")
             run = self.delete_expired_files(now, manual=manual)
@@ -127,7 +127,7 @@ class CleanService(Service):
     def close(self) -> None:
         """No more rounds: waits for one in progress (a caller's ``clean_expired_files``, say),
         so that nothing is deleted once the store's files are closed."""
-        with self._round:
+        with self.round_lock:
             self._closed = True
 
     def wait_for_round(self, count: int, timeout: float | None = None) -> bool:
