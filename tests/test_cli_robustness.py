@@ -249,3 +249,22 @@ def test_json_mode_errors_are_a_json_object_on_stdout_too(tmp_path: Path) -> Non
     assert result.exit_code == 2 and result.stdout == ""
     result = run("export", root, *TINY_SETS, "--json", "--topic", "Nope")
     assert result.exit_code == 2 and json.loads(result.stdout)["error"]["type"] == "CommandError"
+
+
+# -- 7: a store only in a new, empty or store folder -----------------------------------------------------
+def test_produce_and_import_refuse_a_folder_that_holds_files_but_no_store(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "Documents").mkdir(parents=True)
+    (home / "notes.txt").write_text("notes\n")
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(json.dumps({"topic": "T", "body": ""}) + "\n")
+    for command in (["produce", "--topic", "T", "--body", "x"], ["import", "-i", lines]):
+        result = run(command[0], home, *TINY_SETS, *command[1:])
+        assert result.exit_code == 2, (command, result.stdout)
+        assert f"error: {home} holds files but no store (Documents, notes.txt)" in result.stderr
+        assert sorted(p.name for p in home.iterdir()) == ["Documents", "notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run("produce", empty, *TINY_SETS, "--topic", "T", "--body", "x").exit_code == 0
+    assert run("import", empty, *TINY_SETS, "-i", lines).exit_code == 0  # a store now
+    assert run("import", tmp_path / "new", *TINY_SETS, "-i", lines).exit_code == 0

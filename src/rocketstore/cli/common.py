@@ -29,7 +29,7 @@ from rocketstore.codec.message import StoredMessage
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.export import dumps_row, export_row
-from rocketstore.meta.root import holds_store
+from rocketstore.meta.root import holds_store, require_store
 from rocketstore.store import MessageStore
 
 _WIDE = 200  # columns for tables written to a file or a pipe
@@ -307,7 +307,26 @@ def open_store(
                 f"{opts.root} is not a store but holds {', '.join(inside)}: did you mean {inside[0]}? "
                 "(refusing to create a new store beside it)"
             )
+        check_new_store_folder(opts)
     return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create)
+
+
+def check_new_store_folder(opts: Common) -> None:
+    """Refuse (StoreNotFoundError) to create a store in a folder that holds files but no store (a
+    typo'd path, a home folder): a missing or empty folder becomes a new store. The same rule as
+    the Spark sink's ``check_target`` (spark/commits.py), which the command line does not import."""
+    root = opts.root
+    if not os.path.isdir(root) or not os.listdir(root):
+        return
+    try:
+        require_store(root, opts.config.copy(storePathRootDir=root))
+    except StoreNotFoundError:
+        shown = sorted(os.listdir(root))
+        listed = ", ".join(shown[:5]) + (f", ... ({len(shown)} in all)" if len(shown) > 5 else "")
+        raise StoreNotFoundError(
+            f"{root} holds files but no store ({listed}): refusing to create a store in it; give a new or "
+            "empty folder, or the store's own folder"
+        ) from None
 
 
 def lock_holder(root: str) -> int | None:

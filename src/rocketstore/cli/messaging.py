@@ -131,8 +131,9 @@ def produce(
     body: str | None,
     body_file: click.utils.LazyFile | None,
 ) -> None:
-    """Store messages (the store is created if it does not exist; a folder that is not a store but
-    holds one is refused, and so is a commit log outside STORE without --external-commit-log).
+    """Store messages (the store is created if it does not exist or is an empty folder; a folder
+    that holds files but no store is refused, and so is a commit log outside STORE without
+    --external-commit-log).
 
     A delayed message waits in SCHEDULE_TOPIC_XXXX queue level-1 (a level above the highest is
     capped at it, with a warning); it is delivered to its topic while a store process has the

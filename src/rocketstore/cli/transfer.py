@@ -170,7 +170,8 @@ def import_(opts: Common, input_path: str) -> None:
     each delay level's offset (delayOffset.json) moves past the delivered units at its start, so
     the next process that keeps the store open for writing does not deliver them again.
 
-    STORE is created if it does not exist; a folder that is not a store but holds one is refused,
+    STORE is created if it does not exist (or is an empty folder); a folder that holds files but no
+    store is refused (a folder that is not a store but holds one is named as the likely one),
     and so is a commit log outside STORE (storePathCommitLog) without --external-commit-log.
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
