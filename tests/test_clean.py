@@ -669,3 +669,25 @@ def test_segments_made_while_a_cleanup_deletes_others_are_all_kept(tmp_path: Pat
     on_disk = sorted(os.listdir(tmp_path / "q"))
     assert [f.file_name for f in queue.files] == on_disk
     queue.close()
+
+
+def test_a_first_segment_held_during_cleanup_is_deleted_by_shutdown(tmp_path: Path, store_config: StoreConfig) -> None:
+    """A cleanup round that meets a held segment (a flush or a reader on it) shuts it down but
+    cannot delete it yet; the minimum offsets move past it at once. A shutdown before the next
+    round must finish the deletion: a reopen used to find it again, its records in no queue."""
+    path = tmp_path / "store"
+    config = store_config.copy(deleteCommitLogFilesInterval=0, deleteConsumeQueueFilesInterval=0)
+    with MessageStore.open(path, config) as store:
+        for i in range(200):
+            assert store.put(Message("T", b"x" * 100, keys=f"k{i}")).ok
+        assert store.wait_for_dispatch()
+        held = store.commit_log.queue.files[3]
+        assert held.hold()  # as a flush or a reader holds it
+        assert store.clean_expired_files(now=time.time() + 100 * HOUR).commit_log_files == 3
+        min_phy, min_queue = store.min_phy_offset, store.get_min_offset_in_queue("T", 0)
+        assert min_phy == held.end_offset and os.path.exists(held.path)  # skipped, not deleted yet
+        held.release()
+    assert not os.path.exists(held.path)
+    with MessageStore.open(path, config) as store:
+        assert (store.min_phy_offset, store.get_min_offset_in_queue("T", 0)) == (min_phy, min_queue)
+    assert verify_store(path, config).ok

@@ -462,11 +462,17 @@ class MappedFile:
         return True
 
     def close(self) -> None:
-        """Unmap without deleting (store shutdown)."""
+        """Unmap without deleting (store shutdown); but a file whose deletion was waiting for a
+        holder (a hanged file, skipped by the minimum offsets already) is deleted now, or the next
+        open would find it again."""
+        doomed = self._first_shutdown > 0.0
         self._available = False
         with self._lock:
             self._ref_count = 0
             self._cleanup()
+        if doomed and self.mode == "rw":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
     def __repr__(self) -> str:
         return (
