@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -635,6 +636,28 @@ def test_verify_notes_the_records_of_a_deleted_topic(tmp_path: Path) -> None:
     report = verify_store(root, config)
     assert report.ok, report.problems
     assert any("5 records of deleted topics (Gone" in n for n in report.notes)
+
+
+def test_verify_notes_a_deleted_topics_records_in_queues_not_written_again(tmp_path: Path) -> None:
+    """A deleted topic written again in only some of its old queues: the old records of the
+    others (no consume queue now) are the deleted topic's too, not missing units."""
+    root = tmp_path / "s"
+    config = clean_config(mappedFileSizeCommitLog=65536)
+    with MessageStore.open(root, config) as store:
+        for i in range(4):
+            assert store.put(Message("Back", BODY), i % 2).ok
+        assert store.wait_for_dispatch() and store.delete_topics(["Back"]) == ["Back"]
+        assert store.put(Message("Back", BODY), 0).queue_offset == 0
+        late = store.put(Message("Back", BODY), 1)  # queue 1 written again too, then its queue lost
+        assert store.wait_for_dispatch()
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+    assert any("4 records of deleted topics (Back" in n for n in report.notes)
+    shutil.rmtree(root / "consumequeue" / "Back" / "1")  # a record after the topic came back: missing
+    report = verify_store(root, config)
+    assert [p for p in report.problems if "not in its consume queue" in p] == [
+        f"record at {late.commit_log_offset} (Back/1 queue offset 0): not in its consume queue"
+    ]
 
 
 def test_segments_made_while_a_cleanup_deletes_others_are_all_kept(tmp_path: Path) -> None:

@@ -33,6 +33,17 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
     # its records stay in the log until retention deletes them
     with_queues = {topic for topic, _ in store.queues.table}
     deleted = np.array([t not in with_queues and store.topics.find(t) is None for t in log.topics], dtype=bool)
+    # a queue the topic has not used since it was written again has no (or an empty) consume
+    # queue: its records older than the topic's first record since then are the deleted topic's
+    topic_starts: dict[int, int] = {}
+    for (tid, _), start in queue_starts.items():
+        topic_starts[tid] = min(start, topic_starts.get(tid, start))
+    if topic_starts:
+        pairs = np.unique((log.topic_ids.astype(np.int64) << 32) | log.queue_ids.astype(np.int64))
+        for tid, queue_id in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(), strict=True):
+            cq = store.queues.find(log.topics[tid], queue_id) if tid in topic_starts else None
+            if tid in topic_starts and (cq is None or cq.max_offset_in_queue() == 0):
+                queue_starts[(tid, queue_id)] = topic_starts[tid]
     _check_missing(log, covered, queue_ends, report, deleted, queue_starts)
 
 
