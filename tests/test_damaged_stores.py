@@ -164,3 +164,22 @@ def test_a_log_cut_drops_an_empty_index_file_that_carries_the_cut_records(make_s
     assert [i for i in range(10) if _found(store, f"k{i}") != [offsets[i]]] == []
     again = _put(store, 14, 10)
     assert [i for i in range(10, 14) if _found(store, f"k{i}") != [again[i - 10]]] == []
+
+
+def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(
+    make_store, tmp_path, store_config
+) -> None:
+    """ASYNC_FLUSH: the consume queues were flushed (the checkpoint names their store time) but the
+    log was not, and the power cut takes every record. Recovery brings the checkpoint's times back
+    to the data kept, none (it did so only when some record was kept)."""
+    root = tmp_path / "store"
+    _written(make_store, 4)
+    (root / "abort").write_bytes(b"")  # the crash
+    for segment in (root / "commitlog").iterdir():  # nothing of the log was on disk
+        segment.write_bytes(bytes(segment.stat().st_size))
+    assert verify_store(root, store_config).notes  # abort: the checkpoint ahead is only noted
+    with MessageStore.open(root, store_config) as store:
+        assert store.recovery.abnormal and store.max_phy_offset == 0
+        assert (store.checkpoint.physic_msg_timestamp, store.checkpoint.logics_msg_timestamp) == (0, 0)
+    report = verify_store(root, store_config)
+    assert report.ok, report.problems

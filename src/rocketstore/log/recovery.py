@@ -171,9 +171,8 @@ def _claim_only_what_is_kept(checkpoint: StoreCheckpoint, index: IndexService | 
     """After a cut the checkpoint may name store times of records that are gone (written before a
     power cut took them); it is brought back to the data kept, so that the next abnormal recovery
     starts early enough and ``verify`` finds it consistent."""
-    if newest:
-        checkpoint.physic_msg_timestamp = min(checkpoint.physic_msg_timestamp, newest)
-        checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, newest)
+    checkpoint.physic_msg_timestamp = min(checkpoint.physic_msg_timestamp, newest)  # 0: no record kept
+    checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, newest)
     if index is not None and index.files:
         checkpoint.index_msg_timestamp = min(checkpoint.index_msg_timestamp, max(f.end_timestamp for f in index.files))
 
