@@ -12,13 +12,45 @@ import os as _os
 # worker threads would otherwise spin on the cores the store's own threads need.
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from rocketstore import errors
-from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.config import StoreConfig
-from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult, QueryResult
-from rocketstore.store import MessageStore
+from importlib import import_module as _import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstore import errors
+    from rocketstore.codec.message import Message, StoredMessage
+    from rocketstore.config import StoreConfig
+    from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult, QueryResult
+    from rocketstore.store import MessageStore
 
 __version__ = "0.1.0"
+
+# loaded on first use (PEP 562), so that ``import rocketstore.cli`` starts without numpy and the
+# store: the command line answers --help at once and handles a Ctrl-C from its first moment
+_LAZY = {
+    "errors": "rocketstore.errors",
+    "Message": "rocketstore.codec.message",
+    "StoredMessage": "rocketstore.codec.message",
+    "StoreConfig": "rocketstore.config",
+    "GetMessageStatus": "rocketstore.results",
+    "GetResult": "rocketstore.results",
+    "PutMessageStatus": "rocketstore.results",
+    "PutResult": "rocketstore.results",
+    "QueryResult": "rocketstore.results",
+    "MessageStore": "rocketstore.store",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocketstore' has no attribute {name!r}")
+    value = _import_module(module) if name == "errors" else getattr(_import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 __all__ = [
     "GetMessageStatus",
