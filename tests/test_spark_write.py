@@ -95,11 +95,16 @@ def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # no
     with pytest.raises(Exception, match=r"StoreNotFoundError: no store at \S+home: .*did you mean \S+store\?"):
         df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(home))
     assert hash_tree(home) == before
-    from rocketstore.spark.commits import check_target
+    from rocketstore.errors import StoreNotFoundError
+    from rocketstore.meta.root import require_store_or_new_folder
 
     (tmp_path / "empty").mkdir()
-    check_target(str(tmp_path / "empty"), small_config())
-    check_target(str(tmp_path / "missing"), small_config())
+    require_store_or_new_folder(str(tmp_path / "empty"), small_config())
+    require_store_or_new_folder(str(tmp_path / "missing"), small_config())
+    require_store_or_new_folder(str(home / "store"), small_config())
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreNotFoundError, match="no such folder"):
+        require_store_or_new_folder(str(tmp_path / "file"), small_config())
 
 
 def test_column_types_are_checked_on_the_driver(spark, tmp_path):  # noqa: F811
@@ -151,6 +156,8 @@ def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # n
     with pytest.raises(Exception, match="topic"):
         bad.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
     assert hash_tree(store) == before
+    staging = tmp_path / ".store.spark-staging"
+    assert not staging.exists(), sorted(staging.rglob("*"))  # the aborted jobs' staged files are gone
 
 
 @pytest.mark.parametrize(
@@ -297,12 +304,23 @@ def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
     assert sorted(got) == sorted((r["topic"], base64.b64encode(r["body"]).decode()) for r in rows)
 
 
-def _stream_copy(spark: Any, source: Path, sink: Path, checkpoint: Path, **options: str) -> Any:  # noqa: F811
+def _stream_copy(
+    spark: Any,  # noqa: F811
+    source: Path,
+    sink: Path,
+    checkpoint: Path,
+    topic: Any = None,
+    **options: str,
+) -> Any:
+    """Copy ``source`` into ``sink`` in micro-batches of at most 40 messages (``topic``: a column
+    expression to write instead of the topic column)."""
     df = (
         spark.readStream.format("rocketstore")
         .options(**SMALL_OPTIONS, startingOffsets="earliest", maxOffsetsPerTrigger="40")
         .load(str(source))
     )
+    if topic is not None:
+        df = df.withColumn("topic", topic)
     query = (
         df.select("topic", "queueId", "tags", "keys", "properties", "body")
         .writeStream.format("rocketstore")
@@ -367,6 +385,41 @@ def test_streaming_write_is_exactly_once_across_restarts(spark, tmp_path, rmqrea
     with pytest.raises(Exception, match="SinkInUseError: the store's streaming sink 'mirror' belongs to another"):
         _stream_copy(spark, source, sink, tmp_path / "ckpt2", sinkId="mirror")
     assert len(_bodies(sink)) == 195
+
+
+def _staged_files(staging: Path) -> list[str]:
+    return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if not p.is_dir())
+
+
+def test_streaming_write_leaves_no_staged_files(spark, tmp_path):  # noqa: F811
+    """Each micro-batch's staged files are deleted once it is committed, and those of a batch
+    whose job failed (aborted) too: the staging folder does not grow with what was written. The
+    failed batch is then written once, by the restarted query."""
+    from pyspark.sql import functions as F
+
+    source = make_store(tmp_path / "source", 100)
+    sink, checkpoint = tmp_path / "sink", tmp_path / "ckpt"
+    staging = tmp_path / ".sink.spark-staging"
+    _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
+    assert _bodies(sink) == _bodies(source)
+    assert read_markers(str(sink))["mirror"]["batchId"] >= 2  # several micro-batches
+    assert _staged_files(staging) == [] and not staging.exists()
+
+    # a task refuses a message: the batch's job fails and is aborted, nothing of it is written
+    with MessageStore.open(source, small_config()) as s:
+        write_messages(s, 30, start=100)
+        s.wait_for_dispatch()
+    written = _bodies(sink)
+    bad = F.when(F.col("properties")["seq"] == "110", F.lit("bad topic!")).otherwise(F.col("topic"))
+    with pytest.raises(Exception, match="topic"):
+        _stream_copy(spark, source, sink, checkpoint, topic=bad, sinkId="mirror")
+    assert _bodies(sink) == written
+    assert _staged_files(staging) == [] and not staging.exists()
+
+    # the query restarted without the bad row writes the failed batch (and the rest) once
+    _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
+    assert _bodies(sink) == _bodies(source)
+    assert _staged_files(staging) == [] and not staging.exists()
 
 
 def test_integral_collated_and_empty_array_columns_are_written(spark, tmp_path):  # noqa: F811

@@ -29,7 +29,7 @@ from rocketstore.codec.message import StoredMessage
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.export import dumps_row, export_row
-from rocketstore.meta.root import holds_store, require_store
+from rocketstore.meta.root import holds_store, require_store_or_new_folder
 from rocketstore.store import MessageStore
 
 _WIDE = 200  # columns for tables written to a file or a pipe
@@ -313,14 +313,15 @@ def open_store(
 
 def check_new_store_folder(opts: Common) -> None:
     """Refuse (StoreNotFoundError) to create a store in a folder that holds files but no store (a
-    typo'd path, a home folder): a missing or empty folder becomes a new store. The same rule as
-    the Spark sink's ``check_target`` (spark/commits.py), which the command line does not import."""
+    typo'd path, a home folder): a missing or empty folder becomes a new store. The rule is
+    ``meta.root.require_store_or_new_folder``, the Spark sink's too; only the wording, which lists
+    what the folder holds, is the command line's."""
     root = opts.root
-    if not os.path.isdir(root) or not os.listdir(root):
-        return
     try:
-        require_store(root, opts.config.copy(storePathRootDir=root))
+        require_store_or_new_folder(root, opts.config)
     except StoreNotFoundError:
+        if not os.path.isdir(root):  # a file: worded as require_store words it
+            raise
         shown = sorted(os.listdir(root))
         listed = ", ".join(shown[:5]) + (f", ... ({len(shown)} in all)" if len(shown) > 5 else "")
         raise StoreNotFoundError(

@@ -40,6 +40,17 @@ def require_store(root: str, config: StoreConfig) -> None:
     )
 
 
+def require_store_or_new_folder(root: str, config: StoreConfig) -> None:
+    """Raise StoreNotFoundError, worded as ``require_store`` words it, unless a write may go to
+    ``root``: a store root, or a missing or empty folder (it becomes a new store). A folder that
+    holds files but no store (a typo'd path, a home folder, a broker's home given for its store)
+    is refused, and so is a file. The rule of every write that may create a store: the Spark sink
+    and the command line's produce and import. ``config``'s root is set to ``root``."""
+    if not os.path.lexists(root) or (os.path.isdir(root) and not os.listdir(root)):
+        return
+    require_store(root, config.copy(storePathRootDir=root))
+
+
 def misplaced_entries(root: str, config: StoreConfig) -> list[tuple[str, str]]:
     """(path, "a file" or "a folder") for each store entry of the wrong kind: a folder named
     ``checkpoint``, ``abort`` or ``lock``, or a file where a folder of the store belongs."""

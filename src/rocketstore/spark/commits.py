@@ -50,7 +50,7 @@ from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError, InvalidMessageError, RocketStoreError
 from rocketstore.files.syscalls import fsync_dir
-from rocketstore.meta.root import require_store
+from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.results import PutResult
 from rocketstore.spark.schema import option
 from rocketstore.store import MessageStore
@@ -159,15 +159,6 @@ def check_owner(markers: Mapping[str, Any], sink: str, query: str | None, checkp
         "for batches already written and skipped. Give this query its own sinkId, or run the original query "
         "from its checkpoint."
     )
-
-
-def check_target(root: str, config: StoreConfig) -> None:
-    """Refuse (StoreNotFoundError, worded as reads are) a write into a folder that holds files but
-    no store; a missing or empty folder becomes a new store."""
-    if os.path.isdir(root) and not os.listdir(root):
-        return
-    if os.path.exists(root):
-        require_store(root, config.copy(storePathRootDir=root))
 
 
 def read_markers(root: str) -> dict[str, Any]:
@@ -315,7 +306,7 @@ def append_staged(
     another ``query`` owns is refused (SinkInUseError, see ``check_owner``)."""
     if sink is None and not any(s.rows for s in staged):
         return 0
-    check_target(root, config)
+    require_store_or_new_folder(root, config)
     store = MessageStore.open(root, config)
     try:
         skip = 0

@@ -3,9 +3,10 @@
 A store has one writer, so tasks never touch it: each task checks its rows (every message is
 built and validated as ``store.put`` would take it) and stages them in an Arrow file of the job's
 staging folder. Only when every task succeeded does the driver take the store's lock and append
-the staged messages in task order; a failed job is aborted and its staging files deleted, so it
-leaves no message behind. Streaming writes add a write-ahead marker per micro-batch (see
-``commits``), which makes each batch land exactly once even across restarts and crashes.
+the staged messages in task order; a failed job is aborted, so it leaves no message behind. Either
+way the job's staged files are deleted once it is committed or aborted (see ``_Writer._discard``).
+Streaming writes add a write-ahead marker per micro-batch (see ``commits``), which makes each
+batch land exactly once even across restarts and crashes.
 
 Columns: ``topic`` (or the ``topic`` option) and ``body`` (binary or string) are required;
 ``queueId`` and ``flag`` (tinyint, smallint, int or bigint), ``tags``, ``keys`` (a string or an
@@ -19,6 +20,7 @@ over the topic's write queues.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import shutil
@@ -35,6 +37,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from rocketstore.codec.message import Message
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
+from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import option, store_config, store_path
 from rocketstore.writer import MessagePreparer
@@ -129,6 +132,15 @@ def default_staging(store: str) -> str:
     return os.path.join(parent, f".{name}.spark-staging")
 
 
+def stream_job(store: str, checkpoint: str) -> str:
+    """The job folder of a streaming write to ``store``, named after its checkpoint
+    (``commits.checkpoint_binding``). Spark stages every micro-batch with the writer it made when
+    the query started, but commits or aborts each with a writer it makes anew: a random name
+    would differ between them, and the committing one could not find what the tasks staged."""
+    digest = hashlib.sha256(f"{os.path.abspath(store)}\0{checkpoint}".encode()).hexdigest()
+    return f"stream-{digest[:32]}"
+
+
 @dataclass
 class Staged(WriterCommitMessage):
     """What one task staged: its file, how many messages it holds, and (a streaming write) the
@@ -195,19 +207,46 @@ class _Writer:
             raise ValueError("rocketstore appends messages: use mode('append'); a store is never overwritten")
         self.path = os.path.abspath(store_path(options))
         self.config: StoreConfig = store_config(options)
-        commits.check_target(self.path, self.config)  # on the driver, before any task runs
+        require_store_or_new_folder(self.path, self.config)  # on the driver, before any task runs
         self.topic = option(options, "topic")
-        self.job = uuid.uuid4().hex
-        staging = option(options, "stagingDir") or default_staging(self.path)
-        self.staging = os.path.join(os.path.abspath(staging), self.job)
+        self.staging_root = os.path.abspath(option(options, "stagingDir") or default_staging(self.path))
+        self._set_job(uuid.uuid4().hex)
         check_columns(schema, self.topic)
+
+    def _set_job(self, job: str) -> None:
+        self.job = job
+        self.staging = os.path.join(self.staging_root, job)
 
     def _stage(self, batches: Iterator[pa.RecordBatch], prefix: str = "") -> Staged:
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        os.makedirs(self.staging, exist_ok=True)
+        self._staging_folder()
         path = os.path.join(self.staging, f"{prefix}part-{part:05d}-{attempt}-{uuid.uuid4().hex[:8]}.arrow")
+        try:
+            rows = self._write_staged(path, batches, part)
+        except FileNotFoundError as exc:
+            if os.path.isdir(self.staging):
+                raise
+            raise FileNotFoundError(
+                f"{self.staging}: the job's staging folder is gone: the job was aborted, or the stagingDir "
+                "option names a folder the driver and the executors do not share"
+            ) from exc
+        except BaseException:  # a failed task leaves nothing staged (its job is aborted)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        if not os.path.isdir(self.staging):  # the job was aborted while this task ran
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        return Staged(part, path, rows, query or None)
+
+    def _staging_folder(self) -> None:
+        """Make the job's staging folder (a task of a streaming write: see ``BatchWriter``)."""
+        os.makedirs(self.staging, exist_ok=True)
+
+    def _write_staged(self, path: str, batches: Iterator[pa.RecordBatch], part: int) -> int:
         rows = 0
         check = MessagePreparer(self.config).check  # the put's own checks: refuse what the store would
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, STAGED) as out:
@@ -223,19 +262,47 @@ class _Writer:
                         )
                 out.write_batch(staged)
                 rows += staged.num_rows
-        if not os.path.isdir(self.staging):  # the job was aborted while this task ran
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        query = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
-        return Staged(part, path, rows, query or None)
+        return rows
 
-    def _discard(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(self.staging))  # only when no other job stages there
+    def _discard(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Delete what the job staged, once its commit is over (done or failed) or it is aborted:
+        the files its tasks report, then the job's folder with whatever else is in it (a file a
+        failed or killed task left), then the staging folder when no other job stages there.
+
+        No later commit needs any of it: a commit reads only the files its own tasks report, and
+        a batch Spark runs again (after a failure or a crash, between staging and commit or during
+        the append) is staged again by its new tasks; the marker in the store (``commits``), not
+        the staged files, tells what of it is already in. A streaming job's folder is its
+        query's (``stream_job``), and Spark runs one micro-batch of a query at a time."""
+        folders = {self.staging}
+        for m in messages:
+            if isinstance(m, Staged):
+                with contextlib.suppress(OSError):
+                    os.unlink(m.path)
+                folders.add(os.path.dirname(m.path))
+        for folder in sorted(folders):
+            if folder == self.staging:
+                shutil.rmtree(folder, ignore_errors=True)
+            else:  # reported from another folder (never, with this version's tasks): only if emptied
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+        for root in sorted({os.path.dirname(f) for f in folders}):
+            with contextlib.suppress(OSError):
+                os.rmdir(root)  # only when no other job stages there
 
 
 class BatchWriter(_Writer, DataSourceArrowWriter):
+    """The job's staging folder is made here, on the driver, before any task runs, and never by
+    a task: a task Spark started just before the job was aborted, whose staging comes after the
+    abort deleted the folder, then fails instead of leaving its file behind."""
+
+    def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
+        super().__init__(options, schema, overwrite)
+        os.makedirs(self.staging, exist_ok=True)
+
+    def _staging_folder(self) -> None:
+        pass
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self._stage(iterator)
 
@@ -244,10 +311,10 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
             staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
             commits.append_staged(self.path, self.config, staged, sink=None, batch_id=None)
         finally:
-            self._discard()
+            self._discard(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._discard()
+        self._discard(messages)
 
 
 class StreamWriter(_Writer, DataSourceStreamArrowWriter):
@@ -259,6 +326,8 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
         self.sink_id = option(options, "sinkId")
         # the query's id when the checkpoint is local (else the tasks report it), and the checkpoint
         self.query, self.checkpoint = commits.checkpoint_query(options)
+        # the same folder for the writer whose tasks stage and the one that commits (stream_job)
+        self._set_job(stream_job(self.path, self.checkpoint))
         sink = self.sink_id or self.query
         if sink is not None:  # before any task runs, when the query is known here
             commits.check_owner(commits.read_markers(self.path), sink, self.query, self.checkpoint)
@@ -285,7 +354,7 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
                 checkpoint=self.checkpoint,
             )
         finally:
-            self._discard()
+            self._discard(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._discard()
+        self._discard(messages)
