@@ -166,9 +166,7 @@ def test_a_log_cut_drops_an_empty_index_file_that_carries_the_cut_records(make_s
     assert [i for i in range(10, 14) if _found(store, f"k{i}") != [again[i - 10]]] == []
 
 
-def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(
-    make_store, tmp_path, store_config
-) -> None:
+def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(make_store, tmp_path, store_config) -> None:
     """ASYNC_FLUSH: the consume queues were flushed (the checkpoint names their store time) but the
     log was not, and the power cut takes every record. Recovery brings the checkpoint's times back
     to the data kept, none (it did so only when some record was kept)."""

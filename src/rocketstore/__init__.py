@@ -52,6 +52,7 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
+
 __all__ = [
     "GetMessageStatus",
     "GetResult",
