@@ -226,3 +226,17 @@ def test_rebuild_removes_the_work_folder_of_a_killed_rebuild(spark, tmp_path):  
     jobs.rebuild(spark, str(store), small_config())
     assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
     assert verify_store(store, small_config()).notes == []
+
+
+def test_a_session_s_own_work_folder_is_removed_when_the_program_ends() -> None:
+    """local_session without a work_dir makes a temporary folder (logging set-up, Spark's local
+    dir); the program's end removes it: every Spark job used to leave one in the temp folder."""
+    script = (
+        "from rocketstore.spark.session import local_session\n"
+        "print(local_session().conf.get('spark.local.dir'), flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    local_dir = Path(done.stdout.split()[-1])
+    assert local_dir.name == "local" and local_dir.parent.name.startswith("rocketstore-spark-")
+    assert not local_dir.parent.exists()

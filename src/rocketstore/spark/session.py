@@ -7,7 +7,9 @@ this interpreter (which has pyarrow and rocketstore) instead of whatever ``pytho
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any
@@ -52,7 +54,9 @@ def local_session(
     prepare_environment()
     from pyspark.sql import SparkSession
 
-    work_dir = work_dir or tempfile.mkdtemp(prefix="rocketstore-spark-")
+    if work_dir is None:  # ours: removed when the program ends (Spark's own files in it go first)
+        work_dir = tempfile.mkdtemp(prefix="rocketstore-spark-")
+        atexit.register(shutil.rmtree, work_dir, ignore_errors=True)
     os.makedirs(work_dir, exist_ok=True)
     java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file(work_dir)} -Dderby.system.home={work_dir}/derby"
     builder = (
