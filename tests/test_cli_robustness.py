@@ -4,6 +4,7 @@ errors in --json mode, and a store folder that holds other files."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.export import export_jsonl
 from test_cli import SRC, TINY, TINY_SETS, cli_process, jsonl, run
 
 GOOD = 150  # messages after the broken ones: 5 segments, so that recovery (which checks the last 3) keeps them
@@ -70,6 +72,20 @@ def test_export_caps_the_warnings_and_counts_them_all(tmp_path: Path) -> None:
     assert "... and 5 more unreadable message(s)" in result.stderr
     assert "error: 25 message(s) could not be read" in result.stderr
     assert len(jsonl(result.stdout)) == GOOD
+
+
+def test_the_library_export_warns_about_each_unreadable_message(tmp_path: Path, caplog) -> None:
+    """``export_jsonl`` (the library function) leaves them out with a warning each, as the CLI does."""
+    root = tmp_path / "s"
+    broken = _store_with_bad_records(root, bad=2)
+    out = io.StringIO()
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        assert export_jsonl(store, out) == GOOD
+    warned = [r.getMessage() for r in caplog.records if r.name == "rocketstore.export"]
+    assert [w.split(" left out: ")[0] for w in warned] == [
+        f"export: U/1 queue offset {q} (commit-log offset {phy})" for q, phy in broken
+    ]
+    assert all("magic" in w for w in warned), warned
 
 
 def test_export_of_a_sound_store_exits_0_without_warnings(tmp_path: Path) -> None:

@@ -108,12 +108,23 @@ def dumps_row(row: dict[str, Any]) -> str:
 
 
 def export_jsonl(store: MessageStore, out: IO[str], progress: Any = None) -> int:
-    """Write every queued message as a JSON line; returns the number written."""
+    """Write every queued message as a JSON line; returns the number written. A unit whose
+    message cannot be read is left out with a warning on this module's logger (where it is and
+    why), as ``rocketstore export`` warns about it."""
     count = 0
-    for msg, _queue_offset, tags, size in iter_queued(store):
+    for unit in iter_units(store):
+        msg = unit.message
         if msg is None:
+            log.warning(
+                "export: %s/%d queue offset %d (commit-log offset %d) left out: %s",
+                unit.topic,
+                unit.queue_id,
+                unit.queue_offset,
+                unit.commit_log_offset,
+                unit.reason,
+            )
             continue
-        out.write(dumps_row(export_row(msg, tags, size)))
+        out.write(dumps_row(export_row(msg, unit.tags_code, unit.size)))
         out.write("\n")
         count += 1
         if progress is not None:
