@@ -139,13 +139,9 @@ class CommitLog:
                 if now < self._last_store_ts:
                     now = self._last_store_ts  # store times never go back in log order
                 self._last_store_ts = self.begin_time_in_lock = now
-                mapped = self._current
-                if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
-                    mapped = self._writable_for(total, now)
-                    if mapped is None:
-                        return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
-                if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
-                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
+                mapped = self._room_for(total, now)
+                if type(mapped) is AppendResult:
+                    return mapped
                 key = (topic, queue_id)
                 if key not in self.topic_queue_table and self.on_new_queue is not None:
                     self.on_new_queue(key)
@@ -306,13 +302,9 @@ class CommitLog:
             try:
                 now = born_ts if born_ts >= self._last_store_ts else self._last_store_ts
                 self._last_store_ts = self.begin_time_in_lock = now
-                mapped = self._current
-                if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
-                    mapped = self._writable_for(total, now)
-                    if mapped is None:
-                        return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
-                if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
-                    return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
+                mapped = self._room_for(total, now)
+                if type(mapped) is AppendResult:
+                    return mapped
                 first_queue_offset = self.topic_queue_table.get(key)
                 if first_queue_offset is None:
                     first_queue_offset = 0
@@ -340,6 +332,18 @@ class CommitLog:
         if wake is not None and not wake.is_set():
             wake.set()
         return AppendResult((PutMessageStatus.PUT_OK, first, total, first_queue_offset, now, offsets, ""))
+
+    def _room_for(self, total: int, now: int) -> MappedFile | AppendResult:
+        """The segment the next ``total`` bytes go to, with disk for them; else the refusal.
+        Called under the put lock."""
+        mapped = self._current
+        if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
+            mapped = self._writable_for(total, now)
+            if mapped is None:
+                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+        if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
+            return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
+        return mapped
 
     def _writable_for(self, total: int, now: int) -> MappedFile | None:
         """The segment ``total`` bytes go to: the current one, or (after its end-of-file marker)
