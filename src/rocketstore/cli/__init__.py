@@ -5,9 +5,10 @@ It uses the store's public API only (the store never imports it). The entry poin
 ``click.testing.CliRunner``); ``python -m rocketstore.cli.main`` runs it too. Nothing is imported
 here, so that running the module with ``-m`` loads it only once.
 
-One module per command group: ``common`` (options, output), ``inspect_cmd``, ``transfer``
-(export, import), ``query_cmd``, ``check`` (verify, recover), ``messaging`` (produce, consume),
-``clean_cmd`` (clean, topic deletion, disk report), ``spark_cmd`` (the Spark jobs).
+One module per command group: ``common`` (options, opening the store), ``output`` (tables, JSON,
+progress), ``inspect_cmd``, ``transfer`` (export, import), ``query_cmd``, ``check`` (verify,
+recover), ``messaging`` (produce, consume), ``clean_cmd`` (clean, topic deletion, disk report),
+``spark_cmd`` (the Spark jobs).
 """
 
 import os as _os

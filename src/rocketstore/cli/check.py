@@ -9,16 +9,12 @@ import click
 from rocketstore.cli.common import (
     Common,
     check_commit_log,
-    kv_table,
     max_problems_option,
     open_store,
-    out_console,
-    print_json,
-    progress_bar,
     recovery_info,
-    say,
     store_options,
 )
+from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
 
 EXIT_PROBLEMS = 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from rocketstore.cli.common import Common, kv_table, open_store, out_console, print_json, store_options
+from rocketstore.cli.common import Common, open_store, store_options
+from rocketstore.cli.output import kv_table, out_console, print_json
 
 
 @click.command()

@@ -9,18 +9,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import (
-    Common,
-    cell,
-    describe_holder,
-    kv_table,
-    lock_holder,
-    open_store,
-    out_console,
-    print_json,
-    recovery_info,
-    store_options,
-)
+from rocketstore.cli.common import Common, describe_holder, lock_holder, open_store, recovery_info, store_options
+from rocketstore.cli.output import cell, kv_table, out_console, print_json
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.store import MessageStore
 

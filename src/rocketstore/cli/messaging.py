@@ -8,17 +8,8 @@ import json
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import (
-    Common,
-    cell,
-    open_store,
-    out_console,
-    print_messages,
-    progress_bar,
-    say,
-    store_options,
-    warn,
-)
+from rocketstore.cli.common import Common, open_store, store_options
+from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC

@@ -6,7 +6,8 @@ import re
 
 import click
 
-from rocketstore.cli.common import Common, open_store, print_messages, store_options, warn
+from rocketstore.cli.common import Common, open_store, store_options
+from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
 from rocketstore.codec.message import StoredMessage
 from rocketstore.store import MessageStore

@@ -21,18 +21,14 @@ from rocketstore.cli.common import (
     check_commit_log,
     describe_holder,
     is_inside,
-    kv_table,
     lock_holder,
     lost_log,
     max_problems_option,
-    out_console,
-    print_json,
     queue_topics,
     require_topics,
-    say,
     store_options,
-    warn,
 )
+from rocketstore.cli.output import kv_table, out_console, print_json, say, warn
 from rocketstore.errors import CorruptStoreError, StoreLockedError
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import require_store

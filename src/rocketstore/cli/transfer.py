@@ -17,15 +17,10 @@ from rocketstore.cli.common import (
     ProblemsFound,
     is_inside,
     open_store,
-    print_json,
-    progress_bar,
-    replacing_file,
     require_topics,
-    say,
     store_options,
-    utf8_stdout,
-    warn,
 )
+from rocketstore.cli.output import print_json, progress_bar, replacing_file, say, utf8_stdout, warn
 from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
