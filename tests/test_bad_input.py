@@ -260,6 +260,7 @@ def test_numpy_integers_are_integers_everywhere(make_store):
 def test_numpy_strings_are_strings_everywhere(make_store):
     """Text from numpy (np.str_, a str subclass) is taken as text and kept as a plain str."""
     store, topic, group = make_store(), np.str_("T"), np.str_("g")
+    assert Message("T", b"x", tags="a").tags == "a"  # a known tag text too
     message = Message(
         topic, b"m", tags=np.str_("a"), keys=[np.str_("k1"), "k2"], properties={np.str_("p"): np.str_("v")}
     )

@@ -372,6 +372,18 @@ def test_uniq_keys_for_a_batch_continue_the_counter():
     assert gen.next_many(now, 1) == [single[:28] + f"{(counters[-1] + 1) & 0xFFFF:04X}"]
 
 
+def test_uniq_keys_for_a_batch_cross_the_counters_byte_and_wrap():
+    """A batch whose counter passes 0x..FF and 0xFFFF gets the ids one by one would."""
+    gen = UniqKeyGenerator(bytes.fromhex("7F000001"), pid=0x1B6E)
+    now = int(time.time() * 1000)
+    while int(gen.next(now)[-4:], 16) != 0xFFF0:
+        pass
+    batch = gen.next_many(now, 300)
+    counters = [int(k[-4:], 16) for k in batch]
+    assert counters == [(0xFFF1 + i) & 0xFFFF for i in range(300)]
+    assert {k[:28] for k in batch} == {gen.next(now)[:28]}
+
+
 # ================================================================== checkpoint (§6)
 
 

@@ -92,24 +92,15 @@ class Message:
         if type(topic) is not str or topic not in _known_topics:
             topic = validate_topic(plain_str(topic))
         self._topic = topic
-        if type(body) is not bytes:
-            body = _as_bytes(body)
-        self._body = body
-        if tags:
-            if type(tags) is not str:
-                tags = plain_str(tags)
-            if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
-                raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
-        else:
+        self._body = body if type(body) is bytes else _as_bytes(body)
+        if not tags:
             tags = None
-        if keys:
-            if type(keys) is not str:
-                keys = plain_str(keys)
-                keys = keys if type(keys) is str else _joined_keys(keys)
-            if "\x01" in keys or "\x02" in keys or not _utf8_text(keys):
-                raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
-        else:
+        elif type(tags) is not str or tags not in _good_tags:  # tags repeat: each is checked once
+            tags = _checked_tags(tags)
+        if not keys:
             keys = None
+        elif type(keys) is not str or "\x01" in keys or "\x02" in keys or not keys.isascii():
+            keys = _checked_keys(keys)
         self._tags = tags
         self._keys = keys
         if properties:
@@ -124,12 +115,13 @@ class Message:
         if type(flag) is not int or not -(2**31) <= flag < 2**31:
             flag = check_range("flag", flag, JAVA_INT)
         self._flag = flag
-        if type(sys_flag) is not int:
-            sys_flag = as_int("sys_flag", sys_flag)
-        if sys_flag & ~sf.PRODUCER_BITS:
-            raise InvalidMessageError(
-                f"sysFlag {sys_flag!r}: an int with only the compression, multi-tags and transaction bits"
-            )
+        if type(sys_flag) is not int or sys_flag:
+            if type(sys_flag) is not int:
+                sys_flag = as_int("sys_flag", sys_flag)
+            if sys_flag & ~sf.PRODUCER_BITS:
+                raise InvalidMessageError(
+                    f"sysFlag {sys_flag!r}: an int with only the compression, multi-tags and transaction bits"
+                )
         if (
             born_timestamp is None
             and born_host is None
@@ -233,6 +225,32 @@ class Message:
 def _utf8_text(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogate); ASCII is checked without encoding."""
     return text.isascii() or is_valid_property_text(text)
+
+
+_good_tags: set[str] = set()  # tags texts already checked (the fast path), up to _GOOD_TAGS_MAX
+_GOOD_TAGS_MAX = 4096
+
+
+def _checked_tags(tags: object) -> str:
+    """``tags`` as a plain str, if it is UTF-8 text without the separators; InvalidMessageError else."""
+    if type(tags) is not str:
+        tags = plain_str(tags)
+    if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
+        raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
+    if len(_good_tags) < _GOOD_TAGS_MAX:
+        _good_tags.add(tags)
+    return tags
+
+
+def _checked_keys(keys: object) -> str:
+    """``keys`` (a str, or an iterable of keys joined by spaces) as a plain str, if it is UTF-8
+    text without the separators; InvalidMessageError else."""
+    if type(keys) is not str:
+        keys = plain_str(keys)
+        keys = keys if type(keys) is str else _joined_keys(keys)
+    if "\x01" in keys or "\x02" in keys or not _utf8_text(keys):
+        raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
+    return keys
 
 
 def _as_bytes(body: object) -> bytes:
