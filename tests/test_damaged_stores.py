@@ -181,3 +181,42 @@ def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(make_st
         assert (store.checkpoint.physic_msg_timestamp, store.checkpoint.logics_msg_timestamp) == (0, 0)
     report = verify_store(root, store_config)
     assert report.ok, report.problems
+
+
+def _field_at(path: Path, record: int, field: str) -> tuple[int, str]:
+    """Where a record's BODYLEN, topic length or properties length lies (IPv4 hosts, V1), with its
+    struct format."""
+    raw = path.read_bytes()
+    body_len = struct.unpack_from(">i", raw, record + 84)[0]
+    topic_len_at = record + 88 + body_len
+    if field == "body":
+        return record + 84, ">i"
+    if field == "topic":
+        return topic_len_at, ">B"
+    return topic_len_at + 1 + raw[topic_len_at], ">h"
+
+
+@pytest.mark.parametrize(("field", "value"), [("body", -(2**31) + 7), ("body", -1), ("topic", 200), ("properties", -3)])
+def test_a_negative_field_length_makes_a_bad_record(make_store, tmp_path, store_config, field, value) -> None:
+    """A negative BODYLEN (a flipped sign bit) or properties length, or a topic length over 127,
+    in an otherwise intact record: the record fails its checks as in RocketMQ's
+    checkMessageAndReturnSize, so verify reports it and every open cuts the log there. A negative
+    BODYLEN made the scan read before the buffer: an IndexError from every open and from verify."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 20)
+    segment = root / "commitlog" / f"{0:020d}"
+    at, fmt = _field_at(segment, offsets[15], field)
+    with open(segment, "r+b") as f:
+        f.seek(at)
+        f.write(struct.pack(fmt, value))
+    report = verify_store(root, store_config)
+    assert not report.ok and any(f"(offset {offsets[15]})" in p for p in report.problems), report.problems
+    shutil.copytree(root, tmp_path / "crashed")
+    (tmp_path / "crashed" / "abort").write_bytes(b"")
+    with MessageStore.open(root, store_config, read_only=True) as view:
+        assert view.max_phy_offset == offsets[15]
+    for name in ("store", "crashed"):
+        store = make_store(name)
+        assert store.max_phy_offset == offsets[15]
+        assert store.get_max_offset_in_queue("T", 1) == 7  # records 1, 3, ..., 13 are kept
+        assert _found(store, "k14") == [offsets[14]] and _found(store, "k15") == []

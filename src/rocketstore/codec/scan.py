@@ -112,14 +112,16 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, limit: int) -> tuple[list
 
 
 class _Gather:
-    """Big-endian integers at many positions of one buffer."""
+    """Big-endian integers at many positions of one buffer. A position outside the buffer (a
+    damaged length pointing before or past it) reads the nearest byte in it: the records it
+    belongs to fail their checks anyway."""
 
     def __init__(self, data: np.ndarray) -> None:
         self.data = data
         self.last = len(data) - 1
 
     def int(self, at: np.ndarray, width: int) -> np.ndarray:
-        index = np.minimum(at[:, None] + _SPAN[width], self.last)
+        index = np.clip(at[:, None] + _SPAN[width], 0, self.last)
         return self.data[index].view(_BE[width]).reshape(-1).astype(np.int64)
 
 
@@ -179,7 +181,7 @@ def _columns(
     body_at = at + 72 + born + store
     ends = at + total
     topic_len_at = body_at + body_len
-    topic_len = np.where(v2, g.int(topic_len_at, 2) & 0xFFFF, data[np.minimum(topic_len_at, g.last)])
+    topic_len = np.where(v2, g.int(topic_len_at, 2) & 0xFFFF, data[np.clip(topic_len_at, 0, g.last)])
     topic_at = topic_len_at + np.where(v2, 2, 1)
     props_len_at = topic_at + topic_len
     props_len = np.maximum(g.int(props_len_at, 2), 0)  # a negative short: no properties
