@@ -373,3 +373,27 @@ def test_a_store_whose_segment_has_holes_opens_on_a_full_disk(loop_fs):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split()[-1] == "200"
+
+
+def test_what_is_written_after_a_recovery_cut_is_flushed(make_store, tmp_path, store_config) -> None:
+    """A normal recovery that cuts the log also cuts the consume queue; the units written there
+    again must be flushed (a flush position left past the cut found no file to flush, while the
+    checkpoint still claimed the queues flushed)."""
+    store = make_store()
+    for i in range(60):
+        store.put(Message("T", b"x" * 100 + b"%d" % i, tags="A", keys=f"k{i}"))
+    store.shutdown()
+    second = sorted((tmp_path / "store" / "commitlog").iterdir())[1]
+    with open(second, "r+b") as f:  # the second segment's first record fails its checks: the log ends there
+        f.seek(4)
+        f.write(b"\xde\xad\xbe\xef")
+    store = make_store()
+    cut = store.get_max_offset_in_queue("T", 0)
+    assert store.recovery.stopped_at_bad_record and 0 < cut < 60
+    for _ in range(30):
+        store.put(Message("T", b"y" * 100, tags="A"))
+    assert store.wait_for_dispatch()
+    store.flush()
+    files = store.queues.find("T", 0).queue.files
+    assert store.get_max_offset_in_queue("T", 0) == cut + 30
+    assert [(f.file_name, f.flushed_position) for f in files] == [(f.file_name, f.read_position) for f in files]

@@ -249,6 +249,7 @@ class MappedFileQueue:
             self.files = keep
         if keep and keep[-1].end_offset > offset:
             keep[-1].truncate(offset - keep[-1].file_from_offset)
+        self._cut_marks(offset)
         for mapped in gone:
             mapped.destroy(1000)
 
@@ -258,7 +259,14 @@ class MappedFileQueue:
             if not files:
                 return
             self.files = files[:-1]
+        self._cut_marks(files[-1].file_from_offset)
         files[-1].destroy(1000)
+
+    def _cut_marks(self, end: int) -> None:
+        """After a cut at ``end``: the flush and commit positions go no further, so that what is
+        written there again is flushed (a position past the end would find no segment to flush)."""
+        self.flushed_where = min(self.flushed_where, end)
+        self.committed_where = min(self.committed_where, end)
 
     def delete_files(self, doomed: list[MappedFile]) -> None:
         gone = {id(f) for f in doomed}

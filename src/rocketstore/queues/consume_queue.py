@@ -174,7 +174,7 @@ class ConsumeQueue:
             if keep == 0:  # nothing of this file stays: the file before may still hold units to cut
                 self.queue.delete_last_file()
                 continue
-            mapped.truncate(keep * CQ_STORE_UNIT_SIZE)
+            self.queue.truncate_dirty_files(mapped.file_from_offset + keep * CQ_STORE_UNIT_SIZE)
             if keep:
                 last = units[keep - 1]
                 self.max_physic_offset = record_end(int(last["phy"]), int(last["size"]))
