@@ -784,3 +784,36 @@ def test_leftover_tmp_is_ignored(tmp_path) -> None:
     assert not os.path.exists(str(path) + ".tmp")
     assert _read(path) == '{\n\t"offsetTable":{1:5,2:7,3:12\n\t}\n}'
     assert _read(str(path) + ".bak") == DELAY_OFFSET_498
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"offsetTable":{"T@g":{0:5,},}}', "{'offsetTable':{'T@g':{0:5}}}", '{"offsetTable":{"T@g":{0:'],
+)
+@pytest.mark.parametrize("backup", [False, True])
+def test_an_unreadable_main_file_is_kept_aside_before_it_is_replaced(tmp_path, text: str, backup: bool) -> None:
+    """A main file the store cannot read (a broker's fastjson may read it: trailing commas, single
+    quotes; or torn) is kept as ``<name>.corrupt-<yyyyMMddHHmmssSSS>`` by the first write that
+    replaces it, with or without a backup: the write overwrote it and its text was lost. A good
+    backup stays as it was."""
+    path = tmp_path / "consumerOffset.json"
+    if backup:
+        _write(str(path) + ".bak", '{"offsetTable":{"T@g":{0:1}}}')
+    _write(path, text)
+    mgr = ConsumerOffsetManager(path)
+    mgr.load()
+    assert mgr.load_problem is not None
+    mgr.commit("g", "T", 1, 7)
+    mgr.persist()
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("consumerOffset.json.corrupt-")]
+    assert len(aside.name) == len("consumerOffset.json.corrupt-") + 17 and aside.name[-17:].isdigit()
+    assert _read(aside) == text
+    again = ConsumerOffsetManager(path)
+    assert again.load() and again.query("g", "T", 1) == 7
+    if backup:
+        assert _read(str(path) + ".bak") == '{"offsetTable":{"T@g":{0:1}}}'
+    else:
+        assert not os.path.exists(str(path) + ".bak")
+    mgr.persist()  # a readable main file goes to the backup as before, nothing more is kept aside
+    assert len([p for p in tmp_path.iterdir() if ".corrupt-" in p.name]) == 1
+    assert _read(str(path) + ".bak") == _read(path)

@@ -1,8 +1,7 @@
 """Config JSON files of the broker (spec section 10.3): ConfigManager load/persist and four managers.
 
-* :func:`load_json_file` reads ``path`` and falls back to ``path + ".bak"`` like ``ConfigManager.load``.
-* :func:`write_json_file` is RocketMQ 4.9.8's ``MixAll.string2File`` (``.tmp``, copy to ``.bak``,
-  rename) made crash-safe with fsyncs; always UTF-8.
+* :func:`load_json_file` and :func:`write_json_file` (from :mod:`rocketstore.meta.json_files`):
+  ``ConfigManager.load`` with its ``.bak`` fallback, and ``MixAll.string2File`` made crash-safe.
 * :class:`TopicConfigManager` (``config/topics.json``), :class:`ConsumerOffsetManager`
   (``config/consumerOffset.json``), :class:`DelayOffsetManager` (``config/delayOffset.json``) and
   :class:`SubscriptionGroupManager` (``config/subscriptionGroup.json``) write the 4.9.8 shapes in
@@ -12,19 +11,16 @@
 from __future__ import annotations
 
 import abc
-import contextlib
 import copy
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import CorruptStoreError
-from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta import fastjson
+from rocketstore.meta.json_files import load_json_file, read_json_file, write_json_file
 
 __all__ = [
     "ConsumerOffsetManager",
@@ -68,124 +64,6 @@ _GROUP_DEFAULTS: dict[str, Any] = {
 }
 _GROUP_INT_FIELDS = ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly")
 DEFAULT_RETRY_MAX_TIMES = _GROUP_DEFAULTS["retryMaxTimes"]
-
-
-# ------------------------------------------------------------------------------------ file handling
-
-
-class _Undecodable(Exception):
-    """Internal: a config file exists but cannot be used."""
-
-
-def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, Any]:
-    """``(False, None)`` for a missing/blank file, ``(True, value)`` when decoded; raises _Undecodable."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return False, None
-    except OSError as exc:
-        raise _Undecodable(f"cannot read: {exc}") from exc
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise _Undecodable(f"not UTF-8: {exc}") from exc
-    if not text.strip():
-        return False, None
-    try:
-        value = fastjson.loads(text)
-    except ValueError as exc:
-        raise _Undecodable(f"not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise _Undecodable(f"holds a JSON {type(value).__name__}, not an object")
-    if convert is None:
-        return True, value
-    try:
-        return True, convert(value)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise _Undecodable(f"unexpected content: {exc}") from exc
-
-
-def _readable_config(path: str) -> bool:
-    try:
-        _read_config(path, None)
-    except _Undecodable:
-        return False
-    return True
-
-
-def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> Any:
-    """Read a config file like ``ConfigManager.load``: ``path``, else ``path + ".bak"``.
-
-    A missing, empty (or blank) or undecodable ``path`` falls back to the ``.bak``; a missing or empty
-    ``.bak`` then means an empty config (``None``). An undecodable ``.bak`` (with ``path`` unusable)
-    raises :class:`CorruptStoreError`. A config file must hold a JSON object; ``convert``, if given,
-    turns it into the caller's form and its ``ValueError``/``TypeError``/``KeyError`` also count as
-    "undecodable". A leftover ``path + ".tmp"`` is never read.
-    """
-    return read_json_file(path, convert)[0]
-
-
-def read_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> tuple[Any, str | None]:
-    """``load_json_file``'s value, and what is wrong with the file: None when it is usable, or it and
-    its backup are both missing (a store without that config yet), else what loading fell back to."""
-    path = os.fspath(path)
-    main_error: str | None = None
-    try:
-        found, value = _read_config(path, convert)
-        if found:
-            return value, None
-    except _Undecodable as exc:
-        main_error = str(exc)
-    bak = path + ".bak"
-    try:
-        found, value = _read_config(bak, convert)
-    except _Undecodable as exc:
-        detail = f"{main_error}; " if main_error else "missing or empty; "
-        raise CorruptStoreError(f"config file {detail}backup {bak}: {exc}", path) from None
-    if found:
-        wrong = (
-            f"{main_error or 'missing or empty'}: the store loads the older state in its backup {os.path.basename(bak)}"
-        )
-    elif main_error is not None:
-        wrong = f"{main_error}, and there is no backup: the store starts with this config empty"
-    else:
-        return None, None
-    if main_error is not None:  # as ConfigManager.load logs it: what was there is about to be replaced
-        log.error("config file %s: %s", path, wrong)
-    return (value if found else None), wrong
-
-
-def _write_synced(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_json_file(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
-
-    ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any, and if it
-    reads as a config file: a damaged one must not replace a good backup) is copied to
-    ``path + ".bak"`` and fsynced; then ``.tmp`` replaces ``path`` atomically and the directory is
-    fsynced. The parent directory is created when missing.
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    _write_synced(tmp, text.encode("utf-8"))
-    try:
-        with open(path, "rb") as f:
-            previous: bytes | None = f.read()
-    except FileNotFoundError:
-        previous = None
-    if previous is not None and _readable_config(path):
-        _write_synced(path + ".bak", previous)
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):  # e.g. Windows cannot open a directory
-        fsync_dir(directory)
 
 
 # ------------------------------------------------------------------------------------------ helpers
