@@ -817,3 +817,15 @@ def test_an_unreadable_main_file_is_kept_aside_before_it_is_replaced(tmp_path, t
     mgr.persist()  # a readable main file goes to the backup as before, nothing more is kept aside
     assert len([p for p in tmp_path.iterdir() if ".corrupt-" in p.name]) == 1
     assert _read(str(path) + ".bak") == _read(path)
+
+
+def test_a_config_path_that_is_a_folder_is_named(tmp_path) -> None:
+    """A folder where a config file (or its backup) belongs: CorruptStoreError naming it, not an
+    empty config that the first write then fails on."""
+    path = tmp_path / "topics.json"
+    for where in (path, tmp_path / "topics.json.bak"):
+        where.mkdir()
+        with pytest.raises(CorruptStoreError, match="should be a file") as info:
+            TopicConfigManager(path).load()
+        assert info.value.path == str(where)
+        where.rmdir()

@@ -100,11 +100,21 @@ def test_a_short_checkpoint_reads_as_zeros(make_store, tmp_path, store_config: S
 
 @pytest.mark.parametrize(
     ("entry", "made"),
-    [("lock", "folder"), ("abort", "folder"), ("checkpoint", "folder"), ("consumequeue", "file"), ("index", "file")],
+    [
+        ("lock", "folder"),
+        ("abort", "folder"),
+        ("checkpoint", "folder"),
+        ("consumequeue", "file"),
+        ("index", "file"),
+        ("config/topics.json", "folder"),
+        ("config/consumerOffset.json.bak", "folder"),
+    ],
 )
 def test_a_store_entry_of_the_wrong_kind_is_named(make_store, tmp_path, store_config, entry, made) -> None:
-    """A folder where ``lock``, ``abort`` or ``checkpoint`` belongs, or a file where ``consumequeue``
-    or ``index`` does: the open is refused naming it (not a raw OSError), and verify reports it."""
+    """A folder where ``lock``, ``abort``, ``checkpoint`` or a config file belongs, or a file where
+    ``consumequeue`` or ``index`` does: the open is refused naming it (not a raw OSError), and
+    verify reports it. A config file that is a folder opened as an empty config, and the shutdown
+    then failed (leaving ``abort``)."""
     root = tmp_path / "store"
     _written(make_store, 3)
     path = root / entry

@@ -33,12 +33,15 @@ class _Undecodable(Exception):
 
 
 def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, Any]:
-    """``(False, None)`` for a missing/blank file, ``(True, value)`` when decoded; raises _Undecodable."""
+    """``(False, None)`` for a missing/blank file, ``(True, value)`` when decoded; raises _Undecodable,
+    or CorruptStoreError for a folder where the file belongs."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return False, None
+    except IsADirectoryError:
+        raise CorruptStoreError("should be a file", path) from None
     except OSError as exc:
         raise _Undecodable(f"cannot read: {exc}") from exc
     try:

@@ -15,6 +15,12 @@ from rocketstore.errors import CorruptStoreError, StoreNotFoundError
 
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
 FILE_ENTRIES = ("checkpoint", "abort", "lock")
+# The config files (spec 10.3) with their backups and temporary copies, under ``config``.
+CONFIG_FILES = tuple(
+    os.path.join("config", name + suffix)
+    for name in ("topics.json", "consumerOffset.json", "delayOffset.json", "subscriptionGroup.json")
+    for suffix in ("", ".bak", ".tmp")
+)
 
 
 def holds_store(root: str, commit_log_paths: list[str]) -> bool:
@@ -52,9 +58,10 @@ def require_store_or_new_folder(root: str, config: StoreConfig) -> None:
 
 
 def misplaced_entries(root: str, config: StoreConfig) -> list[tuple[str, str]]:
-    """(path, "a file" or "a folder") for each store entry of the wrong kind: a folder named
-    ``checkpoint``, ``abort`` or ``lock``, or a file where a folder of the store belongs."""
-    files = [os.path.join(root, name) for name in FILE_ENTRIES]
+    """(path, "a file" or "a folder") for each store entry of the wrong kind: a folder (or other
+    non-file) named ``checkpoint``, ``abort``, ``lock`` or as a config file, or a file where a
+    folder of the store belongs."""
+    files = [os.path.join(root, name) for name in FILE_ENTRIES + CONFIG_FILES]
     folders = [os.path.join(root, name) for name in ROOT_ENTRIES if name not in FILE_ENTRIES]
     return [(p, "a file") for p in files if os.path.lexists(p) and not os.path.isfile(p)] + [
         (p, "a folder") for p in folders + config.commit_log_folders if os.path.lexists(p) and not os.path.isdir(p)
