@@ -397,3 +397,36 @@ def test_what_is_written_after_a_recovery_cut_is_flushed(make_store, tmp_path, s
     files = store.queues.find("T", 0).queue.files
     assert store.get_max_offset_in_queue("T", 0) == cut + 30
     assert [(f.file_name, f.flushed_position) for f in files] == [(f.file_name, f.read_position) for f in files]
+
+
+def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tmp_path, store_config) -> None:
+    """After a crash RocketMQ checks the log from the checkpoint's segment on. The walk may start
+    earlier to rebuild the index, but a bad record there (flushed long ago) must not cut away the
+    acknowledged records after it: it is kept, and named."""
+    store = make_store()
+    sent = [store.put(Message("T", b"m%d" % i, keys=f"k{i}")) for i in range(120)]
+    assert store.wait_for_dispatch()
+    newest = store.look_message_by_offset(sent[-1].commit_log_offset).store_timestamp
+    end = store.max_phy_offset
+    store.shutdown()
+    root = tmp_path / "store"
+    segments = sorted((root / "commitlog").iterdir())
+    victim = next(r for r in reversed(sent) if r.commit_log_offset < int(segments[-2].name) - 200)
+    with open(root / "commitlog" / f"{victim.commit_log_offset // 4096 * 4096:020d}", "r+b") as f:
+        f.seek(victim.commit_log_offset % 4096 + 88)  # the body's first byte: its CRC fails
+        f.write(b"M")
+    checkpoint = StoreCheckpoint(str(root / "checkpoint"))  # everything flushed: the checkpoint's segment is the last
+    checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = checkpoint.index_msg_timestamp = newest + 3000
+    checkpoint.flush()
+    (root / "abort").write_bytes(b"")  # as a crash leaves it
+    store = make_store()
+    assert store.recovery.abnormal and store.recovery.start_file < segments[-2].name  # the walk began earlier
+    assert store.recovery.kept_bad_records == [victim.commit_log_offset]
+    assert store.max_phy_offset == end
+    read, offset = [], 0
+    while offset < 120:
+        got = store.get_message("g", "T", 0, offset)
+        read += [m.commit_log_offset for m in got.messages]
+        assert got.next_begin_offset > offset
+        offset = got.next_begin_offset
+    assert read == [r.commit_log_offset for r in sent]

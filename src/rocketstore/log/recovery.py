@@ -8,7 +8,9 @@ drop segments after it (the pre-allocated empty one included).
 Where this goes beyond RocketMQ, it is to lose nothing: the walk also starts early enough to
 rebuild index files that a crash made stale (RocketMQ's ``messageIndexSafe`` behaviour, always),
 and records at or after the consume queues' end are dispatched during a normal recovery too (5.x
-skips a record starting exactly there).
+skips a record starting exactly there). Only the segments RocketMQ checks (the last three after a
+clean exit, from the checkpoint's segment after a crash) are ever cut: a bad record before them,
+met while rebuilding, ends the dispatch of its segment but keeps the log.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class RecoveryReport:
     stopped_at_bad_record: bool = False
     bytes_checked: int = 0
     dropped_files: list[str] = field(default_factory=list)
+    kept_bad_records: list[int] = field(default_factory=list)  # before the checked segments: not cut
     reindexed_from: int = -1  # index files held entries past the cut: records from here were indexed again
     # each queue's end as its files held it, less what recovery cut: the units below it were not
     # written by this recovery (a copy-on-write open leaves the files as they were)
@@ -108,11 +111,11 @@ def recover(
         index_from = index.files[-1].end_phy_offset if index.files else files[0].file_from_offset
     dispatch_from = min(cq_from, index_from)
 
-    if last_exit_ok:
-        # RocketMQ 4.9 checks the last three segments; the queues may need records from earlier
-        start = min(max(0, len(files) - 3), _last_file_starting_at_or_before(files, dispatch_from))
-    else:
-        start = min(start, _last_file_starting_at_or_before(files, dispatch_from))
+    # RocketMQ checks (and may cut) the log from ``trusted`` on: the last three segments after a
+    # clean exit, the checkpoint's segment after a crash. The queues may need records from earlier:
+    # the walk starts there, but a bad record before ``trusted`` only ends its segment's dispatch.
+    trusted = max(0, len(files) - 3) if last_exit_ok else start
+    start = min(trusted, _last_file_starting_at_or_before(files, dispatch_from))
     report.start_file = files[start].file_name
     before = {key: cq.max_offset_in_queue() for key, cq in queues.table.items()}
     newest = [0]  # the latest store time of the records kept
@@ -138,6 +141,17 @@ def recover(
         process_offset = mapped.file_from_offset + pos
         report.bytes_checked += pos
         if reason == STOP_BLANK and i + 1 < len(files):
+            i += 1
+            continue
+        if i < trusted and reason != STOP_BLANK:  # flushed long ago: kept, not cut (verify names it)
+            log.error(
+                "commit log: the record at %d (%s) fails its checks; it is before the segment recovery "
+                "checks (%s), so the log is kept and the rest of the segment is not dispatched",
+                process_offset,
+                mapped.file_name,
+                files[trusted].file_name,
+            )
+            report.kept_bad_records.append(process_offset)
             i += 1
             continue
         if reason == STOP_BAD:
