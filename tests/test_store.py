@@ -841,6 +841,10 @@ def test_tag_filter(make_store):
     assert got.next_begin_offset == 7
     assert [m.body for m in store.get_message("g", "TagTopic", 0, 0, 32, tags=" TagC ").messages] == [b"2"]
     assert len(store.get_message("g", "TagTopic", 0, 0, 32, tags="*").messages) == 7
+    assert len(store.get_message("g", "TagTopic", 0, 0, 32, tags="").messages) == 7
+    # as RocketMQ's FilterAPI: blanks accept no tag, and " * " is the tag "*"
+    assert store.get_message("g", "TagTopic", 0, 0, 32, tags="   ").status == GetMessageStatus.NO_MATCHED_MESSAGE
+    assert store.get_message("g", "TagTopic", 0, 0, 32, tags=" * ").messages == []
     assert len(store.get_message("g", "TagTopic", 0, 0, 32, tags=None).messages) == 7
     got = store.get_message("g", "TagTopic", 0, 0, 2, tags="TagA||TagB")
     assert [m.body for m in got.messages] == [b"0", b"1"] and got.next_begin_offset == 2

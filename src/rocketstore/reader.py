@@ -51,11 +51,11 @@ def _queue_arguments(call: str, topic: object, queue_id: object, offset: object)
 
 
 def tag_hashes(tags: str | None) -> frozenset[int] | None:
-    """A subscription expression -> the tag hashes it accepts; None means every message."""
-    if tags is None:
-        return None
-    tags = tags.strip()
-    if not tags or tags == "*":
+    """A subscription expression -> the tag hashes it accepts; None means every message.
+
+    As RocketMQ's FilterAPI: only None, ``""`` and ``"*"`` mean every message; each tag between
+    ``||`` is trimmed, and an expression of blanks accepts no tag at all."""
+    if tags is None or tags == "" or tags == "*":
         return None
     return frozenset(java_hash(t.strip()) for t in tags.split("||") if t.strip())
 
