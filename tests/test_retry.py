@@ -87,6 +87,8 @@ def test_the_groups_retry_max_times_and_explicit_levels(tmp_path: Path, store_co
         assert store.look_message_by_offset(dead.commit_log_offset).topic == "%DLQ%Slow"
         more = store.send_back("Slow", again, max_reconsume_times=-1)  # the client's -1 means 16
         assert store.look_message_by_offset(more.commit_log_offset).topic == SCHEDULE_TOPIC
+        broker = store.send_back("Slow", again, max_reconsume_times=-5)  # any other value as the broker takes it
+        assert store.look_message_by_offset(broker.commit_log_offset).topic == "%DLQ%Slow"
         now_dead = store.send_back("Slow", first, delay_level=-1)
         assert store.look_message_by_offset(now_dead.commit_log_offset).topic == "%DLQ%Slow"
         with pytest.raises(MessageNotFoundError):

@@ -58,7 +58,7 @@ def send_back_message(
         return None
     if max_reconsume_times is None:
         max_reconsume_times = groups.setting(group, "retryMaxTimes")
-    elif max_reconsume_times < 0:
+    elif max_reconsume_times == -1:  # the client's "default" (other values are the broker's, as given)
         max_reconsume_times = DEFAULT_RETRY_MAX_TIMES
     props = dict(original.properties)
     if RETRY_TOPIC not in props:
