@@ -129,6 +129,19 @@ def test_a_group_whose_dead_letter_topic_is_too_long_is_refused_before_anything_
     assert group not in store.subscription_groups.subscription_group_table
 
 
+def test_a_retry_topic_only_a_v2_record_holds_is_refused_when_v2_is_off(make_store, store_config) -> None:
+    """%RETRY% + a group of 121+ characters needs a V2 record (RocketMQ 5); with
+    autoMessageVersionOnTopicLen false (a store for RocketMQ 4.9) the send-back is refused before
+    anything changes, instead of a schedule unit whose delivery would always be refused."""
+    store = make_store(config=store_config.copy(autoMessageVersionOnTopicLen=False))
+    first = store.put(Message("Orders", b"pay"))
+    group = "g" * 121
+    with pytest.raises(InvalidTopicError, match="autoMessageVersionOnTopicLen"):
+        store.send_back(group, first.commit_log_offset)
+    assert group not in store.subscription_groups.subscription_group_table
+    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 0
+
+
 def test_a_sent_back_message_gets_no_unique_key_the_broker_never_gives(store: MessageStore) -> None:
     """RocketMQ's consumerSendMsgBack copies the original's properties: a message stored without
     a UNIQ_KEY is retried and dead-lettered without one."""

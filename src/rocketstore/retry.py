@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
-from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, validate_group
-from rocketstore.errors import MessageNotFoundError
+from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, validate_group
+from rocketstore.errors import InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.config_files import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
 from rocketstore.reader import check_arguments
 from rocketstore.results import PutMessageStatus, PutResult
@@ -99,6 +99,11 @@ def send_back(
         reason = f"group {group} has no retry queue (retryQueueNums <= 0)"
         return PutResult.refused(PutMessageStatus.MESSAGE_ILLEGAL, reason)
     again, queue_id, queue_nums = planned
+    if len(again.topic) > TOPIC_MAX_LENGTH and not store.config.auto_message_version_on_topic_len:
+        raise InvalidTopicError(
+            f"the retry topic {again.topic!r} is {len(again.topic)} characters: a V1 record holds "
+            f"{TOPIC_MAX_LENGTH} (RocketMQ 4.9's limit), and autoMessageVersionOnTopicLen is false"
+        )
     store.subscription_groups.ensure(group)
     if store.topics.ensure(again.topic, queue_id, queue_nums=queue_nums):
         store.topics.persist()
