@@ -230,3 +230,27 @@ def test_a_negative_field_length_makes_a_bad_record(make_store, tmp_path, store_
         assert store.max_phy_offset == offsets[15]
         assert store.get_max_offset_in_queue("T", 1) == 7  # records 1, 3, ..., 13 are kept
         assert _found(store, "k14") == [offsets[14]] and _found(store, "k15") == []
+
+
+@pytest.mark.parametrize("size", [0, 1000])
+def test_a_crash_rebuilds_an_index_file_of_the_wrong_size(make_store, tmp_path, store_config, size) -> None:
+    """After a crash an index file cut short (zero-length, a torn extension) is not known whole:
+    it is dropped with every later one and rebuilt, as a stale one is (RocketMQ maps it at full
+    size). The open was refused. After a clean exit the wrong size is still refused, naming it."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 220)
+    files = _index_files(root)
+    assert len(files) >= 4
+    with open(files[1], "r+b") as f:
+        f.truncate(size)
+    with pytest.raises(CorruptStoreError, match="index file is") as info:
+        MessageStore.open(root, store_config)
+    assert info.value.path == str(files[1])
+    (root / "abort").write_bytes(b"")  # as a crash leaves it
+    with MessageStore.open(root, store_config, read_only=True) as view:
+        assert [i for i in range(220) if _found(view, f"k{i}") != [offsets[i]]] == []
+    assert files[1].stat().st_size == size  # a read-only open changes nothing
+    store = make_store()
+    assert [i for i in range(220) if _found(store, f"k{i}") != [offsets[i]]] == []
+    store.shutdown()
+    assert verify_store(root, store_config).ok

@@ -112,7 +112,8 @@ class IndexService:
 
     def load(self, last_exit_ok: bool) -> None:
         """Open the index files; after a crash drop the first one not known to be whole on disk
-        (newer than the checkpoint, say) and every later one: recovery rebuilds them."""
+        (newer than the checkpoint, of the wrong size, say) and every later one: recovery rebuilds
+        them. A file of the wrong size after a clean exit is refused (CorruptStoreError)."""
         if not os.path.isdir(self.dir):
             return
         files: list[IndexFile] = []
@@ -127,11 +128,17 @@ class IndexService:
                     continue
                 size = os.path.getsize(path)
                 if size != self.file_size:
-                    raise CorruptStoreError(
+                    wrong = (
                         f"index file is {size} bytes; maxHashSlotNum={self.slot_num} and "
-                        f"maxIndexNum={self.index_num} give {self.file_size}",
-                        path,
+                        f"maxIndexNum={self.index_num} give {self.file_size}"
                     )
+                    if last_exit_ok:
+                        raise CorruptStoreError(wrong, path)
+                    log.warning("dropping %s after a crash: %s; rebuilt by recovery", path, wrong)
+                    dropping = True
+                    if self.mode == "rw":
+                        os.unlink(path)
+                    continue
                 index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
                 dropping = dropping or not (last_exit_ok or self._durable(index))
                 if dropping:
