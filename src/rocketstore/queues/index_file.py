@@ -48,9 +48,10 @@ class IndexFile:
             self.hash_slot_count,
             self.index_count,
         ) = HEADER.unpack(mapped.read(0, INDEX_HEADER_SIZE))
+        self._count_over = self.index_count > index_num
         if self.index_count <= 0:
             self.index_count = 1
-        elif self.index_count > index_num:  # a damaged header: RocketMQ finds such a file full
+        elif self._count_over:  # a damaged header: RocketMQ finds such a file full
             log.warning("%s: indexCount %d is over maxIndexNum %d", mapped.path, self.index_count, index_num)
             self.index_count = index_num
         self._entries_at = INDEX_HEADER_SIZE + slot_num * HASH_SLOT_SIZE
@@ -248,6 +249,40 @@ class IndexFile:
             return np.zeros(0, dtype=ENTRY_DTYPE)
         raw = self.mapped.read(self._entries_at + INDEX_SIZE, count * INDEX_SIZE)
         return np.frombuffer(raw, dtype=ENTRY_DTYPE)
+
+    def header_problem(self, previous_end: int | None = None) -> str | None:
+        """What in the header contradicts itself, its entries or the end of the file before
+        (``previous_end``), as damage would; None for a header RocketMQ could have written.
+
+        Entries are added in log order: the first sets beginPhyOffset, each one endPhyOffset, and
+        one new slot counts in hashSlotCount. A file without entries carries the ends of the one
+        before. (An indexCount over maxIndexNum is taken as "full", as RocketMQ takes it.)
+        """
+        begin, end, entries = self.begin_phy_offset, self.end_phy_offset, self.index_count - 1
+        if min(self.begin_timestamp, self.end_timestamp, begin) < 0 or begin > end:
+            return f"beginPhyOffset {begin}, endPhyOffset {end}, timestamps {self.begin_timestamp}-{self.end_timestamp}"
+        if not 0 <= self.hash_slot_count <= min(self.slot_num, entries):
+            return f"hashSlotCount {self.hash_slot_count} for {entries} entries in {self.slot_num} slots"
+        if previous_end is not None and begin < previous_end:
+            return f"beginPhyOffset {begin} is before the previous file's end {previous_end}"
+        if entries == 0:
+            if begin != end or (previous_end is not None and begin != previous_end):
+                return f"no entries, yet beginPhyOffset {begin} and endPhyOffset {end}"
+            if self.begin_timestamp != self.end_timestamp:
+                return f"no entries, yet beginTimestamp {self.begin_timestamp} and endTimestamp {self.end_timestamp}"
+        elif not self._count_over:
+            first = ENTRY.unpack(self.mapped.read(self._entries_at + INDEX_SIZE, INDEX_SIZE))[1]
+            _, last, diff, _ = ENTRY.unpack(self.mapped.read(self._entries_at + entries * INDEX_SIZE, INDEX_SIZE))
+            if (first, last) != (begin, end):
+                return f"beginPhyOffset {begin} and endPhyOffset {end}; its entries run from {first} to {last}"
+            # the last entry's time is endTimestamp, kept as seconds after beginTimestamp (the first
+            # entry's: the first entry's own is counted from the file before, so not checked)
+            if entries > 1 and diff != _time_diff(self.end_timestamp, self.begin_timestamp):
+                return (
+                    f"beginTimestamp {self.begin_timestamp} and endTimestamp {self.end_timestamp}; "
+                    f"the last entry is {diff} s after the first"
+                )
+        return None
 
     def flush(self) -> None:
         self.mapped.force()

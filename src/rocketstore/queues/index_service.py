@@ -111,13 +111,18 @@ class IndexService:
         return index_file_size(self.slot_num, self.index_num)
 
     def load(self, last_exit_ok: bool) -> None:
-        """Open the index files; after a crash drop the first one not known to be whole on disk
-        (newer than the checkpoint, of the wrong size, say) and every later one: recovery rebuilds
-        them. A file of the wrong size after a clean exit is refused (CorruptStoreError)."""
+        """Open the index files; drop the first one not known to be whole (after a crash: newer
+        than the checkpoint, not full, or of the wrong size; after any exit: a header that
+        contradicts itself or its entries) and every later one: recovery rebuilds them.
+
+        Recovery indexes the log again from the end of the last file kept (after a clean exit
+        too). A file of the wrong size after a clean exit is refused (CorruptStoreError). A
+        copy-on-write load with ``last_exit_ok`` (verify's, or a read-only open of a store shut
+        down cleanly) keeps a damaged header as it is, for verify to report it."""
         if not os.path.isdir(self.dir):
             return
         files: list[IndexFile] = []
-        dropping = False  # after a crash, from the first file not known whole on: rebuilt from there
+        dropping = False  # from the first file not known whole on: rebuilt from there
         try:
             for name in sorted(os.listdir(self.dir)):
                 path = os.path.join(self.dir, name)
@@ -140,9 +145,20 @@ class IndexService:
                         os.unlink(path)
                     continue
                 index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
-                dropping = dropping or not (last_exit_ok or self._durable(index))
                 if dropping:
-                    log.info("dropping index file %s: not known to be on disk whole, rebuilt by recovery", path)
+                    log.info("dropping index file %s after a dropped one, rebuilt by recovery", path)
+                    index.destroy(0)
+                    continue
+                damage = None
+                if self.mode == "rw" or not last_exit_ok:  # else maybe verify's load: it keeps what it finds
+                    damage = index.header_problem(files[-1].end_phy_offset if files else None)
+                if damage is not None:
+                    log.warning("dropping index file %s (a damaged header: %s); rebuilt by recovery", path, damage)
+                elif not (last_exit_ok or self._durable(index)):
+                    damage = "not known to be on disk whole"
+                    log.info("dropping index file %s: %s, rebuilt by recovery", path, damage)
+                if damage is not None:
+                    dropping = True
                     index.destroy(0)
                     continue
                 files.append(index)
@@ -154,14 +170,12 @@ class IndexService:
 
     def _durable(self, index: IndexFile) -> bool:
         """After a crash, an index file is trusted only if it was flushed whole: full (a file is
-        flushed when it fills up), not newer than the checkpoint, and with a sane header."""
+        flushed when it fills up) and not newer than the checkpoint (its header is checked on
+        every load, ``IndexFile.header_problem``)."""
         return (
             index.is_write_full()
             and 0 < index.end_timestamp <= self.checkpoint.index_msg_timestamp
             and index.begin_timestamp <= index.end_timestamp
-            and index.begin_phy_offset <= index.end_phy_offset
-            and 0 <= index.hash_slot_count <= self.slot_num
-            and index.index_count <= self.index_num
         )
 
     # -- building --------------------------------------------------------------------------------
