@@ -430,3 +430,34 @@ def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tm
         assert got.next_begin_offset > offset
         offset = got.next_begin_offset
     assert read == [r.commit_log_offset for r in sent]
+
+
+@pytest.mark.parametrize("damage", ["a unit zeroed", "the last file emptied"])
+def test_a_consume_queue_cut_by_damage_is_rebuilt_from_the_log(make_store, tmp_path, store_config, damage) -> None:
+    """A consume queue whose recovery cuts written units (a damaged unit, an empty last file)
+    gets its records dispatched again, though another queue's end is further on: RocketMQ starts
+    dispatch at the highest end and leaves the damaged queue short, its records unreachable."""
+    store = make_store()
+    for i in range(40):
+        store.put(Message("T", b"t%d" % i))
+        store.put(Message("U", b"u%d" % i))
+    store.shutdown()
+    folder = tmp_path / "store" / "consumequeue" / "T" / "0"
+    files = sorted(folder.iterdir())
+    if damage == "a unit zeroed":
+        with open(files[1], "r+b") as f:  # the unit of queue offset 12: its size becomes 0
+            f.seek(2 * 20 + 8)
+            f.write(bytes(4))
+    else:
+        os.truncate(files[-1], 0)
+    store = make_store()
+    assert store.get_max_offset_in_queue("T", 0) == store.get_max_offset_in_queue("U", 0) == 40
+    bodies, offset = [], 0
+    while offset < 40:
+        got = store.get_message("g", "T", 0, offset)
+        bodies += [m.body for m in got.messages]
+        assert got.next_begin_offset > offset
+        offset = got.next_begin_offset
+    assert bodies == [b"t%d" % i for i in range(40)]
+    store.shutdown()
+    assert verify_store(tmp_path / "store", store_config).ok

@@ -54,6 +54,7 @@ class MappedFileQueue:
         # (the put or reput thread and the clean thread) would drop one another's change
         self._files_lock = threading.Lock()
         self.store_timestamp = 0
+        self.dropped_empty_last = False  # load found the last file empty and left it out
         self.path_is_full = path_is_full
         self.allocator = allocator
         self.pool = pool  # a TransientStorePool: new segments write into one of its buffers
@@ -90,6 +91,7 @@ class MappedFileQueue:
                 log.warning("deleting the empty last segment %s", found[names[-1]])
                 os.unlink(found[names[-1]])
             names.pop()
+            self.dropped_empty_last = True
         files: list[MappedFile] = []
         try:
             for name in names:

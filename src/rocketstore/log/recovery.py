@@ -5,12 +5,17 @@ Both walk the commit log from a starting segment, check every record (CRC includ
 consume queues or the index do not have yet, remove consume-queue units past the new end, and
 drop segments after it (the pre-allocated empty one included).
 
-Where this goes beyond RocketMQ, it is to lose nothing: the walk also starts early enough to
-rebuild index files that a crash made stale (RocketMQ's ``messageIndexSafe`` behaviour, always),
-and records at or after the consume queues' end are dispatched during a normal recovery too (5.x
-skips a record starting exactly there). Only the segments RocketMQ checks (the last three after a
-clean exit, from the checkpoint's segment after a crash) are ever cut: a bad record before them,
-met while rebuilding, ends the dispatch of its segment but keeps the log.
+Where this goes beyond RocketMQ, it is to lose nothing:
+
+* the walk starts early enough to rebuild index files that a crash made stale (RocketMQ's
+  ``messageIndexSafe`` behaviour, always);
+* records at or after the consume queues' end are dispatched during a normal recovery too (5.x
+  skips a record starting exactly there);
+* a queue whose tail recovery cut for damage is dispatched again from its own end (RocketMQ
+  starts at the highest end over all queues);
+* only the segments RocketMQ checks (the last three after a clean exit, from the checkpoint's
+  segment after a crash) are ever cut: a bad record before them, met while rebuilding, ends the
+  dispatch of its segment but keeps the log.
 """
 
 from __future__ import annotations
@@ -104,8 +109,12 @@ def recover(
         queues.truncate_untrusted(files[start].file_from_offset)
         max_phy_cq = queues.max_physic_offset()
 
-    # where the consume queues and the index need records from
+    # where the consume queues and the index need records from (a queue whose tail recovery cut
+    # needs its own records again: RocketMQ starts from the highest end and leaves it short)
     cq_from = max(max_phy_cq, 0)
+    damaged = queues.damaged_end()
+    if damaged is not None:
+        cq_from = min(cq_from, damaged)
     index_from = cq_from
     if index is not None:
         index_from = index.files[-1].end_phy_offset if index.files else files[0].file_from_offset

@@ -71,6 +71,11 @@ def valid_prefix(units: np.ndarray) -> int:
     return int(bad[0]) if len(bad) else len(units)
 
 
+def _written(units: np.ndarray) -> int:
+    """How many of ``units`` hold anything (are not all zeros)."""
+    return int(np.count_nonzero((units["phy"] != 0) | (units["size"] != 0) | (units["tags"] != 0)))
+
+
 class ConsumeQueue:
     """The queue of one topic/queueId."""
 
@@ -84,12 +89,15 @@ class ConsumeQueue:
             self.path, file_size, mode, reserve=CQ_FIRST_RESERVE, size_setting="mappedFileSizeConsumeQueue"
         )
         self.max_physic_offset = -1  # end (offset + size) of the last unit's record
+        self.cut_units = 0  # written units that recovery cut after an invalid one (damage)
+        self.damaged = False  # units may be missing at the end: recovery dispatches them again
         self.min_logic_offset = 0  # bytes
         self._order_warned = False
 
     # -- load and recovery ---------------------------------------------------------------------
     def load(self) -> None:
         self.queue.load()
+        self.damaged = self.queue.dropped_empty_last  # the file may have held units
 
     def recover(self) -> None:
         """Find the end of valid units from the third-to-last file on; drop what lies past it."""
@@ -109,6 +117,19 @@ class ConsumeQueue:
                 continue
             break
         process = files[index].file_from_offset + valid * CQ_STORE_UNIT_SIZE
+        self.cut_units = _written(units[valid:]) + sum(
+            _written(units_of(f.read(0, f.file_size))) for f in files[index + 1 :]
+        )
+        if self.cut_units:
+            self.damaged = True
+            log.warning(
+                "consume queue %s/%d: %d written units after the invalid one at queue offset %d are cut; "
+                "their records are dispatched again from the commit log",
+                self.topic,
+                self.queue_id,
+                self.cut_units,
+                process // CQ_STORE_UNIT_SIZE,
+            )
         self.queue.flushed_where = self.queue.committed_where = process
         self.queue.truncate_dirty_files(process)
         if self.max_physic_offset < 0 and process > files[0].file_from_offset:

@@ -70,6 +70,13 @@ class ConsumeQueueStore:
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self.table.values()), default=-1)
 
+    def damaged_end(self) -> int | None:
+        """The lowest end of the queues that may miss units at their end (recovery cut written
+        units, or load left out an empty last file): their records are dispatched again from
+        there. None when no queue was damaged."""
+        ends = [max(cq.max_physic_offset, 0) for cq in self.table.values() if cq.damaged]
+        return min(ends, default=None)
+
     def truncate_dirty(self, phy_offset: int) -> None:
         for cq in self.table.values():
             if cq.max_physic_offset > phy_offset:
