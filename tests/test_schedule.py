@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,19 @@ from rocketstore.codec.ids import tags_code
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.meta.fastjson import loads as fastjson_loads
 from rocketstore.results import GetMessageStatus, PutMessageStatus
-from rocketstore.services.schedule import deliver_timestamp
+from rocketstore.services.schedule import UNITS_PER_ROUND, deliver_timestamp
 from rocketstore.verify import verify_store
 from test_crash import GEOMETRY, Producer
+
+# a store for a backlog of thousands of delayed messages: 1 MiB commit-log files, 6000-unit queue files
+BACKLOG = {
+    "mappedFileSizeCommitLog": 1 << 20,
+    "mappedFileSizeConsumeQueue": 120_000,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 128,
+    "brokerIP1": "127.0.0.1",
+    "messageDelayLevel": "1s 2s",
+}
 
 
 def _delayed(topic: str = "Orders", level: str = "3", **kw: object) -> Message:
@@ -358,3 +369,59 @@ def test_verify_accepts_delivery_times_of_an_earlier_level_table(tmp_path: Path,
             f.seek(12)
             f.write(tags.to_bytes(8, "big"))
         assert not verify_store(path, changed).ok, tags
+
+
+def _backlog(path: Path, config: StoreConfig, count: int) -> None:
+    """``count`` level-1 messages ``m0``, ``m1``, ... for Orders/0, put with delivery stopped:
+    all of them are due at the first round of the next open (1 s after it)."""
+    with MessageStore.open(path, config) as store:
+        _stopped(store)
+        for i in range(count):
+            assert store.put(Message("Orders", b"m%d" % i, properties={"DELAY": "1"}), 0).ok
+
+
+def _delay_offsets(path: Path) -> dict[int, int]:
+    table = fastjson_loads((path / "config" / "delayOffset.json").read_text())["offsetTable"]
+    return {int(k): v for k, v in table.items()}
+
+
+def _copies(path: Path, config: StoreConfig) -> Counter[bytes]:
+    """Deliver what is left, then count the copies of each body in Orders/0."""
+    with MessageStore.open(path, config) as store:
+        _stopped(store).run_once(now=2**62)
+        store.wait_for_dispatch()
+        return Counter(m.body for m in _all(store, "Orders", 0))
+
+
+def test_shutdown_does_not_wait_for_a_due_backlog(tmp_path: Path) -> None:
+    """A due backlog of 8 turns' worth: shutdown, asked once the first turn is delivered, stops
+    the delivery at the next unit instead of waiting for the rest; delayOffset.json holds the
+    first undelivered unit, and the next open delivers the rest: every message exactly once."""
+    path, config, count = tmp_path / "store", StoreConfig(BACKLOG), 8 * UNITS_PER_ROUND
+    _backlog(path, config, count)
+    store = MessageStore.open(path, config)
+    service = store.services.schedule
+    assert service.wait_delivered(1, timeout=30)
+    store.shutdown()
+    delivered = service.delivered
+    assert 0 < delivered < count  # the old loop delivered all of it before shutdown could return
+    assert _delay_offsets(path) == {1: delivered}
+    assert _copies(path, config) == Counter({b"m%d" % i: 1 for i in range(count)})
+
+
+def test_a_due_level_is_not_held_behind_the_backlog_of_another(make_store) -> None:
+    """Three turns' worth of due level-1 messages, then a level-2 message due as well: levels take
+    turns, so the level-2 message is delivered after one turn of level 1, not after all of it."""
+    store = make_store(config=StoreConfig(BACKLOG))
+    service = _stopped(store)
+    count = 3 * UNITS_PER_ROUND
+    for i in range(count):
+        store.put(Message("Orders", b"m%d" % i, properties={"DELAY": "1"}), 0)
+    last = store.put(Message("Other", b"level 2", properties={"DELAY": "2"}), 0)
+    store.wait_for_dispatch()
+    assert service.run_once(now=last.store_timestamp + 2000) == count + 1
+    store.wait_for_dispatch()
+    (other,) = _all(store, "Other", 0)
+    orders = _all(store, "Orders", 0)
+    assert len(orders) == count
+    assert sum(m.commit_log_offset < other.commit_log_offset for m in orders) == UNITS_PER_ROUND

@@ -4,12 +4,16 @@ A message put with ``DELAY`` = L waits in ``SCHEDULE_TOPIC_XXXX`` queue L-1, who
 units carry the delivery time as their tags code. For every level this service walks its queue
 from the offset kept in ``delayOffset.json``; a unit whose time has come is read back and stored
 again in its real topic and queue (``REAL_TOPIC``/``REAL_QID``), and the level's offset moves on.
-One thread serves every level: it sleeps until the earliest level is due.
+One thread serves every level: it sleeps until the earliest level is due. Where RocketMQ gives each
+level a timer task of its own, here the due levels take turns, each delivering at most
+``UNITS_PER_ROUND`` units per turn, so a level's backlog holds no other level back; and the thread
+leaves its work at the next unit when asked to stop (RocketMQ's ``isStarted()`` check).
 
 As in RocketMQ, the redelivered record keeps the schedule record's properties string as it was
 (``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` included), is not delayed again, and does not wait
-for a SYNC flush (``WAIT=false``). Offsets are persisted every ``flushDelayOffsetInterval`` and
-at stop; after a crash a message may be delivered twice, never lost.
+for a SYNC flush (``WAIT=false``). A level's offset moves past a unit only once its message was
+put; offsets are persisted every ``flushDelayOffsetInterval`` and at stop; after a crash a message
+may be delivered twice, never lost.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ log = logging.getLogger(__name__)
 
 FIRST_DELAY_MS = 1000  # the first round of each level, after start
 DELAY_FOR_A_WHILE_MS = 100  # an idle level, or a put that failed, is looked at again after this
+UNITS_PER_ROUND = 500  # the units a level delivers (or skips) in one turn before the next due level's turn
 UNKNOWN_LEVEL_DELAY_MS = 1000  # computeDeliverTimestamp for a level the table lacks
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # half (prepared) messages are never delivered
 _MAX_EXT_ADDR = -(2**31) - 1  # ConsumeQueueExt.isExtAddr: tags codes at or below it address the ext file
@@ -118,6 +123,7 @@ class ScheduleMessageService(Service):
         delay_millis: tuple[int, ...],
         flush_delay_offset_interval_ms: int,
         clock: Callable[[], float] = time.time,
+        units_per_round: int = UNITS_PER_ROUND,
     ) -> None:
         super().__init__(DELAY_FOR_A_WHILE_MS)
         self.queues = queues
@@ -127,6 +133,7 @@ class ScheduleMessageService(Service):
         self.delay_millis = delay_millis
         self.flush_interval_ms = flush_delay_offset_interval_ms
         self.clock = clock
+        self.units_per_round = units_per_round
         now = self._now()
         self.levels = {level: LevelStats(due_at=now + FIRST_DELAY_MS) for level in range(1, len(delay_millis) + 1)}
         self._last_persist = now
@@ -147,25 +154,39 @@ class ScheduleMessageService(Service):
         return min(max(0.0, (due - self._now()) / 1000), DELAY_FOR_A_WHILE_MS / 1000)
 
     def run_once(self, now: int | None = None) -> int:
-        """Deliver what is due at ``now`` (epoch ms; the clock if None) on every due level; the
-        number delivered. Tests pass a ``now`` in the future instead of waiting."""
+        """One round: every level due at ``now`` (epoch ms; the clock if None) takes a turn of at
+        most ``units_per_round`` units; the number delivered. The service's thread leaves the round
+        at the next unit once it is asked to stop. Tests pass a ``now`` in the future instead of
+        waiting: then every level is looked at, and rounds follow one another until nothing due
+        at ``now`` is left."""
         forced = now is not None
-        now = self._now() if now is None else now
         count = 0
-        for level, stats in self.levels.items():
-            if forced or stats.due_at <= now:
-                before = stats.delivered
-                stats.due_at = self._deliver_level(level, stats, now)
-                count += stats.delivered - before
-        if count:
-            with self._progress:
-                self._progress.notify_all()
-        if self._dirty and now - self._last_persist >= self.flush_interval_ms:
-            self.persist()
-        return count
+        while True:
+            at = now if now is not None else self._now()
+            more = False
+            for level, stats in self.levels.items():
+                if self._stopping():
+                    return count
+                if forced or stats.due_at <= at:
+                    before = stats.delivered
+                    stats.due_at = self._deliver_level(level, stats, at)
+                    more |= stats.due_at <= at  # the turn ended with units still due
+                    if stats.delivered > before:
+                        count += stats.delivered - before
+                        with self._progress:
+                            self._progress.notify_all()
+            if self._dirty and at - self._last_persist >= self.flush_interval_ms:
+                self.persist()
+            if not (forced and more):
+                return count
+
+    def _stopping(self) -> bool:
+        """The service's own thread was asked to stop (a direct call by a test always goes on)."""
+        return self._stopped.is_set() and threading.current_thread() is self._thread
 
     def _deliver_level(self, level: int, stats: LevelStats, now: int) -> int:
-        """Deliver level ``level`` up to ``now``; when to look at it again (epoch ms)."""
+        """One turn of level ``level``: deliver what is due at ``now``, at most ``units_per_round``
+        units; when to look at it again (epoch ms; ``now`` when units are left for the next turn)."""
         cq = self.queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None:
             return now + DELAY_FOR_A_WHILE_MS
@@ -176,8 +197,13 @@ class ScheduleMessageService(Service):
             offset = end
             self._set_offset(level, end)
         delay = self.delay_millis[level - 1]
-        for first, units in cq.iter_units(offset, end, chunk=1024):
+        stop_at = min(end, offset + max(1, self.units_per_round))
+        reached = offset
+        for first, units in cq.iter_units(offset, stop_at, chunk=1024):
             for i, (phy, size, deliver) in enumerate(units.tolist()):
+                if self._stopping():  # the offset stays at this unit: the next start delivers it
+                    self._set_offset(level, first + i)
+                    return now
                 stored = None
                 if deliver <= _MAX_EXT_ADDR:  # not a delivery time: take it from the message
                     stored = self.read(phy, size)
@@ -205,7 +231,10 @@ class ScheduleMessageService(Service):
                         self._set_offset(level, first + i)
                         return now + DELAY_FOR_A_WHILE_MS
                     stats.delivered += 1
-                self._set_offset(level, first + i + 1)
+                reached = first + i + 1
+                self._set_offset(level, reached)  # only past a unit whose message was put (or dropped)
+        if reached == stop_at < end:  # the turn is over, not the level's due work: on at once, after the others
+            return now
         return now + DELAY_FOR_A_WHILE_MS
 
     def _set_offset(self, level: int, offset: int) -> None:
