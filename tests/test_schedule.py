@@ -8,7 +8,11 @@ test lets the service's own thread deliver a 1-second delay, awaited through its
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +26,7 @@ from rocketstore.meta.fastjson import loads as fastjson_loads
 from rocketstore.results import GetMessageStatus, PutMessageStatus
 from rocketstore.services.schedule import UNITS_PER_ROUND, deliver_timestamp
 from rocketstore.verify import verify_store
-from test_crash import GEOMETRY, Producer
+from test_crash import GEOMETRY, SRC, Producer
 
 # a store for a backlog of thousands of delayed messages: 1 MiB commit-log files, 6000-unit queue files
 BACKLOG = {
@@ -425,3 +429,37 @@ def test_a_due_level_is_not_held_behind_the_backlog_of_another(make_store) -> No
     orders = _all(store, "Orders", 0)
     assert len(orders) == count
     assert sum(m.commit_log_offset < other.commit_log_offset for m in orders) == UNITS_PER_ROUND
+
+
+CRASH_CHILD = """
+import os, signal, sys
+from rocketstore import MessageStore, StoreConfig
+store = MessageStore.open(sys.argv[1], StoreConfig({settings!r}))
+service = store.services.schedule
+service.wait_delivered({wait}, timeout=60)
+print(service.delivered, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_crash_in_a_long_backlog_redelivers_only_what_came_after_the_last_persist(tmp_path: Path) -> None:
+    """With flushDelayOffsetInterval 1 ms, a process SIGKILLed while it delivers a backlog of 10
+    turns has written delayOffset.json during the delivery (the old service wrote it only after
+    the whole backlog); after the restart nothing is lost, and only the messages after the
+    persisted offset, at most two turns' worth, come twice."""
+    path, count = tmp_path / "store", 10 * UNITS_PER_ROUND
+    settings = {**BACKLOG, "flushDelayOffsetInterval": 1}
+    config = StoreConfig(settings)
+    _backlog(path, config, count)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    code = CRASH_CHILD.format(settings=settings, wait=3 * UNITS_PER_ROUND)
+    child = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    persisted = _delay_offsets(path).get(1, 0)
+    assert 0 < persisted < count, (persisted, child.stdout)
+    copies = _copies(path, config)
+    assert set(copies) == {b"m%d" % i for i in range(count)}  # none lost
+    twice = sorted(int(body[1:]) for body, n in copies.items() if n > 1)
+    assert all(n <= 2 for n in copies.values())
+    assert twice == list(range(persisted, persisted + len(twice)))  # exactly those after the persisted offset
+    assert len(twice) <= 2 * UNITS_PER_ROUND
