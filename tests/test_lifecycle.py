@@ -370,3 +370,32 @@ def test_a_service_that_keeps_failing_backs_off_and_logs_less(caplog) -> None:
     lines = [r for r in caplog.records if "failing failed" in r.getMessage()]
     assert [r.exc_info is not None for r in lines][:1] == [True]
     assert [r.getMessage().split(" times")[0].rsplit(" ", 1)[-1] for r in lines[1:]][:3] == ["2", "4", "8"]
+
+
+def test_a_store_of_many_queues_opens_under_a_low_soft_limit_of_open_files(tmp_path: Path) -> None:
+    """Every mapped file holds descriptors; as the JVM raises its soft limit of open files to
+    the hard one, so does the store, and 40 queues open under a soft limit of 64."""
+    script = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from rocketstore import Message, MessageStore, StoreConfig
+config = StoreConfig(mappedFileSizeCommitLog=4096, mappedFileSizeConsumeQueue=200, brokerIP1="127.0.0.1")
+for _ in range(2):
+    with MessageStore.open({str(tmp_path / "store")!r}, config) as store:
+        for q in range(40):
+            assert store.put(Message("T", b"x"), q).ok
+        assert store.wait_for_dispatch()
+        print(sum(store.get_max_offset_in_queue("T", q) for q in range(40)))
+"""
+    if resource_hard_limit() <= 64:
+        pytest.skip("the hard limit of open files is too low to raise")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["40", "80"]
+
+
+def resource_hard_limit() -> int:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1 << 30 if hard == resource.RLIM_INFINITY else hard

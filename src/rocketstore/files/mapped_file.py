@@ -182,6 +182,7 @@ class MappedFile:
             return cls(path, file_from_offset, file_size, mm, -1, mode)
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, "the segment already exists", path)
+        syscalls.raise_open_file_limit()
         fd = _unnamed_file(os.path.dirname(path))
         if fd is not None:
             try:
@@ -230,6 +231,7 @@ class MappedFile:
         """An existing segment; its positions start at the full size until recovery sets them.
         A file of another size is a CorruptStoreError naming ``size_setting`` when given."""
         flags = os.O_RDONLY if mode == "cow" else os.O_RDWR
+        syscalls.raise_open_file_limit()
         fd = os.open(path, flags | os.O_CLOEXEC)
         try:
             actual = os.fstat(fd).st_size

@@ -9,6 +9,7 @@ them back). Also ``fsync_dir``, which makes a rename or a new file in a folder d
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -86,3 +87,31 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_fd_limit_checked = False
+
+
+def raise_open_file_limit() -> None:
+    """Raise the soft limit of open files to the hard one, once per process, as the JVM does at
+    start (MaxFDLimit): a store maps every segment, consume-queue and index file, two file
+    descriptors each, and a RocketMQ store of a few hundred queues is over the usual soft 1,024."""
+    global _fd_limit_checked
+    if _fd_limit_checked:
+        return
+    _fd_limit_checked = True
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if target == resource.RLIM_INFINITY:
+        try:
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(OSError, ValueError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
