@@ -10,6 +10,7 @@ import pytest
 
 from rocketstore import Message, MessageStore
 from rocketstore.errors import FlushError
+from rocketstore.files.mapped_file import MappedFile
 from rocketstore.results import PutMessageStatus
 
 
@@ -80,3 +81,14 @@ def test_a_queue_whose_flush_failed_does_not_keep_the_others_dirty(loop_fs, stor
     finally:
         store.shutdown()
     assert (fs.mount / "store" / "abort").exists()  # A's units may be lost: the next open recovers
+
+
+def test_a_closed_file_is_not_counted_flushed(tmp_path) -> None:
+    """A flush that finds its file closed (a store shutting down) writes nothing, so the flushed
+    position stays: a SYNC put waiting for it must not be told its record is on disk."""
+    mapped = MappedFile.create(str(tmp_path / "00000000000000000000"), 0, 4096)
+    mapped.append(b"x" * 100)
+    assert mapped.flush() == 100
+    mapped.append(b"y" * 100)
+    mapped.close()
+    assert mapped.flush() == 100 and mapped.flushed_position == 100

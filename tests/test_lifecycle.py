@@ -399,3 +399,61 @@ def resource_hard_limit() -> int:
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     return 1 << 30 if hard == resource.RLIM_INFINITY else hard
+
+
+def _waiting_in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is inside a call of ``function`` (a frame of that name on its stack)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _until(condition, seconds: float = 30.0) -> bool:
+    """Wait (on a short timed wait of an Event nobody sets) until ``condition`` holds."""
+    pause = threading.Event()
+    for _ in range(int(seconds * 200)):
+        if condition():
+            return True
+        pause.wait(0.005)
+    return False
+
+
+@pytest.mark.parametrize("flush_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_a_put_racing_shutdown_is_stored_and_flushed_or_refused(make_store, store_config, tmp_path, flush_type) -> None:
+    """A put that passed the store's "open" check just before shutdown() and then waits for the
+    put lock is either appended before the files close (and flushed: PUT_OK means on disk) or
+    refused as every later put is (StoreClosedError); it used to meet closed files (ValueError:
+    mmap closed) or, under SYNC_FLUSH, get PUT_OK for a record no flush wrote."""
+    store = make_store(config=store_config.copy(flushDiskType=flush_type))
+    assert store.put(Message("T", b"first")).ok
+    outcome: dict[str, object] = {}
+
+    def late_put() -> None:
+        try:
+            outcome["put"] = store.put(Message("T", b"late"))
+        except Exception as exc:  # the outcome is what the test looks at
+            outcome["put"] = exc
+
+    producer = threading.Thread(target=late_put)
+    closer = threading.Thread(target=store.shutdown)
+    with store.commit_log.put_lock:  # an append in progress: the late put waits behind it
+        producer.start()
+        assert _until(lambda: _waiting_in(producer, "append"))
+        closer.start()
+        _until(lambda: _waiting_in(closer, "refuse_appends") or not closer.is_alive(), 5.0)
+    producer.join(30)
+    closer.join(30)
+    late = outcome["put"]
+    with MessageStore.open(tmp_path / "store", store_config) as again:
+        assert again.last_exit_ok and again.wait_for_dispatch()
+        stored = [m.body for m in again.get_message("g", "T", 0, 0).messages]
+    if isinstance(late, StoreClosedError):
+        assert stored == [b"first"]
+    else:
+        assert not isinstance(late, Exception), repr(late)
+        assert late.status == PutMessageStatus.PUT_OK and stored == [b"first", b"late"]
+        mapped = store.commit_log.queue.files[-1]
+        assert mapped.flushed_position >= late.commit_log_offset + late.wrote_bytes - mapped.file_from_offset

@@ -291,7 +291,7 @@ class MessageWriter(MessagePreparer):
             if phy < 0:
                 if phy == -2:
                     return PutResult.refused(_ILLEGAL, too_big_for_segment(total, config.mapped_file_size_commit_log))
-                return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+                return writer.not_appended()
             status = put_ok
             handler = writer.flush_handler
             if handler is not None:
@@ -421,11 +421,21 @@ class MessageWriter(MessagePreparer):
             self.store_host,
         )
         if result[0] is not _PUT_OK:
-            return PutResult.refused(result[0], result[6])
+            return self.not_appended(result)
         status = self._flushed(result, wait)
         return PutResult(
             (status, result[1], result[3], result[4], result[2], len(bodies), result[5], self.store_host, uniqs, "")
         )
+
+    def not_appended(self, result: AppendResult | None = None) -> PutResult:
+        """The answer to a put the commit log refused (``result``; None: it found no segment).
+        Refused because the store shuts down (a put that passed the store's check just before),
+        it is the answer every later put gets (StoreClosedError)."""
+        if self.commit_log.refusing and self.refusal is not None:
+            return self.refusal()
+        if result is None:
+            return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+        return PutResult.refused(result[0], result[6])
 
     def _flushed(self, result: AppendResult, wait: bool) -> PutMessageStatus:
         """The status of appended records once the flush (and replication) they wait for is done;
@@ -443,7 +453,7 @@ class MessageWriter(MessagePreparer):
     ) -> PutResult:
         result = self.commit_log.append(topic, queue_id, items)
         if result[0] is not _PUT_OK:
-            return PutResult.refused(result[0], result[6])
+            return self.not_appended(result)
         wait = wait and not any(m._props is not None and m._props.get(WAIT) == "false" for m in messages)
         status = self._flushed(result, wait)
         return PutResult(

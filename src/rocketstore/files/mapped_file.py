@@ -358,20 +358,23 @@ class MappedFile:
         if not self.is_able_to_flush(least_pages):
             return self.flushed_position
         target = self.read_position
-        self.force(self.flushed_position, target)
-        self.flushed_position = target
-        return target
+        if self.force(self.flushed_position, target):
+            self.flushed_position = target
+        return self.flushed_position
 
-    def force(self, start: int = 0, end: int | None = None) -> None:
-        """Make ``[start, end)`` durable (the whole file by default); FlushError on an OSError.
+    def force(self, start: int = 0, end: int | None = None) -> bool:
+        """Make ``[start, end)`` durable (the whole file by default); FlushError on an OSError,
+        False when the file is closed (nothing was written).
 
         Only that range is written: pages faulted in ahead of the writer stay out of it. After a
         failed flush the kernel may have dropped the dirty pages and marked them clean, so that
         a retry "succeeds" without writing them: every later flush of the file fails as well
         (until the store is opened again), and no flushed position moves past lost bytes.
         """
-        if self.mode != "rw" or not self.hold():
-            return
+        if self.mode != "rw":
+            return True  # a copy-on-write map: nothing goes to the file
+        if not self.hold():
+            return False
         if self.flush_error is not None:
             self.release()
             raise FlushError(f"{self.path}: an earlier flush failed ({self.flush_error}); reopen the store")
@@ -385,6 +388,7 @@ class MappedFile:
             raise self.flush_error from exc
         finally:
             self.release()
+        return True
 
     def commit(self, least_pages: int = 0) -> int:
         """Move written bytes from the write buffer into the file (transient store pool)."""

@@ -110,6 +110,7 @@ class CommitLog:
         self._current: MappedFile | None = None
         self._prefault_at = 0
         self.begin_time_in_lock = 0  # store time (ms) at which the put lock was taken, 0 when free
+        self.refusing = False  # set by refuse_appends: no record is appended any more
 
     # -- load --------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -345,9 +346,19 @@ class CommitLog:
             return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
         return mapped
 
+    def refuse_appends(self) -> None:
+        """Append nothing from now on (the store shuts down): an append already past the store's
+        own checks, waiting for the put lock, finds no segment (``refusing`` tells why). Returns
+        once an append in progress is done, so the final flush covers it."""
+        with self.put_lock:
+            self.refusing = True
+            self._current = None  # every append looks for a segment: _writable_for refuses
+
     def _writable_for(self, total: int, now: int) -> MappedFile | None:
         """The segment ``total`` bytes go to: the current one, or (after its end-of-file marker)
-        a new one. Called under the put lock."""
+        a new one; None when there is none (or appends are refused). Called under the put lock."""
+        if self.refusing:
+            return None
         mapped = self._current
         if mapped is None or mapped.wrote_position >= mapped.file_size:
             mapped = self._roll_to_writable()

@@ -131,6 +131,7 @@ class StoreServices:
         if self.schedule is not None:
             step(self.schedule.stop, "stopping the schedule service")
         refuse_puts()
+        self.store.commit_log.refuse_appends()  # and the puts already past that check
         if not self.all:
             return
         if self.commit is not None:  # puts are refused now: commit every written byte, so dispatch can finish
