@@ -453,6 +453,30 @@ def test_single_message_larger_than_a_segment_is_refused_on_the_fast_path(make_s
     assert put_ok(store, Message("T", b"next")).commit_log_offset == small.commit_log_offset + small.wrote_bytes
 
 
+def test_puts_are_refused_as_os_page_cache_busy_while_the_put_lock_is_held_too_long(make_store):
+    """RocketMQ's isOSPageCacheBusy: while an append has held the put lock for over
+    osPageCacheBusyTimeOutMills (a write stalled on the disk), puts are answered
+    OS_PAGE_CACHE_BUSY at once, on every path, rather than queued behind it; none is stored."""
+    store = make_store()
+    put_ok(store, Message("T", b"known"))  # the topic is known: the next single put takes the fast path
+    log, results = store.commit_log, []
+
+    def producer() -> None:
+        results.append(store.put(Message("T", b"fast")))
+        results.append(store.put(Message("T", b"general", properties={"p": "v"})))
+        results.append(store.put_batch([Message("T", b"batch")] * 2))
+
+    worker = threading.Thread(target=producer)
+    with log.put_lock:
+        log.begin_time_in_lock = int(time.time() * 1000) - 1500  # an append stalled 1.5 s ago
+        worker.start()
+        worker.join(30)  # answered at once, not queued for the lock
+        log.begin_time_in_lock = 0
+    worker.join(30)
+    assert [r.status for r in results] == [PutMessageStatus.OS_PAGE_CACHE_BUSY] * 3
+    assert put_ok(store, Message("T", b"after")).queue_offset == 1
+
+
 def test_rolling_records_never_straddle_files_and_files_end_with_blank(make_store, tmp_path):
     store = make_store()
     results = []

@@ -238,6 +238,8 @@ class MessageWriter(MessagePreparer):
         general = self.put_general
         host = self.store_host
         append = self.commit_log.plain_appender(host) if self._plain else None
+        log = self.commit_log
+        busy = self.page_cache_busy
         short = rec._SHORT.pack
         join = b"".join
         put_ok = _PUT_OK
@@ -260,6 +262,8 @@ class MessageWriter(MessagePreparer):
             if head is None or len(body) > config.max_message_size or config.enabled_append_prop_crc:
                 return general(message, queue_id)
             now = _time_ns() // 1_000_000
+            if log.begin_time_in_lock and busy(now) is not None:
+                return busy(now)
             uniq = next_uniq(now)
             tags, keys = message._tags, message._keys
             text = plain_properties(tags, keys, uniq)
@@ -313,6 +317,9 @@ class MessageWriter(MessagePreparer):
         """
         if self.refusal is not None:
             return self.refusal()
+        busy = self.page_cache_busy(_time_ns() // 1_000_000)
+        if busy is not None:
+            return busy
         placed = self.placed(message, queue_id, schedule=schedule)
         if type(placed) is PutResult:
             return placed
@@ -369,6 +376,9 @@ class MessageWriter(MessagePreparer):
                 raise InvalidMessageError(f"a batch's common properties cannot set {names}: set it per message")
             extra = encode_properties(properties)
         now = _time_ns() // 1_000_000
+        busy = self.page_cache_busy(now)
+        if busy is not None:
+            return busy
         head = self._topic_heads.get(topic) or self._topic_head(topic)
         if plain and head is not None and not self.config.enabled_append_prop_crc:
             result = self._put_plain_batch(topic, head, queue_id, messages, extra, now, _waits(properties))
@@ -426,6 +436,17 @@ class MessageWriter(MessagePreparer):
         return PutResult(
             (status, result[1], result[3], result[4], result[2], len(bodies), result[5], self.store_host, uniqs, "")
         )
+
+    def page_cache_busy(self, now: int) -> PutResult | None:
+        """OS_PAGE_CACHE_BUSY when the put lock has been held for over
+        ``osPageCacheBusyTimeOutMills`` (a write stalled on the disk, RocketMQ's
+        isOSPageCacheBusy): a producer is told to go elsewhere rather than wait. None otherwise."""
+        begin = self.commit_log.begin_time_in_lock
+        if begin and self.config.os_page_cache_busy_time_out_mills < now - begin < 10_000_000:
+            return PutResult.refused(
+                PutMessageStatus.OS_PAGE_CACHE_BUSY, f"the commit log has been busy for {now - begin} ms"
+            )
+        return None
 
     def not_appended(self, result: AppendResult | None = None) -> PutResult:
         """The answer to a put the commit log refused (``result``; None: it found no segment).
