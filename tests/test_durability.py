@@ -126,6 +126,27 @@ def _first_commit_round(store: MessageStore) -> None:
     store.services.commit.run_once()
 
 
+def test_a_flush_of_the_pool_claims_in_the_checkpoint_only_the_records_it_made_durable(tmp_path, store_config) -> None:
+    """physicMsgTimestamp is the store time of the last record on disk: with the transient store
+    pool, the last one committed and flushed, not one still in the write buffer."""
+    hour = 3_600_000
+    config = _pool_committed_by_hand(store_config, flushIntervalCommitLog=hour, flushCommitLogThoroughInterval=hour)
+    store = MessageStore.open(tmp_path / "store", config)
+    try:
+        _first_commit_round(store)
+        committed = store.put(Message("Pool", b"committed"))
+        store.services.commit.run_once(0)
+        while int(time.time() * 1000) <= committed.store_timestamp:  # the next record gets a later store time
+            pass
+        buffered = store.put(Message("Pool", b"buffered"))  # under commitCommitLogLeastPages: not committed
+        assert buffered.store_timestamp > committed.store_timestamp
+        store.services.flush.run_once(0)
+        assert store.positions()["flushed"] == committed.commit_log_offset + committed.wrote_bytes
+        assert store.checkpoint.physic_msg_timestamp == committed.store_timestamp
+    finally:
+        store.shutdown()
+
+
 def test_the_transient_store_pool_commits_then_flushes(tmp_path: Path, store_config: StoreConfig) -> None:
     """Writes land in a pool buffer; the file sees them only when the commit service moves them;
     the flush makes them durable. Dispatch follows the committed position, inspect shows all

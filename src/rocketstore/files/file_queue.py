@@ -211,7 +211,8 @@ class MappedFileQueue:
         mapped = self.find_by_offset(self.flushed_where, self.flushed_where == 0)
         if mapped is None:
             return True
-        ts = mapped.store_timestamp
+        # the time of the last record the flush makes durable: with a write buffer, the last committed
+        ts = mapped.store_timestamp if mapped.write_buffer is None else mapped.committed_timestamp
         where = mapped.file_from_offset + mapped.flush(least_pages)
         nothing = where == self.flushed_where
         self.flushed_where = where

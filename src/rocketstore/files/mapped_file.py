@@ -146,6 +146,7 @@ class MappedFile:
         self.committed_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0  # store time of the last record appended (commit log)
+        self.committed_timestamp = 0  # with a write buffer: store time of the last record committed
         self.first_create_in_queue = False
         self.write_buffer: mmap.mmap | bytearray | None = None  # transient store pool buffer, if any
         self.prefaulted = 0  # pages before this position were faulted in ahead of the writer
@@ -395,8 +396,10 @@ class MappedFile:
         buf = self.write_buffer
         if buf is None:
             return self.wrote_position
+        ts = self.store_timestamp  # read first: an append moves wrote_position before its time
         committed, wrote = self.committed_position, self.wrote_position
         if wrote <= committed:
+            self.committed_timestamp = ts
             return committed
         if least_pages > 0 and not self.is_full() and wrote // OS_PAGE_SIZE - committed // OS_PAGE_SIZE < least_pages:
             return committed
@@ -405,6 +408,7 @@ class MappedFile:
         with memoryview(buf) as view:  # one copy, buffer to file, no bytes object in between
             self.mm[committed:wrote] = view[committed:wrote]
         self.committed_position = wrote
+        self.committed_timestamp = ts
         return wrote
 
     # -- reference counting (ReferenceResource) --------------------------------------------------
