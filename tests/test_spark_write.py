@@ -489,3 +489,88 @@ def test_a_checkpoint_on_another_file_system_binds_the_sink_to_the_query_id(spar
         assert _bodies(sink) == written
     finally:
         spark.conf.unset(mount)
+
+
+def _queue_counts(store: Path, topic: str) -> dict[int, int]:
+    with MessageStore.open(store, small_config(), read_only=True) as s:
+        return {q: cq.max_offset_in_queue() for (t, q), cq in sorted(s.queues.table.items()) if t == topic}
+
+
+def test_round_robin_goes_on_across_jobs_and_replays_choose_the_same_queues(spark, tmp_path):  # noqa: F811
+    """One-row jobs without a queueId take turns over the 4 write queues (each started at queue
+    0); a batch cut short after its first message puts the rest where its first try would have."""
+    from rocketstore import Message
+    from rocketstore.spark.commits import append_staged
+
+    store = tmp_path / "store"
+    for i in range(4):
+        df = spark.createDataFrame([("TopicR", f"m{i}".encode())], "topic string, body binary")
+        df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert _queue_counts(store, "TopicR") == {0: 1, 1: 1, 2: 1, 3: 1}
+
+    config = small_config()
+    with MessageStore.open(store, config) as s:
+        s.put(Message("TopicP", b"before"), 0).raise_for_status()  # the batch starts at queue 1
+    rows = [{"topic": "TopicP", "body": f"p{i}".encode()} for i in range(3)]
+    append_staged(str(store), config, [_staged(tmp_path / "a.arrow", rows[:1])], sink="q", batch_id=0)
+    markers = read_markers(str(store))
+    assert markers["q"]["queueStarts"] == {"TopicP": 1}
+    markers["q"]["state"] = "pending"  # the crash: only the first message was appended
+    (store / MARKER).write_text(json.dumps(markers))
+    assert append_staged(str(store), config, [_staged(tmp_path / "b.arrow", rows)], sink="q", batch_id=0) == 2
+    assert _queue_counts(store, "TopicP") == {0: 1, 1: 1, 2: 1, 3: 1}
+
+
+def _write_in_thread(spark: Any, store: Path, topic: str, n: int, errors: list) -> Any:  # noqa: F811
+    """A write job from another thread (PySpark needs the session made active in it)."""
+    import threading
+
+    def run() -> None:
+        try:
+            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+            df = spark.range(n, numPartitions=2).selectExpr(f"'{topic}' topic", "cast(id as string) body")
+            df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+        except Exception as exc:  # reported to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_concurrent_writes_take_turns_and_a_store_open_elsewhere_is_refused_at_once(spark, tmp_path):  # noqa: F811
+    """Two jobs whose commits meet while a third Spark commit holds the store both wait for their
+    turn and append every row once; a store another program holds open is refused before any
+    task runs (no staging folder was made), and a turn not given within lockWaitMs fails."""
+    import fcntl
+    import time
+
+    config, store = small_config(), tmp_path / "store"
+    make_store(store, 3)
+    staging = tmp_path / ".store.spark-staging"
+    errors: list = []
+    with open(store / "config" / "sparkCommit.lock", "a") as turn, MessageStore.open(store, config):
+        fcntl.flock(turn, fcntl.LOCK_EX)  # the turn and the open store, as a Spark commit holds them
+        threads = [_write_in_thread(spark, store, topic, 300, errors) for topic in ("C0", "C1")]
+        deadline = time.monotonic() + 60
+        while len(list(staging.glob("*/*.arrow"))) < 4 and not errors and time.monotonic() < deadline:
+            time.sleep(0.05)  # until both jobs have staged their rows and are about to commit
+        assert not errors
+        with pytest.raises(Exception, match=r"StoreLockedError: .*lockWaitMs"):
+            spark.range(1).selectExpr("'C2' topic", "'x' body").write.format("rocketstore").options(
+                **SMALL_OPTIONS, lockWaitMs="50"
+            ).mode("append").save(str(store))
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    rows = export_rows(store, config)
+    for topic in ("C0", "C1"):
+        bodies = sorted(int(base64.b64decode(r["body"])) for r in rows if r["topic"] == topic)
+        assert bodies == list(range(300)), topic
+    assert not staging.exists()
+
+    with MessageStore.open(store, config):  # another program's open store
+        df = spark.range(1).selectExpr("'C3' topic", "'x' body")
+        with pytest.raises(Exception, match=r"StoreLockedError: .*is open in another program"):
+            df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+        assert not staging.exists()

@@ -4,7 +4,7 @@
 else the query), the query that writes it, its checkpoint and the last micro-batch it wrote::
 
     {"<sink>": {"query": "query:<id>", "checkpoint": "checkpoint:<uri>", "batchId": 7,
-                "state": "committed", "logStart": 1234, "count": 100}}
+                "state": "committed", "logStart": 1234, "count": 100, "queueStarts": {"T": 3}}}
 
 A query is the id Spark keeps in its checkpoint's ``metadata`` (what ``StreamingQuery.id``
 says). The driver reads it there when the checkpoint is local: a path, or a ``file:`` URI
@@ -28,11 +28,24 @@ commit and the checkpoint's). A ``pending`` entry for the same batch means a cra
 append: the records after ``logStart`` that match the batch's messages in order, as a put
 stores them (a delayed one in SCHEDULE_TOPIC_XXXX), are its first messages, and only the rest
 is appended. The store's lock is held throughout.
+
+Rows without a queue id go round-robin over their topic's write queues, going on from where the
+store is: a commit starts a topic at the sum of its queues' next offsets modulo its write queue
+count, so one-row jobs and micro-batches take turns over the queues as a single large one does. The
+starts are fixed before the ``pending`` entry is written and kept in it (``queueStarts``), so a
+batch cut short chooses the same queues when it is replayed.
+
+Spark commits to one store, from this process or another, take turns: each holds
+``config/sparkCommit.lock`` (an flock) while it has the store open, and a commit waits for it up
+to ``lockWaitMs`` (default 60000). A store lock taken while that lock is held is another
+program's (a broker, a program with the store open, a rebuild): the commit fails at once
+(StoreLockedError), and so does the check a write makes on the driver before any task runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -48,7 +61,7 @@ import pyarrow.compute as pc
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidArgumentError, InvalidMessageError, RocketStoreError
+from rocketstore.errors import InvalidArgumentError, InvalidMessageError, RocketStoreError, StoreLockedError
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.results import PutResult
@@ -58,7 +71,9 @@ from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 MARKER = os.path.join("config", "sparkSinkCommits.json")
+COMMIT_LOCK = os.path.join("config", "sparkCommit.lock")
 DEFAULT_QUEUE_NUMS = 4
+DEFAULT_LOCK_WAIT_MS = 60_000
 
 
 class SinkInUseError(RocketStoreError, ValueError):
@@ -198,10 +213,12 @@ def _messages(staged: list[Any]) -> Iterator[tuple[Message, int | None]]:
 
 
 class QueueChooser:
-    """Queue ids for messages without one: round-robin over the topic's write queues."""
+    """Queue ids for messages without one: round-robin over the topic's write queues, from
+    ``starts`` (a replay's, kept in its marker) or else from the store's state (``start_of``)."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, starts: Mapping[str, int] | None = None) -> None:
         self.store = store
+        self.starts: dict[str, int] = {str(k): int(v) for k, v in (starts or {}).items()}
         self.next: dict[str, int] = {}
         self.count: dict[str, int] = {}
 
@@ -210,13 +227,85 @@ class QueueChooser:
         if nums is None:
             cfg = self.store.topics.topic_config_table.get(topic)
             nums = self.count[topic] = max(1, int(cfg["writeQueueNums"])) if cfg else DEFAULT_QUEUE_NUMS
-        i = self.next.get(topic, 0)
+        i = self.next.get(topic)
+        if i is None:
+            if topic not in self.starts:
+                self.starts[topic] = self.start_of(topic, nums)
+            i = self.starts[topic]
         self.next[topic] = i + 1
         return i % nums
 
+    def start_of(self, topic: str, nums: int) -> int:
+        """Where the topic's round-robin goes on: the sum of its queues' next offsets (as the
+        puts assign them) modulo ``nums``; after n messages sent round-robin, queue n % nums."""
+        table = dict(self.store.commit_log.topic_queue_table)
+        return sum(offset for (name, _), offset in table.items() if name == topic) % nums
+
     def rewind(self) -> None:
-        """Choose the same queues again (with the queue counts read the first time)."""
+        """Choose the same queues again (with the queue counts and starts read the first time)."""
         self.next.clear()
+
+
+@contextlib.contextmanager
+def commit_turn(root: str, wait_ms: int) -> Iterator[None]:
+    """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too),
+    waiting for it up to ``wait_ms`` while another Spark commit holds it."""
+    path = os.path.join(root, COMMIT_LOCK)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        deadline = time.monotonic() + wait_ms / 1000
+        pause = 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreLockedError(
+                        f"{root}: another Spark write kept committing to it for over {wait_ms} ms "
+                        "(the lockWaitMs option)"
+                    ) from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.1)
+        yield
+    finally:
+        os.close(fd)  # drops the flock
+
+
+def _held_elsewhere(root: str, exc: StoreLockedError) -> StoreLockedError:
+    return StoreLockedError(
+        f"{root} is open in another program (a broker, a program with the store open, a rebuild), not in a "
+        f"Spark write: a Spark write appends only to a store no other program has open ({exc})"
+    )
+
+
+def check_unheld(root: str) -> None:
+    """Refuse (StoreLockedError), on the driver before any task runs, a store another program
+    holds open. A store a Spark commit holds is not refused: the write waits for its turn. Nothing
+    is written (``/proc/locks`` tells who holds the lock; where it cannot, the commit will)."""
+    from rocketstore.cli.common import describe_holder, lock_holder
+
+    holder = lock_holder(root)
+    if holder is None:
+        return
+    try:  # a commit makes the turn's file before it takes the store's lock
+        fd = os.open(os.path.join(root, COMMIT_LOCK), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = -1
+    if fd >= 0:
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a Spark commit has the turn: the store is its
+            holder = lock_holder(root)  # with the turn held, no Spark commit can hold the store
+            if holder is None:
+                return
+        finally:
+            os.close(fd)
+    raise _held_elsewhere(root, StoreLockedError(f"{describe_holder(holder)} holds its lock"))
 
 
 def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
@@ -300,60 +389,81 @@ def append_staged(
     batch_id: int | None,
     query: str | None = None,
     checkpoint: str | None = None,
+    lock_wait_ms: int = DEFAULT_LOCK_WAIT_MS,
 ) -> int:
-    """Append the staged messages (task order) under the store's lock; returns how many were
-    appended. With ``sink``/``batch_id``, the write-ahead marker makes this exactly-once; a sink
-    another ``query`` owns is refused (SinkInUseError, see ``check_owner``)."""
+    """Append the staged messages (task order) under the store's lock, in turn with other Spark
+    commits (waiting up to ``lock_wait_ms``); returns how many were appended. With
+    ``sink``/``batch_id``, the write-ahead marker makes this exactly-once; a sink another
+    ``query`` owns is refused (SinkInUseError, see ``check_owner``)."""
     if sink is None and not any(s.rows for s in staged):
         return 0
     require_store_or_new_folder(root, config)
-    store = MessageStore.open(root, config)
-    try:
-        skip = 0
-        markers = read_markers(store.root) if sink is not None else {}
-        entry = markers.get(sink) if sink is not None else None
-        if sink is not None and (query is not None or checkpoint is not None):
-            check_owner(markers, sink, query, checkpoint)
-        if entry is not None and batch_id is not None:
-            if entry.get("batchId", -1) > batch_id or (
-                entry.get("batchId") == batch_id and entry.get("state") == "committed"
-            ):
-                log.info("rocketstore sink %s: batch %d was committed before; skipped", sink, batch_id)
-                return 0
-            if entry.get("batchId") == batch_id and entry.get("state") == "pending":
-                skip = _already_written(store, int(entry["logStart"]), staged)
-                log.warning("rocketstore sink %s: batch %d was cut short; %d messages were in", sink, batch_id, skip)
-        _check_space(store.root, staged, config)
-        choose = QueueChooser(store)
-        check_chosen_queues(store, staged, choose)
-        choose.rewind()  # the same queues, their counts read before the first put
-        if sink is not None and batch_id is not None:
-            owner = (entry or {}).get("query")
-            if query is not None and (owner is None or not owner.startswith("query:")):
-                owner = query  # a checkpoint's binding gives way to its query's id, never the reverse
-            markers[sink] = {
-                "query": owner,
-                "checkpoint": checkpoint if checkpoint is not None else (entry or {}).get("checkpoint"),
-                "batchId": batch_id,
-                "state": "pending",
-                "logStart": int(entry["logStart"]) if skip else store.max_phy_offset,
-                "count": sum(s.rows for s in staged),
-                "time": int(time.time() * 1000),
-            }
-            _write_markers(store.root, markers)
-        appended = 0
-        for i, (message, queue_id) in enumerate(_messages(staged)):
-            qid = choose(message.topic) if queue_id is None else queue_id
-            if i < skip:
-                continue
-            result = store.put(message, qid)
-            if not result.ok:
-                raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
-            appended += 1
-        store.flush()
-        if sink is not None and batch_id is not None:
-            markers[sink]["state"] = "committed"
-            _write_markers(store.root, markers)
-        return appended
-    finally:
-        store.shutdown()
+    with commit_turn(root, lock_wait_ms):
+        try:
+            store = MessageStore.open(root, config)
+        except StoreLockedError as exc:  # no Spark commit holds it now (we have the turn)
+            raise _held_elsewhere(root, exc) from None
+        try:
+            return _append(store, config, staged, sink, batch_id, query, checkpoint)
+        finally:
+            store.shutdown()
+
+
+def _append(
+    store: MessageStore,
+    config: StoreConfig,
+    staged: list[Any],
+    sink: str | None,
+    batch_id: int | None,
+    query: str | None,
+    checkpoint: str | None,
+) -> int:
+    skip = 0
+    starts = None
+    markers = read_markers(store.root) if sink is not None else {}
+    entry = markers.get(sink) if sink is not None else None
+    if sink is not None and (query is not None or checkpoint is not None):
+        check_owner(markers, sink, query, checkpoint)
+    if entry is not None and batch_id is not None:
+        if entry.get("batchId", -1) > batch_id or (
+            entry.get("batchId") == batch_id and entry.get("state") == "committed"
+        ):
+            log.info("rocketstore sink %s: batch %d was committed before; skipped", sink, batch_id)
+            return 0
+        if entry.get("batchId") == batch_id and entry.get("state") == "pending":
+            skip = _already_written(store, int(entry["logStart"]), staged)
+            starts = entry.get("queueStarts")  # the replay chooses the queues the first try chose
+            log.warning("rocketstore sink %s: batch %d was cut short; %d messages were in", sink, batch_id, skip)
+    _check_space(store.root, staged, config)
+    choose = QueueChooser(store, starts)
+    check_chosen_queues(store, staged, choose)  # fixes the start of every topic that needs one
+    choose.rewind()  # the same queues, their counts and starts read before the first put
+    if sink is not None and batch_id is not None:
+        owner = (entry or {}).get("query")
+        if query is not None and (owner is None or not owner.startswith("query:")):
+            owner = query  # a checkpoint's binding gives way to its query's id, never the reverse
+        markers[sink] = {
+            "query": owner,
+            "checkpoint": checkpoint if checkpoint is not None else (entry or {}).get("checkpoint"),
+            "batchId": batch_id,
+            "state": "pending",
+            "logStart": int(entry["logStart"]) if skip else store.max_phy_offset,
+            "count": sum(s.rows for s in staged),
+            "queueStarts": dict(sorted(choose.starts.items())),
+            "time": int(time.time() * 1000),
+        }
+        _write_markers(store.root, markers)
+    appended = 0
+    for i, (message, queue_id) in enumerate(_messages(staged)):
+        qid = choose(message.topic) if queue_id is None else queue_id
+        if i < skip:
+            continue
+        result = store.put(message, qid)
+        if not result.ok:
+            raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
+        appended += 1
+    store.flush()
+    if sink is not None and batch_id is not None:
+        markers[sink]["state"] = "committed"
+        _write_markers(store.root, markers)
+    return appended

@@ -14,7 +14,11 @@ array of strings, whose nulls are dropped) and ``properties`` (a map of strings)
 other columns are not written. Types are checked by kind: a string of any collation is a string,
 and an empty ``array()`` literal (array<void>) is an array of strings. A column of another type
 (a double queueId among them) is refused on the driver. Rows without a queueId go round-robin
-over the topic's write queues.
+over the topic's write queues, going on across jobs and micro-batches (see ``commits``).
+
+Several jobs or streaming queries may write one store at once: their commits take turns, each
+waiting up to the ``lockWaitMs`` option (default 60000) for the others. A store another program
+holds open (a broker) is refused on the driver before any task runs.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
-from rocketstore.spark.schema import option, store_config, store_path
+from rocketstore.spark.schema import int_option, option, store_config, store_path
 from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
@@ -208,6 +212,11 @@ class _Writer:
         self.path = os.path.abspath(store_path(options))
         self.config: StoreConfig = store_config(options)
         require_store_or_new_folder(self.path, self.config)  # on the driver, before any task runs
+        wait = int_option(options, "lockWaitMs", commits.DEFAULT_LOCK_WAIT_MS)
+        if wait is None or wait < 0:
+            raise ValueError(f"option lockWaitMs must be an integer from 0, not {option(options, 'lockWaitMs')!r}")
+        self.lock_wait_ms = wait
+        commits.check_unheld(self.path)  # a broker has it open: refused before any task runs
         self.topic = option(options, "topic")
         self.staging_root = os.path.abspath(option(options, "stagingDir") or default_staging(self.path))
         self._set_job(uuid.uuid4().hex)
@@ -309,7 +318,9 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:
             staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
-            commits.append_staged(self.path, self.config, staged, sink=None, batch_id=None)
+            commits.append_staged(
+                self.path, self.config, staged, sink=None, batch_id=None, lock_wait_ms=self.lock_wait_ms
+            )
         finally:
             self._discard(messages)
 
@@ -352,6 +363,7 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
                 batch_id=batchId,
                 query=query,
                 checkpoint=self.checkpoint,
+                lock_wait_ms=self.lock_wait_ms,
             )
         finally:
             self._discard(messages)
