@@ -98,6 +98,20 @@ def make_store(path: Path, count: int = 300, **extra: Any) -> Path:
     return path
 
 
+def damage_record(path: Path, topic: str, queue_id: int, queue_offset: int) -> int:
+    """Zero the magic code of a message's record (a store of several segments, the record in an
+    early one: the recovery after a clean shutdown does not look at it); returns its commit-log
+    offset."""
+    config = small_config()
+    with MessageStore.open(path, config, read_only=True) as store:
+        offset = store.get_commit_log_offset_in_queue(topic, queue_id, queue_offset)
+    size = config.mapped_file_size_commit_log
+    with open(path / "commitlog" / f"{offset - offset % size:020d}", "r+b") as f:
+        f.seek(offset % size + 4)
+        f.write(bytes(4))
+    return offset
+
+
 def export_rows(path: Path, config: StoreConfig, topics: Iterable[str] | None = None) -> list[dict]:
     """What the consume queues serve, as export rows (the reference the Spark rows must equal)."""
     from rocketstore.export import iter_queued

@@ -23,6 +23,7 @@ from rocketstore.verify import verify_store
 from spark_conftest import (
     SMALL_GEOMETRY,
     VECTOR_OPTIONS,
+    damage_record,
     export_rows,
     make_store,
     small_config,
@@ -240,3 +241,20 @@ def test_a_session_s_own_work_folder_is_removed_when_the_program_ends() -> None:
     local_dir = Path(done.stdout.split()[-1])
     assert local_dir.name == "local" and local_dir.parent.name.startswith("rocketstore-spark-")
     assert not local_dir.parent.exists()
+
+
+def test_parquet_export_lists_a_message_it_cannot_read_and_exits_1(spark, tmp_path):  # noqa: F811
+    """As ``rocketstore export``: the other messages are exported, the damaged one is named in a
+    warning, and the exit status is 1."""
+    store = make_store(tmp_path / "store", 400)
+    offset = damage_record(store, "TopicA", 0, 1)
+    out = tmp_path / "parquet"
+    done = CliRunner().invoke(cli, ["spark", "export", str(store), *SETS, "--parquet", str(out)])
+    assert done.exit_code == 1, done.output
+    assert f"WARNING: TopicA/0 queue offset 1 (commit-log offset {offset}, " in done.output
+    assert "1 message(s) could not be read" in done.output
+    assert spark.read.parquet(str(out)).count() == 399
+    result = jobs.export_parquet(
+        spark, str(store), str(out), {k: str(v) for k, v in SMALL_GEOMETRY.items()}, mode="overwrite"
+    )
+    assert (result["messages"], result["unreadable"]) == (399, 1)

@@ -13,6 +13,7 @@ from spark_conftest import (
     VECTOR_OPTIONS,
     as_export,
     assert_rows_equal,
+    damage_record,
     export_rows,
     log_rows,
     make_store,
@@ -369,3 +370,18 @@ def test_column_decoder_equals_record_decoder():
         sizes=np.array([len(buf) - 1]),
     )
     assert not ok.any()
+
+
+def test_a_record_that_fails_its_checks_fails_the_read_or_is_skipped(spark, tmp_path):  # noqa: F811
+    """failOnDataLoss (the default) fails the read naming the message, in both modes; false skips
+    it (the export lists it: test_spark_jobs)."""
+    store = make_store(tmp_path / "store", 400)
+    offset = damage_record(store, "TopicA", 0, 1)
+    named = {
+        "consumequeue": rf"DataLossError: TopicA/0 queue offset 1 \(commit-log offset {offset}, \d+ bytes\)",
+        "commitlog": rf"DataLossError: commit-log offset {offset}: a record that fails its checks",
+    }
+    for mode, error in named.items():
+        with pytest.raises(Exception, match=error):
+            reader(spark, mode=mode).load(str(store)).count()
+        assert reader(spark, mode=mode, failOnDataLoss="false").load(str(store)).count() == 399

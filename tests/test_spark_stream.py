@@ -14,6 +14,7 @@ from spark_conftest import (
     SMALL_OPTIONS,
     TOPICS,
     as_export,
+    damage_record,
     export_rows,
     make_store,
     small_config,
@@ -230,3 +231,13 @@ def test_an_end_offset_past_the_queue_is_never_checkpointed(tmp_path):
         StreamReader(options, StructType()).partitions(start, end)
     (part,) = StreamReader({**options, "failOnDataLoss": "false"}, StructType()).partitions(start, end)
     assert [(q.start, q.end) for q in part.slices] == [(0, 3)]
+
+
+def test_a_record_that_fails_its_checks_fails_the_stream(spark, tmp_path):  # noqa: F811
+    """A damaged record fails the query naming it (failOnDataLoss, the default); false skips it."""
+    store = make_store(tmp_path / "store", 400)
+    damage_record(store, "TopicB", 2, 3)
+    with pytest.raises(Exception, match=r"DataLossError: TopicB/2 queue offset 3 \(commit-log offset"):
+        run_stream(spark, store, tmp_path / "ckpt", startingOffsets="earliest")
+    skipped = run_stream(spark, store, tmp_path / "ckpt2", startingOffsets="earliest", failOnDataLoss="false")
+    assert len(skipped.rows) == 399

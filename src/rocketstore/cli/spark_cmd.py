@@ -18,6 +18,7 @@ import click
 from rocketstore.cli.common import (
     CommandError,
     Common,
+    ProblemsFound,
     check_commit_log,
     describe_holder,
     is_inside,
@@ -191,7 +192,9 @@ def export(
 
     Refused before Spark starts: an output folder that exists (without --overwrite) or overlaps
     the store, --begin not before --end, and --topics that match no topic of the store. When the
-    time range selects no message the result is 0 messages (a folder holding only _SUCCESS)."""
+    time range selects no message the result is 0 messages (a folder holding only _SUCCESS). A
+    message whose record cannot be read is left out with a warning, and the exit status is 1, as
+    for ``rocketstore export``."""
     _check_store(opts, writes=False)
     _check_export(opts, out, begin, end, topics, overwrite)
     from rocketstore.spark.jobs import export_parquet
@@ -209,6 +212,11 @@ def export(
             topics=topics,
             mode="overwrite" if overwrite else "errorifexists",
         )
+    for line in result["unreadableMessages"]:
+        warn(f"WARNING: {line}, not exported")
+    if result["unreadable"] > len(result["unreadableMessages"]):
+        more = result["unreadable"] - len(result["unreadableMessages"])
+        warn(f"WARNING: ... and {more} more unreadable message(s), not exported")
     empty = not result["messages"]  # Spark wrote only _SUCCESS
     if opts.as_json:
         if empty:
@@ -219,3 +227,8 @@ def export(
     else:
         out_console().print(kv_table(f"exported {result['store']} to {out}", list(result["topics"].items())))
         say(f"{result['messages']} messages in {result['seconds']} s")
+    if result["unreadable"]:
+        raise ProblemsFound(
+            f"{result['unreadable']} message(s) could not be read and are not in the export (the warnings above "
+            f"say which); {result['messages']} exported"
+        )

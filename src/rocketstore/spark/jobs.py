@@ -39,6 +39,7 @@ from rocketstore.queues.index_service import IndexService, index_entries
 
 log = logging.getLogger(__name__)
 PART_BYTES = 256 << 20
+UNREADABLE_LISTED = 20  # unreadable messages an export names; the rest are counted
 REBUILD_PREFIX = ".rebuild-"  # the work folder of a rebuild, in the store root
 
 
@@ -322,16 +323,19 @@ def export_parquet(
     mode: str = "errorifexists",
 ) -> dict:
     """Every message the consume queues serve (store time in [begin, end) ms when given) as
-    Parquet partitioned by topic."""
+    Parquet partitioned by topic. A message whose record cannot be read (it fails its checks)
+    is left out and listed, as ``rocketstore export`` does: ``unreadable`` counts them and
+    ``unreadableMessages`` names the first ``UNREADABLE_LISTED``."""
     from pyspark.sql import functions as F
 
-    reader = spark.read.format("rocketstore").options(**(config_options or {}))
+    options = dict(config_options or {}, failOnDataLoss="false")
     if begin is not None:
-        reader = reader.option("startingTimestamp", str(begin))
+        options["startingTimestamp"] = str(begin)
     if end is not None:
-        reader = reader.option("endingTimestamp", str(end))
+        options["endingTimestamp"] = str(end)
     if topics:
-        reader = reader.option("topics", topics)
+        options["topics"] = topics
+    reader = spark.read.format("rocketstore").options(**options)
     df = reader.load(path)
     started = time.perf_counter()
     df.write.mode(mode).partitionBy("topic").parquet(out)
@@ -341,13 +345,34 @@ def export_parquet(
     written = spark.read.schema(df.schema).parquet(out)
     rows = written.groupBy("topic").agg(F.count("*").alias("messages")).collect()
     per_topic = {r["topic"]: r["messages"] for r in sorted(rows, key=lambda r: r["topic"])}
+    unreadable = unreadable_messages(spark, path, options)
+    for item in unreadable[:UNREADABLE_LISTED]:
+        log.warning("export: %s; not exported", item)
     return {
         "store": os.path.abspath(path),
         "parquet": out,
         "messages": sum(per_topic.values()),
         "topics": per_topic,
+        "unreadable": len(unreadable),
+        "unreadableMessages": [str(u) for u in unreadable[:UNREADABLE_LISTED]],
         "seconds": round(seconds, 3),
     }
+
+
+def unreadable_messages(spark: Any, path: str, options: dict[str, str]) -> list[Any]:
+    """The queue units of a consume-queue read (``options``) whose records the read skips with
+    failOnDataLoss=false (``read.Unreadable``, in queue order): a job over the same plan that
+    checks only the records' headers. The Python data source API gives tasks no way to report
+    them to the driver, so the export asks again."""
+    from rocketstore.spark.read import unreadable_units
+    from rocketstore.spark.schema import spark_schema
+    from rocketstore.spark.source import BatchReader
+
+    parts = BatchReader(dict(options, path=path), spark_schema()).partitions()
+    if not parts:
+        return []
+    found = spark.sparkContext.parallelize(parts, len(parts)).flatMap(unreadable_units).collect()
+    return sorted(found, key=lambda u: (u.topic, u.queue_id, u.queue_offset))
 
 
 # -- command line (spark-submit) ---------------------------------------------------------------------
@@ -393,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.parquet:
             parser.error("export needs --parquet PATH")
         result = export_parquet(spark, args.store, args.parquet, options, begin=args.begin, end=args.end)
-        status = 0
+        status = 1 if result["unreadable"] else 0
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return status
 

@@ -13,12 +13,15 @@ import logging
 import mmap
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rocketstore.codec import record as rec
 from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.errors import RecordError
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
 from rocketstore.spark.columns import (
     STOP_BAD,
@@ -170,22 +173,63 @@ def _disk_units(spec: ReadSpec, s: QueueSlice, start: int, end: int) -> np.ndarr
     return np.frombuffer(b"".join(parts), dtype=UNIT_DTYPE)
 
 
-def _slice_units(spec: ReadSpec, s: QueueSlice) -> np.ndarray:
+@dataclass
+class Unreadable:
+    """A queue unit whose record fails its checks (or is in a missing segment): not read."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.topic}/{self.queue_id} queue offset {self.queue_offset} (commit-log offset "
+            f"{self.commit_log_offset}, {self.size} bytes) cannot be read: {self.reason}"
+        )
+
+
+def _slice_units(spec: ReadSpec, s: QueueSlice) -> tuple[np.ndarray, np.ndarray]:
+    """The units of a slice, and the queue offset of each."""
     disk_to = min(s.end, s.disk_end)
-    pieces = []
+    pieces, offsets = [], []
     if s.start < disk_to:
         units = _disk_units(spec, s, s.start, disk_to)
         if units is not None:
             pieces.append(units)
+            offsets.append(np.arange(s.start, s.start + len(units), dtype=np.int64))
     if s.tail:
-        pieces.append(np.frombuffer(s.tail, dtype=UNIT_DTYPE))
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=UNIT_DTYPE)
+        tail = np.frombuffer(s.tail, dtype=UNIT_DTYPE)
+        first = max(s.start, s.disk_end)
+        pieces.append(tail)
+        offsets.append(np.arange(first, first + len(tail), dtype=np.int64))
+    if not pieces:
+        return np.zeros(0, dtype=UNIT_DTYPE), np.zeros(0, np.int64)
+    return np.concatenate(pieces), np.concatenate(offsets)
 
 
-def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.RecordBatch]:
-    phys, sizes = [], []
-    for s in slices:
-        units = _slice_units(spec, s)
+def _why(data: np.ndarray, at: int, size: int, limit: int) -> str:
+    """Why the record of a unit cannot be read, as the record decoder says it."""
+    if at < 0 or at + size > limit:
+        return "the commit log does not hold it (past its end)"
+    try:
+        rec.decode(data[at : at + size].tobytes())
+    except (RecordError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    return "it is not the size its queue unit gives"
+
+
+def _checked_chunks(
+    slices: list[QueueSlice], spec: ReadSpec, lost: list[Unreadable] | None = None
+) -> Iterator[tuple[Segment, np.ndarray, Headers, list[Unreadable]]]:
+    """(segment, record positions, their headers, the units that cannot be read) per chunk of the
+    slices' units in log order; positions and headers are those of the records that pass their
+    checks. A missing segment: ``_lost`` (a read), or its units added to ``lost`` (a check)."""
+    phys, sizes, keys, offs = [], [], [], []
+    for k, s in enumerate(slices):
+        units, offsets = _slice_units(spec, s)
         phy = units["phy"].astype(np.int64)
         size = units["size"].astype(np.int64)
         keep = (phy >= 0) & (size > 0) & (size < 0x7FFFFFFF)
@@ -193,30 +237,34 @@ def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.Record
             keep &= np.isin(units["tags"].astype(np.int64), np.array(sorted(spec.tag_codes), dtype=np.int64))
         phys.append(phy[keep])
         sizes.append(size[keep])
+        keys.append(np.full(int(keep.sum()), k, dtype=np.int64))
+        offs.append(offsets[keep])
     phy = np.concatenate(phys) if phys else np.zeros(0, np.int64)
     if not len(phy):  # no slices, or the tag filter left no unit
         return
-    size = np.concatenate(sizes)
     order = np.argsort(phy, kind="stable")
-    phy, size = phy[order], size[order]
+    phy, size = phy[order], np.concatenate(sizes)[order]
+    key, qoff = np.concatenate(keys)[order], np.concatenate(offs)[order]
+
+    def unit(i: int, reason: str) -> Unreadable:
+        s = slices[int(key[i])]
+        return Unreadable(s.topic, s.queue_id, int(qoff[i]), int(phy[i]), int(size[i]), reason)
+
     seg_size = spec.segment_size
     bases = phy - phy % seg_size
     bounds = np.flatnonzero(np.diff(bases)) + 1
-    schema = arrow_schema(spec.columns)
-    columns = _decode_columns(spec)
-    decode_schema = arrow_schema(columns)
-    row_filter = RowFilter(spec, by_topic=False)
     for a, b in zip([0, *bounds.tolist()], [*bounds.tolist(), len(phy)], strict=True):
         base = int(bases[a])
         path = spec.segments.get(base)
         segment = None
         if path is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 segment = Segment(path)
-            except FileNotFoundError:
-                segment = None
         if segment is None:
-            _lost(spec, f"commit-log segment {base:020d} ({b - a} messages)")
+            if lost is None:
+                _lost(spec, f"commit-log segment {base:020d} ({b - a} messages)")
+            else:
+                lost.extend(unit(i, f"its commit-log segment {base:020d} is missing") for i in range(a, b))
             continue
         try:
             limit = min(segment.size, spec.log_end - base)
@@ -224,18 +272,58 @@ def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.Record
                 c, d = a + c0, a + d0
                 pos = phy[c:d] - base
                 h = read_headers(segment.data, pos, limit, size[c:d])
-                keep = h.ok
-                extra = row_filter.mask(segment.data, segment.buffer, h)
-                if extra is not None:
-                    keep = keep & extra
-                if not keep.all():
-                    rows = np.flatnonzero(keep)
+                bad: list[Unreadable] = []
+                if not h.ok.all():
+                    bad = [
+                        unit(c + i, _why(segment.data, int(pos[i]), int(size[c + i]), limit))
+                        for i in np.flatnonzero(~h.ok).tolist()
+                    ]
+                    rows = np.flatnonzero(h.ok)
                     h, pos = h.select(rows), pos[rows]
-                batch = _finish(build_batch(segment.data, segment.buffer, h, pos, columns, decode_schema), spec, schema)
-                if batch is not None:
-                    yield batch
+                yield segment, pos, h, bad
         finally:
             segment.close()
+
+
+def _unreadable(spec: ReadSpec, bad: list[Unreadable]) -> None:
+    """Fail the read (failOnDataLoss) naming the units whose records cannot be read, or warn."""
+    if not bad:
+        return
+    if spec.fail_on_data_loss:
+        more = f" (and {len(bad) - 1} more in this part of the read)" if len(bad) > 1 else ""
+        raise DataLossError(
+            f"{bad[0]}{more}: the record fails its checks (see rocketstore verify). Set failOnDataLoss=false "
+            "to skip such records (rocketstore spark export does, and lists them)."
+        )
+    for item in bad:
+        log.warning("%s; skipped (failOnDataLoss=false)", item)
+
+
+def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+    schema = arrow_schema(spec.columns)
+    columns = _decode_columns(spec)
+    decode_schema = arrow_schema(columns)
+    row_filter = RowFilter(spec, by_topic=False)
+    for segment, pos, h, bad in _checked_chunks(slices, spec):
+        _unreadable(spec, bad)
+        extra = row_filter.mask(segment.data, segment.buffer, h)
+        if extra is not None and not extra.all():
+            rows = np.flatnonzero(extra)
+            h, pos = h.select(rows), pos[rows]
+        batch = _finish(build_batch(segment.data, segment.buffer, h, pos, columns, decode_schema), spec, schema)
+        if batch is not None:
+            yield batch
+
+
+def unreadable_units(part: ReadPartition) -> list[Unreadable]:
+    """The units of a consume-queue partition whose records a read would not give (they fail
+    their checks, or their segment is missing): what ``jobs.export_parquet`` reports."""
+    found: list[Unreadable] = []
+    if part.spec.mode != "consumequeue":
+        return found
+    for _segment, _pos, _h, bad in _checked_chunks(part.slices, part.spec, found):
+        found.extend(bad)
+    return found
 
 
 # -- commit-log mode ------------------------------------------------------------------------------------
@@ -286,11 +374,12 @@ def _read_range(r: LogRange, spec: ReadSpec) -> Iterator[pa.RecordBatch]:
             if bad_at is not None:
                 if bad_at >= r.end:
                     return
-                log.warning(
-                    "commit-log segment %020d: a damaged record at %d; reading on from the next record",
-                    r.base,
-                    bad_at,
-                )
+                text = f"commit-log offset {r.base + bad_at}: a record that fails its checks (see rocketstore verify)"
+                if spec.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{text}. Set failOnDataLoss=false to skip it and read on from the next record."
+                    )
+                log.warning("%s; reading on from the next record (failOnDataLoss=false)", text)
                 found = find_record(data, bad_at + 1, r.end, limit, r.base)
                 if found is None:
                     return
