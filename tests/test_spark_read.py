@@ -157,7 +157,7 @@ def test_topics_and_queues(spark, store, everything):  # noqa: F811
 
 
 def test_starting_and_ending_offsets(spark, store, everything):  # noqa: F811
-    start = json.dumps({"TopicA": {"0": 3, "1": -1}, "TopicB": {"2": -2}})
+    start = json.dumps({"TopicA": {"0": 3, "1": 1000}, "TopicB": {"2": -2}})
     end = json.dumps({"TopicA": {"0": 7}, "TopicB": {"2": 5}})
     got = spark_rows(reader(spark, startingOffsets=start, endingOffsets=end).load(str(store)))
 
@@ -168,9 +168,17 @@ def test_starting_and_ending_offsets(spark, store, everything):  # noqa: F811
         return lo <= r["queueOffset"] < hi
 
     assert got == [r for r in everything if wanted(r)]
-    assert reader(spark, startingOffsets="latest").load(str(store)).count() == 0
     with pytest.raises(Exception, match="earliest is not an ending offset"):
         reader(spark, endingOffsets="earliest").load(str(store)).collect()
+    # as Kafka's source: latest is no batch start, and offsets of queues the read does not cover are refused
+    with pytest.raises(Exception, match="latest is not allowed for a batch read"):
+        reader(spark, startingOffsets="latest").load(str(store)).collect()
+    typo = json.dumps({"TopicZ": {"0": 5}, "TopicA": {"9": 3, "0": 1}})
+    for options in ({"startingOffsets": typo}, {"endingOffsets": typo}, {"startingOffsets": start, "topics": "TopicA"}):
+        with pytest.raises(
+            Exception, match=r"InvalidArgumentError: option \w+Offsets names (TopicA/9, TopicZ/0|TopicB/2)"
+        ):
+            reader(spark, **options).load(str(store)).collect()
 
 
 @pytest.mark.parametrize(
@@ -185,6 +193,10 @@ def test_starting_and_ending_offsets(spark, store, everything):  # noqa: F811
         ({"startingOffsets": '{"TopicA": {"-1": 3}}'}, "is not a queue id"),
         ({"queues": '{"TopicA": [1.5]}'}, "queues: 1.5 is not a queue id"),
         ({"queues": "0,-1"}, "is not a queue id"),
+        ({"startingOffsets": '{"TopicA": {"0": -1}}'}, "TopicA/0: -1 (latest) is not allowed for a batch read"),
+        ({"startingOffsets": "earliset"}, 'must be earliest or a JSON object like {"TopicA":{"0":23,"1":-2}}'),
+        ({"endingOffsets": "{oops"}, "endingOffsets: not valid JSON"),
+        ({"endingOffsets": "lastest"}, "endingOffsets must be latest or a JSON object like"),
         (
             {"startingOffsets": '{"TopicA": {"0": 10}}', "endingOffsets": '{"TopicA": {"0": 5}}'},
             "TopicA/0 starts at 10, after its ending offset 5",

@@ -7,8 +7,9 @@ store refuse a batch read of the consume queues (as ``rocketstore spark export -
 a stream or a commit-log read warns. ``queues``: ``0,2`` for every topic or JSON
 ``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
 ``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive. A
-starting offset after the ending offset given for the same queue is an error; a starting offset past
-a queue's end reads nothing from it. ``maxPartitionBytes``, ``minPartitions``,
+batch read refuses a starting offset of latest (it would read nothing), and JSON naming a queue the
+read does not cover (a typo'd topic). A starting offset after the ending offset given for the same
+queue is an error; a starting offset past a queue's end reads nothing from it. ``maxPartitionBytes``, ``minPartitions``,
 ``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers. Timestamps are epoch
 milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a fraction of a
 millisecond counts from the next one).
@@ -172,14 +173,27 @@ def _queue_ids(values: Iterable[object]) -> frozenset[int]:
     return frozenset(ids)
 
 
-def parse_offsets(text: str | None, name: str, default: str, *, ending: bool = False) -> Offsets:
+def parse_offsets(
+    text: str | None, name: str, default: str, *, ending: bool = False, batch_start: bool = False
+) -> Offsets:
+    """``earliest``/``latest`` or per-queue JSON offsets. An ending offset is never earliest (-2),
+    and a batch read's starting offset never latest (-1), as Kafka's source refuses them."""
     if text is None or not text.strip():
         return default
     text = text.strip()
+    allowed = "latest" if ending else "earliest" if batch_start else "earliest, latest"
+    example = '{"TopicA":{"0":23,"1":-1}}' if ending else '{"TopicA":{"0":23,"1":-2}}'
     if text.lower() in ("earliest", "latest"):
         if ending and text.lower() == "earliest":
-            raise ValueError(f"option {name}: earliest is not an ending offset")
+            raise ValueError(f"option {name}: earliest is not an ending offset (give {allowed} or JSON {example})")
+        if batch_start and text.lower() == "latest":
+            raise ValueError(
+                f"option {name}: latest is not allowed for a batch read, which would read nothing (give "
+                f"{allowed}, JSON {example} or startingTimestamp)"
+            )
         return text.lower()
+    if not text.startswith("{"):
+        raise ValueError(f"option {name} must be {allowed} or a JSON object like {example}, not {text!r}")
     obj = _json(text, name)
     out: dict[str, dict[int, int]] = {}
     for topic, queues in obj.items():
@@ -194,6 +208,11 @@ def parse_offsets(text: str | None, name: str, default: str, *, ending: bool = F
                 raise ValueError(f"option {name}: {topic}/{qid}: {json.dumps(off)} is not an offset (an integer)")
             if offset < EARLIEST or (ending and offset == EARLIEST):
                 raise ValueError(f"option {name}: {topic}/{qid}: {off} is not a valid offset")
+            if batch_start and offset == LATEST:
+                raise ValueError(
+                    f"option {name}: {topic}/{qid}: -1 (latest) is not allowed for a batch read, which would "
+                    "read nothing of that queue"
+                )
             per[queue_id] = offset
         out[str(topic)] = per
     return out
@@ -262,7 +281,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     if tags_text and tags_text.strip() not in ("", "*"):
         tags = frozenset(t.strip() for t in tags_text.split("||") if t.strip())
     starting = parse_offsets(
-        option(options, "startingOffsets"), "startingOffsets", "latest" if streaming else "earliest"
+        option(options, "startingOffsets"),
+        "startingOffsets",
+        "latest" if streaming else "earliest",
+        batch_start=not streaming,
     )
     ending = parse_offsets(option(options, "endingOffsets"), "endingOffsets", "latest", ending=True)
     _check_order(starting, ending)

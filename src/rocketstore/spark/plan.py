@@ -204,6 +204,28 @@ def unmatched_topics(snap: Snapshot, selection: Selection) -> str | None:
 # -- offsets ------------------------------------------------------------------------------------
 
 
+def unknown_queues(snap: Snapshot, opts: ReadOptions) -> str | None:
+    """What is wrong when ``startingOffsets``/``endingOffsets`` JSON names a queue that is not
+    among the read's (no such topic or queue in the store, or one ``topics``/``queues`` leave
+    out); None when every one is."""
+    selected = {key for key in snap.table if opts.selection.topic_ok(key[0]) and opts.selection.queue_ok(*key)}
+    problems = []
+    for name, offsets in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
+        if not isinstance(offsets, dict):
+            continue
+        unknown = sorted(f"{t}/{q}" for t, per in offsets.items() for q in per if (t, q) not in selected)
+        if unknown:
+            problems.append(f"option {name} names {', '.join(unknown[:20])}")
+    if not problems:
+        return None
+    shown = sorted({t for t, _ in selected})
+    listed = ", ".join(shown[:30]) or "none"
+    return (
+        f"{'; '.join(problems)}: no such queue among those the read covers (the store's selected topics: "
+        f"{listed}); a typo'd topic would silently be read from earliest"
+    )
+
+
 def _offset(given: int, lo: int, hi: int) -> int:
     return lo if given == EARLIEST else hi if given == LATEST else given
 

@@ -44,6 +44,7 @@ from rocketstore.spark.plan import (
     batch_ranges,
     log_partitions,
     queue_partitions,
+    unknown_queues,
     unmatched_topics,
 )
 from rocketstore.spark.read import read_partition
@@ -129,6 +130,9 @@ class BatchReader(DataSourceReader):
                 raise InvalidArgumentError(unmatched)
             if unmatched:  # commitlog mode: records of a deleted topic's queues are still in the log
                 log.warning("%s", unmatched)
+            unknown = unknown_queues(snap, opts)
+            if unknown:
+                raise InvalidArgumentError(unknown)
             spec = snap.spec(opts, opts.columns)
             spec.selection = selection
             if time_from is not None:

@@ -28,7 +28,15 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.spark.options import EARLIEST, LATEST, parse_options
-from rocketstore.spark.plan import ReadPartition, Snapshot, check_start, data_loss, queue_partitions, unmatched_topics
+from rocketstore.spark.plan import (
+    ReadPartition,
+    Snapshot,
+    check_start,
+    data_loss,
+    queue_partitions,
+    unknown_queues,
+    unmatched_topics,
+)
 from rocketstore.spark.read import read_partition
 from rocketstore.spark.schema import requested_columns
 
@@ -101,6 +109,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             unmatched = unmatched_topics(snap, sel)
             if unmatched:  # a stream reads topics created later
                 log.warning("%s: the stream reads them once they are created", unmatched)
+            unknown = unknown_queues(snap, opts)  # the user's startingOffsets (never a checkpoint's)
+            if unknown:
+                log.warning("%s; a queue created later is read from its earliest offset", unknown)
             for (topic, queue_id), (lo, hi) in snap.all_bounds().items():
                 if not sel.topic_ok(topic) or not sel.queue_ok(topic, queue_id):
                     continue
