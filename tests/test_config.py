@@ -326,3 +326,44 @@ def test_store_open_takes_settings_and_sets_the_root(tmp_path):
     assert config.maxHashSlotNum == 5_000_000  # the caller's config is not changed
     with pytest.raises(ConfigError):
         MessageStore.open(tmp_path / "t", config, noSuchKey=1)
+
+
+# -- the parser follows java.util.Properties.load --------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a=1\\", {"a": "1"}),  # a continuation on the last line keeps what was read
+        ("a=1\\\n", {"a": "1"}),
+        ("a=x\\\\\\\nb=2\n", {"a": "x\\b=2"}),  # three backslashes: an escaped one and a continuation
+        ("a=x\\\\\nb=2\n", {"a": "x\\", "b": "2"}),  # two: an escaped backslash only
+        ("a=1\x0bb=2\n", {"a": "1\x0bb=2"}),  # VT, NEL, U+2028 do not end a line
+        ("a=1\x85b=2\n", {"a": "1\x85b=2"}),
+        ("a=1\u2028b=2\n", {"a": "1\u2028b=2"}),
+        ("a=1\rb=2\r\nc=3", {"a": "1", "b": "2", "c": "3"}),
+        ("a=1\\\r\n   2\r\n", {"a": "12"}),
+        ("a=1\\\n# not a comment\nb=2\n", {"a": "1# not a comment", "b": "2"}),
+        ("# comment \\\nb=2\n", {"b": "2"}),  # a comment never continues
+        ("a=1\\\n   \nb=2\n", {"a": "1", "b": "2"}),
+        ("a = = v\nb:=v\nc =: v\n", {"a": "= v", "b": "=v", "c": ": v"}),
+        ("\fa=1  \n", {"a": "1  "}),
+    ],
+)
+def test_parse_properties_splits_as_java_does(text, expected):
+    assert parse_properties(text) == expected
+
+
+@pytest.mark.parametrize("text", ["a=\\uZZZZ\n", "a=\\u12", "k\\u00g1=v\n"])
+def test_a_malformed_unicode_escape_is_a_config_error(text, tmp_path):
+    with pytest.raises(ConfigError, match="malformed"):
+        parse_properties(text)
+    path = tmp_path / "broker.conf"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match="malformed"):
+        StoreConfig.from_properties(path)
+
+
+def test_trailing_whitespace_kept_by_the_parser_is_stripped_from_values(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("flushDiskType=SYNC_FLUSH  \nmaxMessageSize=1024\t\ncheckCRCOnRecover=false \n", encoding="utf-8")
+    config = StoreConfig.from_properties(path)
+    assert (config.flushDiskType, config.maxMessageSize, config.checkCRCOnRecover) == ("SYNC_FLUSH", 1024, False)

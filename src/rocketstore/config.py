@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketstore.errors import ConfigError
+from rocketstore.properties import parse_properties
 
 OS_PAGE_SIZE = 4096
 CQ_STORE_UNIT_SIZE = 20
@@ -484,39 +485,6 @@ def delay_level_millis(levels: str) -> tuple[int, ...]:
     if not millis:
         raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
     return millis
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """A Java ``.properties`` text -> dict (``key=value`` or ``key: value``, comments, continuations)."""
-    out: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        line, logical = logical + line, ""
-        match = re.match(r"((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", line)
-        if match:
-            key, value = match.group(1), match.group(2)
-        else:
-            key, value = line.strip(), ""
-        out[_unescape(key)] = _unescape(value.rstrip())
-    return out
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", lambda m: _escape_char(m.group(1)), s)
-
-
-def _escape_char(c: str) -> str:
-    if c[0] == "u" and len(c) == 5:
-        return chr(int(c[1:], 16))
-    return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
 
 
 _local_address: str | None = None
