@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from rocketstore import MessageStore, StoreConfig
+from conftest import tree_hashes
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.cli.common import build_config
 from rocketstore.config import parse_properties, snake_case
 from rocketstore.errors import ConfigError
 
@@ -19,10 +21,14 @@ def _other_value(name: str, value: object) -> object:
         return "SYNC_FLUSH"
     if name == "brokerRole":
         return "SLAVE"
+    if name == "brokerIP1":
+        return "10.0.0.7"
+    if name == "messageDelayLevel":
+        return "1s 2s"
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
-        return value + 7
+        return value - 7 if value > 2**30 else value + 7
     if isinstance(value, float):
         return value / 2 + 0.125
     return "some-text"
@@ -159,7 +165,8 @@ def test_bad_values_are_refused(name, value):
 def test_sizes_and_index_dimensions_must_be_positive(name, value):
     with pytest.raises(ConfigError, match=f"{name} must be a positive integer"):
         StoreConfig(**{name: value})
-    assert StoreConfig(**{name: 1}).get(name) == 1
+    smallest = 2 if name == "maxIndexNum" else 1
+    assert StoreConfig(**{name: smallest}).get(name) == smallest
 
 
 def test_none_is_accepted_for_keys_without_a_default():
@@ -326,6 +333,164 @@ def test_store_open_takes_settings_and_sets_the_root(tmp_path):
     assert config.maxHashSlotNum == 5_000_000  # the caller's config is not changed
     with pytest.raises(ConfigError):
         MessageStore.open(tmp_path / "t", config, noSuchKey=1)
+
+
+# -- the store host and the delay table: refused before any file is touched ------------------------
+BAD_HOST_OR_DELAY = [
+    {"listenPort": 99999},
+    {"listenPort": -1},
+    {"brokerIP1": "not-an-ip"},
+    {"brokerIP1": "10.0.0.256"},
+    {"brokerIP1": "[fd00::a]"},
+    {"messageDelayLevel": "1s 5x"},
+    {"messageDelayLevel": " "},
+]
+
+
+@pytest.mark.parametrize("settings", BAD_HOST_OR_DELAY)
+def test_a_bad_store_host_or_delay_table_is_a_config_error_when_set(settings):
+    ((name, value),) = settings.items()
+    with pytest.raises(ConfigError, match=name):
+        StoreConfig(**settings)
+    config = StoreConfig()
+    with pytest.raises(ConfigError, match=name):
+        config.set(name, value)
+    with pytest.raises(ConfigError, match=name):
+        config.copy(**settings)
+    assert config == StoreConfig()
+
+
+@pytest.mark.parametrize("settings", BAD_HOST_OR_DELAY)
+def test_a_bad_store_host_or_delay_table_changes_nothing_on_open(tmp_path, store_config, settings):
+    """A healthy store must not be made to look crashed (abort) by a bad config, nor a new folder made."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, store_config) as store:
+        assert store.put(Message("T", b"x")).ok
+    before = tree_hashes(root)
+    for read_only in (False, True):
+        with pytest.raises(ConfigError):
+            MessageStore.open(root, store_config, read_only=read_only, **settings)
+    assert not (root / "abort").exists()
+    assert tree_hashes(root) == before
+    with pytest.raises(ConfigError):
+        MessageStore.open(tmp_path / "new", store_config, **settings)
+    assert not (tmp_path / "new").exists()
+
+
+def test_good_store_hosts_and_delay_tables():
+    assert StoreConfig(brokerIP1="fd00::a", listenPort=0).store_host == "[fd00::a]:0"
+    assert StoreConfig(brokerIP1="10.0.0.1", listenPort="65535").store_host == "10.0.0.1:65535"
+    assert StoreConfig(brokerIP1="").brokerIP1 == ""  # unset: the host's own address
+    assert StoreConfig(messageDelayLevel="1s 2m 3h 4d").messageDelayLevel == "1s 2m 3h 4d"
+
+
+# -- Java int and long ranges, derived file sizes --------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("mappedFileSizeCommitLog", 3_000_000_000),
+        ("mappedFileSizeCommitLog", "2147483648"),
+        ("mappedFileSizeConsumeQueue", 4294967296),
+        ("maxMessageSize", 99999999999),
+        ("maxHashSlotNum", 2**40),
+        ("fileReservedTime", -(2**31) - 1),
+        ("osPageCacheBusyTimeOutMills", 2**63),  # a long
+        ("brokerId", "-9223372036854775809"),
+    ],
+)
+def test_integers_outside_their_java_type_are_refused(name, value):
+    with pytest.raises(ConfigError, match=f"{name} is a Java (int|long)"):
+        StoreConfig(**{name: value})
+
+
+def test_integers_at_the_ends_of_their_java_type_are_accepted():
+    assert StoreConfig(mappedFileSizeCommitLog=2**31 - 1).mappedFileSizeCommitLog == 2**31 - 1
+    assert StoreConfig(fileReservedTime=-(2**31)).fileReservedTime == -(2**31)
+    assert StoreConfig(osPageCacheBusyTimeOutMills=2**40).osPageCacheBusyTimeOutMills == 2**40
+    assert StoreConfig(brokerId=2**63 - 1).brokerId == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"maxIndexNum": 200_000_000},  # 4,020,000,040 bytes with the default 5,000,000 slots
+        {"maxHashSlotNum": 600_000_000},
+        {"maxHashSlotNum": 1, "maxIndexNum": 107_374_181},  # 40 + 4 + 20 * 107374181 = 2**31 + 8
+    ],
+)
+def test_an_index_file_larger_than_a_java_int_is_refused(tmp_path, settings):
+    with pytest.raises(ConfigError, match=r"maxHashSlotNum \d+ and maxIndexNum \d+ make a \d+-byte index file"):
+        StoreConfig(**settings)
+    with pytest.raises(ConfigError, match="index file"):
+        StoreConfig().copy(**settings)
+    path = tmp_path / "broker.conf"
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
+    with pytest.raises(ConfigError, match="index file"):
+        StoreConfig.from_properties(path)
+    with pytest.raises(ConfigError, match="index file"):
+        build_config(None, [(k, str(v)) for k, v in settings.items()])
+    assert StoreConfig(maxHashSlotNum=1, maxIndexNum=107_374_180).maxIndexNum == 107_374_180  # 2**31 - 12
+
+
+def test_a_consume_queue_file_rounded_up_past_a_java_int_is_refused():
+    assert StoreConfig(mappedFileSizeConsumeQueue=2_147_483_640).cq_file_size == 2_147_483_640
+    with pytest.raises(ConfigError, match="rounds up to a 2147483660-byte"):
+        StoreConfig(mappedFileSizeConsumeQueue=2**31 - 1)
+
+
+# -- minimums: index entries and service periods ---------------------------------------------------
+def test_an_index_needs_two_entries_and_one_slot():
+    with pytest.raises(ConfigError, match="maxIndexNum must be a positive integer of at least 2"):
+        StoreConfig(maxIndexNum=1)
+    with pytest.raises(ConfigError, match="maxHashSlotNum must be a positive integer"):
+        StoreConfig(maxHashSlotNum=0)
+    config = StoreConfig(maxIndexNum=2, maxHashSlotNum=1)
+    assert (config.maxIndexNum, config.maxHashSlotNum) == (2, 1)
+
+
+PERIODS = [
+    "flushIntervalCommitLog",
+    "commitIntervalCommitLog",
+    "flushIntervalConsumeQueue",
+    "cleanResourceInterval",
+    "flushConsumerOffsetInterval",
+    "flushDelayOffsetInterval",
+]
+
+
+@pytest.mark.parametrize("name", PERIODS)
+@pytest.mark.parametrize("value", [0, -1, "0", " -5 "])
+def test_service_periods_below_one_ms_are_refused(name, value):
+    with pytest.raises(ConfigError, match=f"{name} must be at least 1 ms"):
+        StoreConfig(**{name: value})
+    assert StoreConfig(**{name: 1}).get(name) == 1
+    assert StoreConfig(**{name: 3_600_000}).get(name) == 3_600_000
+
+
+def test_other_intervals_may_still_be_zero():
+    """A thorough-flush interval or a pause between deletions of 0 is a valid choice, not a spin."""
+    config = StoreConfig(
+        commitCommitLogThoroughInterval=0, deleteCommitLogFilesInterval=0, redeleteHangedFileInterval=0
+    )
+    assert config.commitCommitLogThoroughInterval == 0
+
+
+# -- floats for integer keys -----------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "value"), [("fileReservedTime", 0.5), ("mappedFileSizeCommitLog", 65536.9)])
+def test_a_fractional_float_for_an_integer_key_is_refused(name, value):
+    with pytest.raises(ConfigError, match=f"{name} must be a whole number"):
+        StoreConfig(**{name: value})
+    config = StoreConfig()
+    with pytest.raises(ConfigError):
+        config.set(name, value)
+    assert config == StoreConfig()
+
+
+def test_an_integral_float_for_an_integer_key_is_its_int():
+    value = StoreConfig(mappedFileSizeCommitLog=65536.0).mappedFileSizeCommitLog
+    assert value == 65536 and type(value) is int
+    with pytest.raises(ConfigError, match="must be an integer"):
+        StoreConfig(fileReservedTime=float("nan"))
 
 
 # -- the parser follows java.util.Properties.load --------------------------------------------------

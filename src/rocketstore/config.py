@@ -21,8 +21,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rocketstore.errors import ConfigError
-from rocketstore.properties import parse_properties
+from rocketstore.codec.hosts import parse_host
+from rocketstore.errors import ConfigError, InvalidMessageError
+from rocketstore.properties import JAVA_LONG_KEYS, parse_properties
 
 OS_PAGE_SIZE = 4096
 CQ_STORE_UNIT_SIZE = 20
@@ -267,6 +268,30 @@ _POSITIVE = (
     "maxMessageSize",
 )
 
+# Every integer key is a Java int (no file size may pass 2**31-1: RocketMQ maps files with int
+# sizes) unless RocketMQ holds it as a long (JAVA_LONG_KEYS).
+INT_MAX = 2**31 - 1
+_INT_RANGE = (-(2**31), INT_MAX)
+_LONG_RANGE = (-(2**63), 2**63 - 1)
+_RANGES = {"listenPort": (0, 0xFFFF)}  # a port: the store host written into every record
+
+# The periods (ms) of the store's services: 0 or less would make a service spin on a core.
+_PERIODS = (
+    "flushIntervalCommitLog",
+    "commitIntervalCommitLog",
+    "flushIntervalConsumeQueue",
+    "cleanResourceInterval",
+    "flushConsumerOffsetInterval",
+    "flushDelayOffsetInterval",
+)
+
+# (smallest value, what the message says the value must be)
+_MINIMUM: dict[str, tuple[int, str]] = {
+    **{k: (1, "a positive integer") for k in _POSITIVE},
+    "maxIndexNum": (2, "a positive integer of at least 2 (an index file counts its entries from 1: 1 holds none)"),
+    **{k: (1, "at least 1 ms (a period of 0 or less makes a service spin)") for k in _PERIODS},
+}
+
 
 def snake_case(name: str) -> str:
     """RocketMQ's camelCase key name -> its snake_case form (``checkCRCOnRecover`` -> ``check_crc_on_recover``)."""
@@ -279,7 +304,9 @@ _CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
 _BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
 _BY_ANY_NAME.update({old: snake_case(new) for old, new in _ALIASES.items()})
 _ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
-_POSITIVE_SNAKE = frozenset(snake_case(k) for k in _POSITIVE)
+_LONG_SNAKE = frozenset(snake_case(k) for k in JAVA_LONG_KEYS)
+_RANGE_SNAKE = {snake_case(k): v for k, v in _RANGES.items()}
+_MINIMUM_SNAKE = {snake_case(k): v for k, v in _MINIMUM.items()}
 
 
 def _coerce(snake: str, value: Any) -> Any:
@@ -302,8 +329,15 @@ def _coerce(snake: str, value: Any) -> Any:
             number = int(str(value).strip()) if isinstance(value, str) else int(value)
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{name} must be an integer, not {value!r}") from None
-        if number < 1 and snake in _POSITIVE_SNAKE:
-            raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+        if not isinstance(value, str) and number != value:  # 0.5 hours is not 0 hours
+            raise ConfigError(f"{name} must be a whole number, not {value!r}")
+        minimum, what = _MINIMUM_SNAKE.get(snake, (None, ""))
+        if minimum is not None and number < minimum:
+            raise ConfigError(f"{name} must be {what}, not {value!r}")
+        low, high = _RANGE_SNAKE.get(snake) or (_LONG_RANGE if snake in _LONG_SNAKE else _INT_RANGE)
+        if not low <= number <= high:
+            java = "a TCP port" if snake in _RANGE_SNAKE else f"a Java {'long' if snake in _LONG_SNAKE else 'int'}"
+            raise ConfigError(f"{name} is {java}: it must be from {low} to {high}, not {value!r}")
         return number
     if kind is float:
         try:
@@ -314,6 +348,13 @@ def _coerce(snake: str, value: Any) -> Any:
     allowed = _ENUM_BY_SNAKE.get(snake)
     if allowed and value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    if snake == "broker_ip1" and value:
+        try:
+            parse_host(f"[{value}]:0" if ":" in value else f"{value}:0")
+        except InvalidMessageError:
+            raise ConfigError(f"brokerIP1 must be an IPv4 or IPv6 address (the store host), not {value!r}") from None
+    elif snake == "message_delay_level":
+        delay_level_millis(value)
     return value
 
 
@@ -337,10 +378,14 @@ class StoreConfig:
         self.__dict__.update(_DEFAULTS)
         for name, value in {**(values or {}), **kwargs}.items():
             self.set(name, value)
+        self.validate()
 
     # -- access by either name -------------------------------------------------------------
     def set(self, name: str, value: Any) -> None:
-        """Set a key by its RocketMQ or snake_case name; strings are converted to the key's type."""
+        """Set a key by its RocketMQ or snake_case name; strings are converted to the key's type.
+
+        ConfigError for a value of the wrong type or outside the key's range; keys that fail only
+        together are checked by :meth:`validate`."""
         snake = _resolve(name)
         self.__dict__[snake] = _coerce(snake, value)
 
@@ -373,7 +418,24 @@ class StoreConfig:
         new.__dict__.update(self.__dict__)
         for name, value in overrides.items():
             new.set(name, value)
+        new.validate()
         return new
+
+    def validate(self) -> None:
+        """ConfigError for keys that fail together (the constructor, ``copy`` and so
+        ``MessageStore.open`` run it before touching a file): no file may pass 2**31-1 bytes."""
+        slots, entries = self.max_hash_slot_num, self.max_index_num
+        size = 40 + slots * 4 + entries * 20
+        if size > INT_MAX:
+            raise ConfigError(
+                f"maxHashSlotNum {slots} and maxIndexNum {entries} make a {size}-byte index file; "
+                f"RocketMQ maps it with an int size, at most {INT_MAX} bytes"
+            )
+        if self.cq_file_size > INT_MAX:
+            raise ConfigError(
+                f"mappedFileSizeConsumeQueue {self.mapped_file_size_consume_queue} rounds up to a "
+                f"{self.cq_file_size}-byte consume-queue file; at most {INT_MAX} bytes"
+            )
 
     def __repr__(self) -> str:
         return f"StoreConfig({', '.join(f'{k}={v!r}' for k, v in self.changed().items())})"
@@ -402,6 +464,7 @@ class StoreConfig:
                 config.set(key, value)
             elif strict:
                 _resolve(key)
+        config.validate()
         return config
 
     # -- derived values (RocketMQ's getters) -----------------------------------------------

@@ -1,4 +1,6 @@
-"""``broker.conf``: a Java ``.properties`` reader that splits as ``java.util.Properties.load`` does."""
+"""``broker.conf``: a Java ``.properties`` reader that splits as ``java.util.Properties.load`` does,
+and the store keys RocketMQ holds as Java longs.
+"""
 
 from __future__ import annotations
 
@@ -74,3 +76,26 @@ def _escape_char(c: str) -> str:
             raise ConfigError(f"malformed \\uxxxx escape in a properties file: \\{c}")
         return chr(int(c[1:], 16))
     return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
+
+
+# MessageStoreConfig and BrokerConfig keys of type long; every other integer key is a Java int.
+JAVA_LONG_KEYS = frozenset(
+    {
+        "flushDelayOffsetInterval",
+        "osPageCacheBusyTimeOutMills",
+        "commitLogForceSwapMapInterval",
+        "commitLogSwapMapInterval",
+        "logicQueueForceSwapMapInterval",
+        "logicQueueSwapMapInterval",
+        "cleanSwapedMapInterval",
+        "maxHaTransferByteInSecond",
+        "haMaxTimeSlaveNotCatchup",
+        "maxChecksumRange",
+        "maxSlaveResendLength",
+        "cleanRocksDBDirtyCQIntervalMin",
+        "statRocksDBCQIntervalSec",
+        "memTableFlushIntervalMs",
+        "rocksdbWalFileRollingThreshold",
+        "brokerId",
+    }
+)

@@ -125,6 +125,7 @@ def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -
             raise ConfigError(f"--config {config_file}: cannot read it: {exc}") from None
     for key, value in settings:
         config.set(key, value)
+    config.validate()
     return config
 
 
