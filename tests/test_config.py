@@ -493,6 +493,56 @@ def test_an_integral_float_for_an_integer_key_is_its_int():
         StoreConfig(fileReservedTime=float("nan"))
 
 
+# -- broker.conf: typos, broker keys, other keys, BOM ----------------------------------------------
+@pytest.mark.parametrize(
+    ("line", "suggestion"),
+    [
+        ("mappedFileSizeComitLog=65536", "mappedFileSizeCommitLog"),
+        ("flushDiskTyp=SYNC_FLUSH", "flushDiskType"),
+        ("flushdisktype=SYNC_FLUSH", "flushDiskType"),  # Java's keys are case-sensitive: ignored there
+        ("brokerIp1=10.0.0.1", "brokerIP1"),
+        ("fileReservedTim=1", "fileReservedTime"),
+    ],
+)
+def test_a_broker_conf_key_close_to_a_store_key_is_refused(tmp_path, line, suggestion):
+    path = tmp_path / "broker.conf"
+    path.write_text(f"brokerName=b\n{line}\n", encoding="utf-8")
+    key = line.partition("=")[0]
+    with pytest.raises(ConfigError, match=f"unknown key '{key}' \\(did you mean {suggestion}\\?\\)"):
+        StoreConfig.from_properties(path)
+    with pytest.raises(ConfigError, match=f"did you mean {suggestion}"):
+        build_config(str(path), [])
+
+
+def test_broker_keys_are_ignored_silently_and_other_keys_with_a_warning(tmp_path, capsys):
+    path = tmp_path / "broker.conf"
+    path.write_text(
+        "brokerClusterName=c\nbrokerName=b\nbrokerId=0\nnamesrvAddr=127.0.0.1:9876\nbrokerIP2=10.0.0.2\n"
+        "flushConsumerOffsetHistoryInterval=60000\nserverWorkerThreads=8\nautoCreateTopicEnable=true\n"
+        "maxMessageSize=65536\n",
+        encoding="utf-8",
+    )
+    warnings: list[str] = []
+    assert StoreConfig.from_properties(path, warn=warnings.append).maxMessageSize == 65536
+    assert warnings == []
+    path.write_text("brokerName=b\nsomePluginSetting=1\nmaxMessageSize=65536\nzzTopSecretKnob=2\n", encoding="utf-8")
+    assert StoreConfig.from_properties(path, warn=warnings.append).maxMessageSize == 65536
+    assert len(warnings) == 1
+    assert "somePluginSetting" in warnings[0] and "zzTopSecretKnob" in warnings[0] and "brokerName" not in warnings[0]
+    assert build_config(str(path), [("maxMessageSize", "1024")]).maxMessageSize == 1024
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "somePluginSetting" in err and err.count("\n") == 1
+
+
+def test_a_broker_conf_with_a_utf_8_bom_keeps_its_first_key(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_bytes("\ufeffflushDiskType=SYNC_FLUSH\r\nmaxMessageSize=65536\r\n".encode())
+    config = StoreConfig.from_properties(path, strict=True)
+    assert (config.flushDiskType, config.maxMessageSize) == ("SYNC_FLUSH", 65536)
+    path.write_bytes(b"\xef\xbb\xbfbrokerName=caf\xe9\n")  # not UTF-8 after the BOM: ISO-8859-1
+    assert StoreConfig.from_properties(path).brokerName == "caf\u00e9"
+
+
 # -- the parser follows java.util.Properties.load --------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "expected"),

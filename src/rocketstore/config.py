@@ -14,16 +14,19 @@ what the store writes (``brokerIP1``, ``listenPort``, ...) are accepted as well,
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from rocketstore.codec.hosts import parse_host
 from rocketstore.errors import ConfigError, InvalidMessageError
-from rocketstore.properties import JAVA_LONG_KEYS, parse_properties
+from rocketstore.properties import BROKER_KEYS, JAVA_LONG_KEYS, parse_properties
+
+log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096
 CQ_STORE_UNIT_SIZE = 20
@@ -292,6 +295,9 @@ _MINIMUM: dict[str, tuple[int, str]] = {
     **{k: (1, "at least 1 ms (a period of 0 or less makes a service spin)") for k in _PERIODS},
 }
 
+# An unknown broker.conf key this close to a store key (difflib ratio) is taken for a typo.
+_TYPO_CUTOFF = 0.85
+
 
 def snake_case(name: str) -> str:
     """RocketMQ's camelCase key name -> its snake_case form (``checkCRCOnRecover`` -> ``check_crc_on_recover``)."""
@@ -304,6 +310,7 @@ _CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
 _BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
 _BY_ANY_NAME.update({old: snake_case(new) for old, new in _ALIASES.items()})
 _ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
+_FOLDED = {name.lower(): name for name in (*_CAMEL.values(), *_ALIASES)}
 _LONG_SNAKE = frozenset(snake_case(k) for k in JAVA_LONG_KEYS)
 _RANGE_SNAKE = {snake_case(k): v for k, v in _RANGES.items()}
 _MINIMUM_SNAKE = {snake_case(k): v for k, v in _MINIMUM.items()}
@@ -365,6 +372,12 @@ def _resolve(name: str) -> str:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(f"unknown MessageStoreConfig key {name!r}{hint}")
     return snake
+
+
+def _close_store_key(name: str, cutoff: float = 0.6) -> str | None:
+    """The store key ``name`` is most like (case and underscores aside), if one is close enough."""
+    close = difflib.get_close_matches(name.replace("_", "").lower(), list(_FOLDED), n=1, cutoff=cutoff)
+    return _FOLDED[close[0]] if close else None
 
 
 class StoreConfig:
@@ -445,26 +458,42 @@ class StoreConfig:
 
     # -- broker.conf -------------------------------------------------------------------------
     @classmethod
-    def from_properties(cls, path: str | os.PathLike[str], *, strict: bool = False) -> StoreConfig:
+    def from_properties(
+        cls, path: str | os.PathLike[str], *, strict: bool = False, warn: Callable[[str], None] | None = None
+    ) -> StoreConfig:
         """Load a Java properties file (``broker.conf``).
 
-        Keys RocketMQ's broker knows but the store does not use are ignored, as the broker
-        itself ignores keys it has no setter for; ``strict=True`` refuses unknown keys instead.
-        The file is read as UTF-8, or as ISO-8859-1 (Java's encoding of ``.properties``) when it is
-        not valid UTF-8.
+        Keys of RocketMQ's broker that the store does not use (``namesrvAddr``, ...) are ignored.
+        A key close to a store key (``flushDiskTyp``) is a typo: ConfigError. Any other unknown key is
+        ignored with one warning naming them all, given to ``warn`` (default: the log).
+        ``strict=True`` refuses every unknown key. The file is read as UTF-8 (a leading BOM is
+        dropped), or as ISO-8859-1 (Java's encoding of ``.properties``) when it is not valid UTF-8.
         """
         config = cls()
-        data = Path(path).read_bytes()
+        data = Path(path).read_bytes().removeprefix(b"\xef\xbb\xbf")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             text = data.decode("iso-8859-1")
+        ignored = []
         for key, value in parse_properties(text).items():
             if key in _BY_ANY_NAME:
                 config.set(key, value)
             elif strict:
                 _resolve(key)
+            elif key not in BROKER_KEYS:
+                close = _close_store_key(key, _TYPO_CUTOFF)
+                if close:
+                    raise ConfigError(f"{os.fspath(path)}: unknown key {key!r} (did you mean {close}?)")
+                ignored.append(key)
         config.validate()
+        if ignored:
+            (warn or log.warning)(
+                f"{os.fspath(path)}: ignoring keys that are neither MessageStoreConfig nor broker keys: "
+                + ", ".join(
+                    f"{key} (did you mean {close}?)" if (close := _close_store_key(key)) else key for key in ignored
+                )
+            )
         return config
 
     # -- derived values (RocketMQ's getters) -----------------------------------------------

@@ -1,5 +1,6 @@
 """``broker.conf``: a Java ``.properties`` reader that splits as ``java.util.Properties.load`` does,
-and the store keys RocketMQ holds as Java longs.
+the names of the broker's own keys (BrokerConfig, BrokerIdentity, Netty), which a broker.conf holds
+beside the store's and which the store ignores, and the store keys RocketMQ holds as Java longs.
 """
 
 from __future__ import annotations
@@ -77,6 +78,79 @@ def _escape_char(c: str) -> str:
         return chr(int(c[1:], 16))
     return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
 
+
+# Keys of RocketMQ 4.9 and 5.x BrokerConfig, BrokerIdentity, NettyServerConfig and NettyClientConfig
+# (the broker reads a broker.conf into all of them) that are not MessageStoreConfig keys.
+_BROKER_KEY_NAMES = """
+    brokerConfigPath rocketmqHome namesrvAddr brokerIP2 recoverConcurrently brokerPermission
+    defaultTopicQueueNums autoCreateTopicEnable clusterTopicEnable brokerTopicEnable
+    autoCreateSubscriptionGroup messageStorePlugIn msgTraceTopicName traceTopicEnable
+    sendMessageThreadPoolNums putMessageFutureThreadPoolNums pullMessageThreadPoolNums
+    litePullMessageThreadPoolNums ackMessageThreadPoolNums processReplyMessageThreadPoolNums
+    queryMessageThreadPoolNums adminBrokerThreadPoolNums clientManageThreadPoolNums
+    consumerManageThreadPoolNums loadBalanceProcessorThreadPoolNums heartbeatThreadPoolNums
+    recoverThreadPoolNums endTransactionThreadPoolNums flushConsumerOffsetHistoryInterval
+    rejectTransactionMessage fetchNameSrvAddrByDnsLookup fetchNamesrvAddrByAddressServer
+    sendThreadPoolQueueCapacity putThreadPoolQueueCapacity pullThreadPoolQueueCapacity
+    litePullThreadPoolQueueCapacity ackThreadPoolQueueCapacity replyThreadPoolQueueCapacity
+    queryThreadPoolQueueCapacity clientManagerThreadPoolQueueCapacity
+    consumerManagerThreadPoolQueueCapacity heartbeatThreadPoolQueueCapacity
+    endTransactionPoolQueueCapacity adminBrokerThreadPoolQueueCapacity
+    loadBalanceThreadPoolQueueCapacity longPollingEnable shortPollingTimeMills
+    notifyConsumerIdsChangedEnable highSpeedMode commercialEnable commercialTimerCount
+    commercialTransCount commercialBigCount commercialBaseCount commercialSizePerMsg
+    accountStatsEnable accountStatsPrintZeroValues transferMsgByHeap maxDelayTime regionId
+    registerBrokerTimeoutMills sendHeartbeatTimeoutMillis slaveReadEnable
+    disableConsumeIfConsumerReadSlowly consumerFallbehindThreshold brokerFastFailureEnable
+    waitTimeMillsInSendQueue waitTimeMillsInPullQueue waitTimeMillsInLitePullQueue
+    waitTimeMillsInHeartbeatQueue waitTimeMillsInTransactionQueue waitTimeMillsInAckQueue
+    waitTimeMillsInAdminBrokerQueue startAcceptSendRequestTimeStamp traceOn rejectPullConsumerEnable
+    expectConsumerNumUseFilter maxErrorRateOfBloomFilter filterDataCleanTimeSpan filterSupportRetry
+    enablePropertyFilter compressedRegister forceRegister registerNameServerPeriod
+    updateNameServerAddrPeriod brokerHeartbeatInterval brokerNotActiveTimeoutMillis
+    enableNetWorkFlowControl enableBroadcastOffsetStore broadcastOffsetExpireSecond
+    broadcastOffsetExpireMaxSecond popPollingSize popPollingMapSize maxPopPollingSize reviveQueueNum
+    reviveInterval reviveMaxSlow reviveScanTime enableSkipLongAwaitingAck reviveAckWaitMs enablePopLog
+    enablePopBufferMerge popCkStayBufferTime popCkStayBufferTimeOut popCkMaxBufferSize
+    popCkOffsetMaxQueueSize enablePopBatchAck enableNotifyAfterPopOrderLockRelease
+    initPopOffsetByCheckMsgInMem retrieveMessageFromPopRetryTopicV1 enableRetryTopicV2
+    realTimeNotifyConsumerChange litePullMessageEnable syncBrokerMemberGroupPeriod
+    loadBalancePollNameServerInterval cleanOfflineBrokerInterval serverLoadBalancerEnable
+    defaultMessageRequestMode defaultPopShareQueueNum transactionTimeOut transactionCheckMax
+    transactionCheckInterval transactionMetricFlushInterval transactionOpMsgMaxSize
+    transactionOpBatchInterval aclEnable storeReplyMessageEnable enableDetailStat
+    autoDeleteUnusedStats isolateLogEnable forwardTimeout enableSlaveActingMaster enableRemoteEscape
+    skipPreOnline asyncSendEnable useServerSideResetOffset consumerOffsetUpdateVersionStep
+    delayOffsetUpdateVersionStep lockInStrictMode compatibleWithOldNameSrv enableControllerMode
+    controllerAddr fetchControllerAddrByDnsLookup syncBrokerMetadataPeriod checkSyncStateSetPeriod
+    syncControllerMetadataPeriod controllerHeartBeatTimeoutMills validateSystemTopicWhenUpdateTopic
+    brokerElectionPriority useStaticSubscription metricsExporterType metricsOtelCardinalityLimit
+    metricsGrpcExporterTarget metricsGrpcExporterHeader metricGrpcExporterTimeOutInMills
+    metricGrpcExporterIntervalInMills metricLoggingExporterIntervalInMills metricsPromExporterPort
+    metricsPromExporterHost metricsLabel metricsInDelta channelExpiredTimeout
+    subscriptionExpiredTimeout estimateAccumulation coldCtrStrategyEnable usePIDColdCtrStrategy
+    cgColdReadThreshold globalColdReadThreshold fetchNamesrvAddrInterval
+    popResponseReturnActualRetryTopic enableSingleTopicRegister enableMixedMessageType
+    enableSplitRegistration popInflightMessageThreshold enablePopMessageThreshold
+    splitRegistrationSize configBlackList skipWhenCKRePutReachMaxTimes filterServerNums
+    isBrokerContainer isInBrokerContainer
+    serverWorkerThreads serverCallbackExecutorThreads serverSelectorThreads serverOnewaySemaphoreValue
+    serverAsyncSemaphoreValue serverChannelMaxIdleTimeSeconds serverSocketSndBufSize
+    serverSocketRcvBufSize serverSocketBacklog serverPooledByteBufAllocatorEnable
+    writeBufferHighWaterMark writeBufferLowWaterMark useEpollNativeSelector bindAddress
+    enableShutdownGracefully shutdownWaitTimeSeconds
+    clientWorkerThreads clientCallbackExecutorThreads clientOnewaySemaphoreValue
+    clientAsyncSemaphoreValue connectTimeoutMillis channelNotActiveInterval
+    clientChannelMaxIdleTimeSeconds clientSocketSndBufSize clientSocketRcvBufSize
+    clientPooledByteBufAllocatorEnable clientCloseSocketIfTimeout useTLS socksProxyConfig
+    disableCallbackExecutor disableNettyWorkerGroup maxReconnectIntervalTimeSeconds
+    enableReconnectForGoAway enableTransparentRetry
+    authenticationEnabled authenticationProvider authenticationMetadataProvider
+    authenticationStrategy authenticationWhitelist authorizationEnabled authorizationProvider
+    authorizationMetadataProvider authorizationStrategy authorizationWhitelist
+    innerClientAuthenticationCredentials migrateAuthFromV1Enabled
+"""
+BROKER_KEYS = frozenset(_BROKER_KEY_NAMES.split())
 
 # MessageStoreConfig and BrokerConfig keys of type long; every other integer key is a Java int.
 JAVA_LONG_KEYS = frozenset(

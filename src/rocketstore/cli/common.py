@@ -115,12 +115,13 @@ class Common:
 
 
 def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -> StoreConfig:
-    """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key,
-    a bad value or a config file that cannot be read."""
+    """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key
+    (in the file: one close to a store key; others are named in a warning on stderr), a bad value
+    or a config file that cannot be read."""
     config = StoreConfig()
     if config_file:
         try:
-            config = StoreConfig.from_properties(config_file)
+            config = StoreConfig.from_properties(config_file, warn=lambda text: warn(f"warning: {text}"))
         except (OSError, UnicodeError) as exc:
             raise ConfigError(f"--config {config_file}: cannot read it: {exc}") from None
     for key, value in settings:
