@@ -224,6 +224,33 @@ def test_a_bad_record_in_an_old_segment_says_which_recovery_cuts_there(tmp_path:
     assert has(report.problems, "which recovery drops (the log is cut here)") is abort
 
 
+@pytest.mark.parametrize("damage", ["crc", "totalsize"])
+def test_every_record_is_checked_past_a_bad_one(built: Path, damage: str) -> None:
+    """A damaged record does not end the check: it is skipped (by its TOTALSIZE when only its CRC
+    fails, else to the next plausible record start) and a second one, segments later, is reported
+    too. The units and index entries past where recovery cuts the log are one line, not hundreds."""
+    recs = records(built)
+    first, second = recs[5], recs[45]
+    assert segment(built, first["offset"])[0] != segment(built, second["offset"])[0]
+    for target in (first, second):
+        path, pos = segment(built, target["offset"])
+        if damage == "crc":
+            body_at = pos + rec.header_for(target["sysFlag"]).size
+            patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 0x40]))
+        else:
+            patch(path, pos, struct.pack(">i", 1 << 30))
+    report = verify_store(built, tiny())
+    assert report.log_end == first["offset"]  # where recovery cuts the log
+    assert report.records == N - 2
+    went_on = f"went on at offset {recs[6]['offset']}"
+    assert has(report.problems, f"(offset {first['offset']})", "the log is cut here", went_on)
+    assert has(report.problems, f"(offset {second['offset']})", f"went on at offset {recs[46]['offset']}")
+    past = N - 5
+    assert has(report.problems, f"{past} consume-queue units and {3 * past} index entries point at or past offset")
+    assert report.problem_count == 3, report.problems
+    agrees_with_rmqread(built, report)
+
+
 def test_a_wrong_physicaloffset_field_is_a_problem(built: Path) -> None:
     target = records(built)[7]
     path, pos = segment(built, target["offset"])
@@ -480,10 +507,10 @@ def test_keys_straddling_a_dropped_index_file_are_noted_then_rebuilt(built: Path
 
 # -- the report ----------------------------------------------------------------------------------------
 def test_max_problems_limits_the_list_but_counts_everything(built: Path) -> None:
-    first = records(built)[0]
-    path, pos = segment(built, first["offset"])
-    body_at = pos + rec.header_for(first["sysFlag"]).size
-    patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 1]))  # the log now ends at its first record
+    for target in records(built):  # every record fails its CRC: a problem each
+        path, pos = segment(built, target["offset"])
+        body_at = pos + rec.header_for(target["sysFlag"]).size
+        patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 1]))
     report = verify_store(built, tiny(), max_problems=5)
     assert len(report.problems) == 5
     assert report.problem_count > 5 * 10

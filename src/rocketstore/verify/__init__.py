@@ -4,8 +4,10 @@ The store is mapped as it is on disk (read-only, no recovery) and audited:
 
 1. the file layout: segment names and sizes in ``commitlog/``, the queue folders, ``index/``;
 2. the commit log: every record from the first segment, with its body CRC, its PHYSICALOFFSET
-   field and the 8 bytes a segment keeps free after it; every BLANK marker's size; where the log
-   ends and whether anything but zeros lies after that end;
+   field and the 8 bytes a segment keeps free after it; every BLANK marker's size; where recovery
+   would end the log (its first bad record that data follows), and past it every later record
+   (each damaged stretch is skipped and reported; the queue units and index entries recovery
+   would truncate with the log are one line);
 3. the consume queues: every unit against the record it points at (start, size, tags code,
    topic, queue id, queue offset), and every queued record against its queue;
 4. the index: headers, slot table and chains, every entry against its record, and a hash query
@@ -31,7 +33,14 @@ from rocketstore.errors import CorruptStoreError
 from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
 from rocketstore.verify.checkpoint import check_checkpoint
-from rocketstore.verify.commit_log import LogColumns, SegmentScan, check_commit_log, join_segments, scan_segment
+from rocketstore.verify.commit_log import (
+    LogColumns,
+    SegmentScan,
+    check_commit_log,
+    join_segments,
+    report_past_cut,
+    scan_segment,
+)
 from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
 from rocketstore.verify.index import check_index
@@ -84,6 +93,7 @@ def verify_store(
             log = check_log(store, report)
         check_queues(store, log, report)
         check_index(store, log, report)
+        report_past_cut(log, report)
         check_config_files(store, report)
         check_checkpoint(store, log, report)
     finally:

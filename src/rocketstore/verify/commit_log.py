@@ -1,6 +1,7 @@
 """The commit-log audit: every record from the first segment (body CRC, PHYSICALOFFSET, the free
-bytes after it), BLANK markers, where the log ends and what lies after it. Segments are scanned
-one by one (``scan_segment``, also run as Spark tasks) and joined into ``LogColumns``."""
+bytes after it), BLANK markers, where recovery would end the log, and every record after that too
+(damaged stretches are skipped and reported). Segments are scanned one by one (``scan_segment``,
+also run as Spark tasks) and joined into ``LogColumns``."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ class LogColumns:
     key_records: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # record index per key
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     topics: list[str] = field(default_factory=list)
+    cut: int | None = None  # where recovery cuts the log (the first bad record data follows); None: ``end``
+    skipped: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # damaged [start, end)s
 
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "offsets",
@@ -65,6 +68,19 @@ class LogColumns:
             hit = (idx < n) & (self.offsets[clipped] == phy)
             idx = clipped
         return idx, hit
+
+    @property
+    def recovery_end(self) -> int:
+        """Where recovery ends the log: at the cut, or at the end of the data."""
+        return self.end if self.cut is None else self.cut
+
+    def in_skipped(self, phy: np.ndarray) -> np.ndarray:
+        """Whether each offset lies in a damaged stretch the scan skipped (a unit or entry of a
+        record lost there: the stretch is the problem)."""
+        if not len(self.skipped):
+            return np.zeros(len(phy), dtype=bool)
+        at = np.searchsorted(self.skipped[:, 0], phy, side="right") - 1
+        return (at >= 0) & (phy < self.skipped[np.maximum(at, 0), 1])
 
     def describe(self, i: int) -> str:
         return (
@@ -157,26 +173,47 @@ def _nonzero(mapped: MappedFile, start: int, end: int | None = None) -> int:
 
 
 @dataclass
+class Stop:
+    """Where a run of good records in a segment stops, and why (a ``scan_records`` reason)."""
+
+    pos: int
+    reason: int
+    why: str = ""  # what is wrong with the record at ``pos`` (STOP_BAD)
+    blank_size: int = 0  # what the BLANK marker says (STOP_BLANK)
+    claimed: int = 0  # how many bytes the bad record claims (0 when unknown)
+    resume: int = -1  # where the scan went on in this segment (-1: it did not)
+    dirty_after: int = 0  # non-zero bytes after the stop (past the BLANK header or the bad record)
+
+    @property
+    def skipped(self) -> bool:
+        """A damaged record skipped by its own (trusted) TOTALSIZE."""
+        return self.reason == STOP_BAD and self.claimed > 0 and self.resume == self.pos + self.claimed
+
+
+@dataclass
 class SegmentScan:
-    """One commit-log segment read with CRC checks: where its records stop and why, their columns
-    (``part``, topic ids local to the segment) and the findings on them. Scans of different
-    segments are independent (``rocketstore spark verify`` runs them as tasks); ``join_segments``
-    puts them together."""
+    """One commit-log segment read with CRC checks: its good records' columns (``part``, topic
+    ids local to the segment), the findings on them, and every place the records stop
+    (``stops``: past a damaged record or a stretch of zeros the scan goes on at the next record;
+    the last stop ends the segment's data). Scans of different segments are independent
+    (``rocketstore spark verify`` runs them as tasks); ``join_segments`` puts them together."""
 
     path: str
     base: int
     size: int
-    pos: int
-    reason: int
     part: LogColumns
     findings: VerifyReport
-    blank_size: int = 0  # what the BLANK marker says (reason STOP_BLANK)
-    why: str = ""  # what is wrong with the record at ``pos`` (reason STOP_BAD)
-    dirty_after: int = 0  # non-zero bytes after the stop: past the BLANK header, the bad record, the data
+    stops: list[Stop]
 
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing but zeros (a pre-allocated file)."""
+        first = self.stops[0]
+        return first.pos == 0 and first.reason == STOP_END and not first.dirty_after
 
 
 def scan_segment(
@@ -188,82 +225,132 @@ def scan_segment(
     prop_crc: bool = False,
 ) -> SegmentScan:
     """Scan a whole segment with CRC checks (``progress(n)`` as ``n`` more bytes are read): the
-    body CRCs, or with ``prop_crc`` (forceVerifyPropCRC) the ``__CRC32#`` properties, as recovery."""
+    body CRCs, or with ``prop_crc`` (forceVerifyPropCRC) the ``__CRC32#`` properties, as recovery.
+    The scan goes on past a damaged record (by its TOTALSIZE when only its CRC fails, else at the
+    next plausible record start) and past zeros followed by records."""
     findings = VerifyReport(store="", max_listed=max_listed)
     collector = _Collector(findings)
-    pos, reason = _scan_records(mapped, collector, delay_millis, progress, prop_crc)
     base = mapped.file_from_offset
-    scan = SegmentScan(mapped.path, base, mapped.file_size, pos, reason, collector.result(base, base + pos), findings)
-    if reason == STOP_BLANK:
-        scan.blank_size = _INT.unpack(mapped.read(pos, 4))[0]
-        scan.dirty_after = _nonzero(mapped, pos + 8)
-    elif reason == STOP_BAD:
-        scan.why, claimed = _diagnose(mapped, pos, prop_crc)
-        scan.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
+    stops: list[Stop] = []
+    if not mapped.hold():
+        stops.append(Stop(0, STOP_BAD, "the file could not be read"))
     else:
-        scan.dirty_after = _nonzero(mapped, pos)
-    return scan
+        try:
+            pos = 0
+            while not stops or stops[-1].resume >= 0:
+                pos = stops[-1].resume if stops else 0
+                pos, reason = _scan_records(mapped, collector, pos, delay_millis, progress, prop_crc)
+                stops.append(_stop_at(mapped, pos, reason, prop_crc, first=not stops))
+                if progress is not None:
+                    progress(max(stops[-1].resume, pos) - pos)
+        finally:
+            mapped.release()
+    end = base + stops[-1].pos
+    return SegmentScan(mapped.path, base, mapped.file_size, collector.result(base, end), findings, stops)
 
 
 def _scan_records(
     mapped: MappedFile,
     collector: _Collector,
+    pos: int,
     delay_millis: tuple[int, ...],
     progress: Callable[[int], None] | None = None,
     prop_crc: bool = False,
 ) -> tuple[int, int]:
-    """Every record of a segment, window by window; (stop position, reason) as ``scan_records`` gives."""
-    if not mapped.hold():
-        return 0, STOP_BAD
-    try:
-        mm, pos, end = mapped.mm, 0, mapped.file_size
-        while True:
-            before = pos
-            records, pos, reason = scan_records(
-                mm,
-                pos,
-                end,
-                mapped.file_from_offset,
-                check_crc=True,
-                prop_crc=prop_crc,
-                delay_millis=delay_millis,
-                limit=min(end, pos + _WINDOW),
-                strings=True,
-            )
-            if len(records):
-                collector.add(mapped, records)
-            if progress is not None:
-                progress(pos - before)
-            if reason != STOP_LIMIT:
-                return pos, reason
-            if pos >= end:
-                return pos, STOP_END
-    finally:
-        mapped.release()
+    """Every record of a segment from ``pos``, window by window; (stop position, reason) as
+    ``scan_records`` gives."""
+    mm, end = mapped.mm, mapped.file_size
+    while True:
+        before = pos
+        records, pos, reason = scan_records(
+            mm,
+            pos,
+            end,
+            mapped.file_from_offset,
+            check_crc=True,
+            prop_crc=prop_crc,
+            delay_millis=delay_millis,
+            limit=min(end, pos + _WINDOW),
+            strings=True,
+        )
+        if len(records):
+            collector.add(mapped, records)
+        if progress is not None:
+            progress(pos - before)
+        if reason != STOP_LIMIT:
+            return pos, reason
+        if pos >= end:
+            return pos, STOP_END
 
 
-def _diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str, int]:
-    """Why the record at ``pos`` fails, and how many bytes it claims (0 when unknown)."""
+def _stop_at(mapped: MappedFile, pos: int, reason: int, prop_crc: bool, *, first: bool) -> Stop:
+    """What stopped the scan at ``pos``, and where it goes on: past a bad record whose only fault
+    is its CRC (its TOTALSIZE is then trusted), else at the next plausible record start; not when
+    only zeros follow (non-zero bytes after the segment's first stop are counted for the report)."""
+    if reason == STOP_BLANK:
+        return Stop(pos, reason, blank_size=_INT.unpack(mapped.read(pos, 4))[0], dirty_after=_nonzero(mapped, pos + 8))
+    if reason != STOP_BAD:  # zeros, or the file's end
+        stop = Stop(pos, reason, dirty_after=_nonzero(mapped, pos))
+        stop.resume = _resync(mapped, pos) if stop.dirty_after else -1
+        return stop
+    why, claimed, trusted = _diagnose(mapped, pos, prop_crc)
+    stop = Stop(pos, reason, why, claimed=claimed)
+    if first:
+        stop.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
+        if not stop.dirty_after:
+            return stop  # a torn record at the end of the data
+    stop.resume = pos + claimed if trusted else _resync(mapped, pos + 1)
+    if stop.resume < 0 and not first:
+        stop.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
+    return stop
+
+
+_MAGICS = tuple(_INT.pack(m) for m in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2))
+_LONG = struct.Struct(">q")
+
+
+def _resync(mapped: MappedFile, start: int) -> int:
+    """The first position at or after ``start`` where a plausible record starts: a magic code, a
+    TOTALSIZE that fits in the file and a PHYSICALOFFSET field naming that very offset; -1 if none."""
+    mm, size, base = mapped.mm, mapped.file_size, mapped.file_from_offset
+    found = {magic: mm.find(magic, start + 4) for magic in _MAGICS}
+    while True:
+        hits = [(at, magic) for magic, at in found.items() if at >= 0]
+        if not hits:
+            return -1
+        at, magic = min(hits)
+        pos = at - 4
+        if pos + rec.PHYSICAL_OFFSET_POSITION + 8 <= size:
+            total = _INT.unpack(mapped.read(pos, 4))[0]
+            phy = _LONG.unpack(mapped.read(pos + rec.PHYSICAL_OFFSET_POSITION, 8))[0]
+            if 91 <= total <= size - pos and phy == base + pos:
+                return pos
+        found[magic] = mm.find(magic, at + 1)
+
+
+def _diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str, int, bool]:
+    """Why the record at ``pos`` fails, how many bytes it claims (0 when unknown), and whether
+    that TOTALSIZE can be trusted (the record is well formed; only its CRC fails)."""
     room = mapped.file_size - pos
     if room < 8:
-        return f"{room} bytes that are not zeros and too few for a record", 0
+        return f"{room} bytes that are not zeros and too few for a record", 0, False
     head = mapped.read(pos, 8)
     total, magic = struct.unpack(">ii", head)
     if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2):
-        return f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})", 0
+        return f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})", 0, False
     if total < 91 or total > room:
-        return f"TOTALSIZE {total} does not fit in the {room} bytes left in the file", 0
+        return f"TOTALSIZE {total} does not fit in the {room} bytes left in the file", 0, False
     raw = mapped.read(pos, total)
     try:
         msg = rec.decode(raw)
     except RecordError as exc:
-        return f"a malformed record: {exc}", total
+        return f"a malformed record: {exc}", total, False
     if prop_crc and not rec.check_crc_property(raw):
-        return "its __CRC32# property is missing or does not match the record (forceVerifyPropCRC)", total
+        return "its __CRC32# property is missing or does not match the record (forceVerifyPropCRC)", total, True
     actual = crc32(msg.body) & 0x7FFFFFFF
     if not prop_crc and msg.body_len > 0 and actual != msg.body_crc:
-        return f"body CRC {msg.body_crc}, the body gives {actual}", total
-    return f"a record that fails the reader's checks (TOTALSIZE {total})", total
+        return f"body CRC {msg.body_crc}, the body gives {actual}", total, True
+    return f"a record that fails the reader's checks (TOTALSIZE {total})", total, False
 
 
 def check_commit_log(
@@ -279,65 +366,117 @@ def check_commit_log(
 
 
 def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], report: VerifyReport) -> LogColumns:
-    """The log from its segments' scans, in order: where it ends (as recovery finds it), what lies
-    past that end, and the records before it. ``scan_of(i)`` gives the scan of ``paths[i]``; it is
-    asked only for segments up to the log's end."""
+    """The log from its segments' scans, in order: where recovery would end it (the first bad
+    record or zeros that data follows: ``cut``), every later damaged stretch (skipped: the records
+    after it are checked too), where the data ends, and the records. ``scan_of(i)`` gives the
+    scan of ``paths[i]``."""
     report.commit_log_files = len(paths)
     if not paths:
         report.log_end_reason = "no commit-log files"
         report.log_min_offset = 0
         return LogColumns(min_offset=0, end=0)
-    scans: list[SegmentScan] = []
-    for i in range(len(paths)):
-        scan = scan_of(i)
-        scans.append(scan)
-        name, pos = f"commitlog/{scan.name}", scan.pos
-        end = scan.base + pos
-        if scan.reason == STOP_BLANK:
-            room = scan.size - pos
-            if scan.blank_size != room:
-                report.problem(
-                    f"{name}@{pos}: the BLANK marker says {scan.blank_size} bytes, {room} are left in the file"
-                )
-            if scan.dirty_after:
-                report.problem(f"{name}@{pos}: {scan.dirty_after} non-zero bytes after the BLANK marker")
-            if i + 1 < len(paths):
+    scans = [scan_of(i) for i in range(len(paths))]
+    last = max((i for i, scan in enumerate(scans) if not scan.empty), default=0)
+    if scans[last].stops[-1].reason == STOP_BLANK and last + 1 < len(scans):
+        last += 1  # the log goes on in the next file, which holds nothing yet
+    cut: int | None = None
+    end = scans[last].base + scans[last].stops[-1].pos
+    skipped: list[tuple[int, int]] = []
+    for i, scan in enumerate(scans[: last + 1]):
+        name = f"commitlog/{scan.name}"
+        for stop in scan.stops:
+            pos = stop.pos
+            at = scan.base + pos
+            where = f"{name}@{pos} (offset {at})"
+            if stop.reason == STOP_BLANK:
+                room = scan.size - pos
+                if stop.blank_size != room:
+                    report.problem(
+                        f"{name}@{pos}: the BLANK marker says {stop.blank_size} bytes, {room} are left in the file"
+                    )
+                if stop.dirty_after:
+                    report.problem(f"{name}@{pos}: {stop.dirty_after} non-zero bytes after the BLANK marker")
+                if i == len(paths) - 1:
+                    end = scan.base + scan.size
+                    report.log_end_reason = report.log_end_reason or "BLANK marker in the last file"
                 continue
-            end = scan.base + scan.size
-            report.log_end_reason = "BLANK marker in the last file"
-            break
-        after = scan.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
-        if scan.reason == STOP_BAD:
-            report.log_end_reason = f"a bad record at {end}"
-            where = f"{name}@{pos} (offset {end}): {scan.why}"
-            if after and (report.abort_file or i >= len(paths) - 3):
-                report.problem(f"{where}; {after} non-zero bytes follow it, which recovery drops (the log is cut here)")
-            elif after:  # a clean shutdown's open checks the last three files only (RocketMQ's recoverNormally)
-                report.problem(
-                    f"{where}; {after} non-zero bytes follow it, which a recovery after a crash drops (the log "
-                    "is cut here; an open after a clean shutdown checks only the last 3 files and keeps them)"
-                )
+            if i == last and stop is scan.stops[-1] and not stop.dirty_after:  # nothing but zeros follows
+                if cut is None and stop.reason == STOP_BAD:
+                    report.log_end_reason = f"a bad record at {at}"
+                    report.damage(
+                        f"{where}: {stop.why}: a torn record at the end of the log (recovery cuts the log here)"
+                    )
+                elif cut is None:
+                    report.log_end_reason = "end of data"
+                elif stop.reason == STOP_BAD:
+                    report.problem(f"{where}: {stop.why}: a torn record at the end of the data")
+                continue
+            went_on = _went_on(scan, stop, i < last)
+            skipped.append((at, scan.base + (stop.resume if stop.resume >= 0 else scan.size)))
+            if cut is None:
+                cut = at
+                after = stop.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
+                _report_cut(report, scan, stop, after, went_on, old=i < len(paths) - 3)
+            elif stop.reason == STOP_BAD:
+                report.problem(f"{where}: {stop.why}; {went_on}")
             else:
-                report.damage(f"{where}: a torn record at the end of the log (recovery cuts the log here)")
-        else:
-            report.log_end_reason = "end of data"
-            if after:
-                report.damage(
-                    f"commitlog: the log ends at {end} (zeros in {scan.name} at {pos}); "
-                    f"recovery drops the {after} non-zero bytes after it"
-                )
-        break
-    empty = [os.path.basename(p) for p in paths[len(scans) :] if not _nonzero_file(p)]
+                report.problem(f"{where}: zeros where a record should start; {went_on}")
+    empty = len(scans) - last - 1
     if empty:
-        report.note(f"commitlog: {len(empty)} empty file(s) after the log end (pre-allocated; recovery deletes them)")
-    for scan in scans:
+        report.note(f"commitlog: {empty} empty file(s) after the log end (pre-allocated; recovery deletes them)")
+    for scan in scans[: last + 1]:
         report.add_problems(scan.findings.problem_count, scan.findings.problems)
         report.add_notes(scan.findings.note_count, scan.findings.notes)
-    log = _join_parts([scan.part for scan in scans], scans[0].base, end)
+    log = _join_parts([scan.part for scan in scans[: last + 1]], scans[0].base, end)
+    log.cut = cut
+    log.skipped = np.array(skipped, dtype=np.int64).reshape(-1, 2)
+    if cut is not None:
+        report.log_end_reason += f"; the data goes on to {end}, which verify checked too"
     report.records = len(log.offsets)
     report.log_min_offset = scans[0].base
-    report.log_end = end
+    report.log_end = log.recovery_end
     return log
+
+
+def _went_on(scan: SegmentScan, stop: Stop, later_files: bool) -> str:
+    """What verify skipped past a stop, and where it went on."""
+    if stop.resume >= 0:
+        return f"verify skipped {stop.resume - stop.pos} bytes and went on at offset {scan.base + stop.resume}"
+    rest = f"the rest of the file ({scan.size - stop.pos} bytes, no record start found)"
+    return f"verify skipped {rest}" + (" and went on in the next file" if later_files else "")
+
+
+def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int, went_on: str, *, old: bool) -> None:
+    """The first damage that data follows: where recovery cuts the log (``old``: before the last
+    3 files, which an open after a clean shutdown does not check)."""
+    at = scan.base + stop.pos
+    if stop.reason != STOP_BAD:
+        report.log_end_reason = "end of data"
+        report.damage(
+            f"commitlog: the log ends at {at} (zeros in {scan.name} at {stop.pos}); "
+            f"recovery drops the {after} non-zero bytes after it; {went_on}"
+        )
+        return
+    report.log_end_reason = f"a bad record at {at}"
+    where = f"commitlog/{scan.name}@{stop.pos} (offset {at}): {stop.why}; {after} non-zero bytes follow it"
+    if report.abort_file or not old:
+        report.problem(f"{where}, which recovery drops (the log is cut here); {went_on}")
+    else:  # a clean shutdown's open checks the last three files only (RocketMQ's recoverNormally)
+        report.problem(
+            f"{where}, which a recovery after a crash drops (the log is cut here; an open after a clean "
+            f"shutdown checks only the last 3 files and keeps them); {went_on}"
+        )
+
+
+def report_past_cut(log: LogColumns, report: VerifyReport) -> None:
+    """One line for the queue units and index entries that point where recovery cuts the log
+    (``check_queues`` and ``check_index`` count them)."""
+    units, entries = report.units_past_cut, report.entries_past_cut
+    if units or entries:
+        report.damage(
+            f"commitlog: {units} consume-queue units and {entries} index entries point at or past offset "
+            f"{log.cut}, where recovery cuts the log (it truncates them with it)"
+        )
 
 
 def _join_parts(parts: list[LogColumns], min_offset: int, end: int) -> LogColumns:

@@ -105,7 +105,9 @@ def _check_units(
     past = check & (phy >= log.end)
     damage_at(report, past, lambda i: f"{where} unit {index[i]} -> {phy[i]}: at or past the log end {log.end}")
     check &= ~past
+    report.units_past_cut += int((check & (phy >= log.recovery_end)).sum())
     rows, hit = log.find(phy)
+    check &= hit | ~log.in_skipped(phy)  # a unit of a record lost in damage the log scan skipped
     problems_at(report, check & ~hit, lambda i: f"{where} unit {index[i]} -> {phy[i]}: no record starts there")
     check &= hit
     r = rows[check]

@@ -68,9 +68,13 @@ def _check_index_file(
     under = phy < log.min_offset
     past = ~under & (phy >= log.end)
     damage_at(report, past, lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: at or past the log end {log.end}")
+    report.entries_past_cut += int((~under & ~past & (phy >= log.recovery_end)).sum())
     rows, hit = log.find(phy)
+    lost = ~hit & log.in_skipped(phy)  # an entry of a record lost in damage the log scan skipped
     problems_at(
-        report, ~under & ~past & ~hit, lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: no record starts there"
+        report,
+        ~under & ~past & ~hit & ~lost,
+        lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: no record starts there",
     )
     at_record = ~under & ~past & hit
     keys = rows.astype(np.int64) << 32 | hashes

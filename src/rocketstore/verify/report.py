@@ -32,6 +32,8 @@ class VerifyReport:
     problem_count: int = 0
     note_count: int = 0
     max_listed: int | None = None
+    units_past_cut: int = 0  # queue units and index entries at or past where recovery cuts the log
+    entries_past_cut: int = 0
 
     @property
     def ok(self) -> bool:
