@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rocketstore.broker_conf import BROKER_KEYS, JAVA_LONG_KEYS, parse_properties
 from rocketstore.codec.hosts import parse_host
 from rocketstore.errors import ConfigError, InvalidMessageError
-from rocketstore.properties import BROKER_KEYS, JAVA_LONG_KEYS, parse_properties
 
 log = logging.getLogger(__name__)
 
