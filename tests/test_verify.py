@@ -7,6 +7,7 @@ helps, the independent reader rmqread.py (the project's test oracle) is asked fo
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -614,3 +615,35 @@ def test_records_a_live_queue_lost_the_head_of_are_problems(tmp_path: Path) -> N
     report = verify_store(root, config)
     assert not report.ok
     assert sum("not in its consume queue" in p for p in report.problems) == 10
+
+
+def test_the_schedule_topics_queues_gone_is_damage_not_a_deleted_topic(tmp_path: Path) -> None:
+    """SCHEDULE_TOPIC_XXXX is never deleted: its queue folder gone is a problem, even when
+    topics.json has no entry for it."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, tiny()) as store:
+        store.put(Message("TopicA", b"x", properties={"DELAY": "3"})).raise_for_status()
+        assert store.wait_for_dispatch()
+    topics = root / "config" / "topics.json"
+    table = json.loads(topics.read_text())
+    del table["topicConfigTable"]["SCHEDULE_TOPIC_XXXX"]
+    topics.write_text(json.dumps(table))
+    shutil.rmtree(root / "consumequeue" / "SCHEDULE_TOPIC_XXXX")
+    report = verify_store(root, tiny())
+    assert not report.ok
+    assert has(report.problems, "(SCHEDULE_TOPIC_XXXX/", "not in its consume queue")
+    assert not has(report.notes, "deleted topics")
+
+
+@needs_vectors
+@pytest.mark.parametrize("gone", ["PayTopic", "SCHEDULE_TOPIC_XXXX"])
+def test_a_queue_folder_gone_from_a_store_without_topics_json_is_damage(tmp_path: Path, gone: str) -> None:
+    """A RocketMQ store without config/topics.json cannot say a topic was deleted: its records
+    without a consume queue are problems."""
+    root = copy_store(VECTORS / "sample-clean" / "store", tmp_path / "store")
+    assert not (root / "config" / "topics.json").exists()
+    shutil.rmtree(root / "consumequeue" / gone)
+    report = verify_store(root, StoreConfig(**VECTOR_GEOMETRY))
+    assert not report.ok
+    assert has(report.problems, f"({gone}/", "not in its consume queue")
+    assert not has(report.notes, "deleted topics")

@@ -3,10 +3,12 @@ its queue."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from rocketstore.codec.sysflag import TRANSACTION_ROLLBACK_TYPE
-from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns
@@ -30,14 +32,26 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
             if first is not None and first[0] >= 0:
                 queue_starts[(tid, queue_id)] = first[0]
     # a topic with neither a queue nor a topics.json entry was deleted (clean --delete-topic):
-    # its records stay in the log until retention deletes them
+    # its records stay in the log until retention deletes them. Not the schedule and
+    # transaction-op topics (never deleted), nor any topic when there is no topics.json to say so
+    # (a store RocketMQ's broker did not manage): a queue folder gone is then damage
     with_queues = {topic for topic, _ in store.queues.table}
-    deleted = np.array([t not in with_queues and store.topics.find(t) is None for t in log.topics], dtype=bool)
+    deletable = [t not in NEVER_REMOVED for t in log.topics]
+    if not any(os.path.exists(store.topics.path + suffix) for suffix in ("", ".bak")):
+        deletable = [False] * len(log.topics)
+    deleted = np.array(
+        [
+            ok and t not in with_queues and store.topics.find(t) is None
+            for t, ok in zip(log.topics, deletable, strict=True)
+        ],
+        dtype=bool,
+    )
     # a queue the topic has not used since it was written again has no (or an empty) consume
     # queue: its records older than the topic's first record since then are the deleted topic's
     topic_starts: dict[int, int] = {}
     for (tid, _), start in queue_starts.items():
-        topic_starts[tid] = min(start, topic_starts.get(tid, start))
+        if deletable[tid]:
+            topic_starts[tid] = min(start, topic_starts.get(tid, start))
     if topic_starts:
         pairs = np.unique((log.topic_ids.astype(np.int64) << 32) | log.queue_ids.astype(np.int64))
         for tid, queue_id in zip((pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).tolist(), strict=True):
