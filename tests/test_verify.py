@@ -647,3 +647,15 @@ def test_a_queue_folder_gone_from_a_store_without_topics_json_is_damage(tmp_path
     assert not report.ok
     assert has(report.problems, f"({gone}/", "not in its consume queue")
     assert not has(report.notes, "deleted topics")
+
+
+def test_a_store_in_use_is_said_to_be(built: Path) -> None:
+    """A store a process has open (it holds the lock, abort is there) is not reported as crashed
+    and clean without a word: verify says who has it open and that its tail may be mid-write."""
+    assert verify_store(built, tiny()).lock_held_by is None
+    with MessageStore.open(built, tiny()):
+        report = verify_store(built, tiny())
+    assert report.lock_held_by == os.getpid()
+    assert report.to_dict()["lockHeldBy"] == os.getpid()
+    assert dict(report.summary_rows())["last exit"].startswith("in use: this process has it open")
+    assert has(report.notes, "the store is in use", "mid-write")

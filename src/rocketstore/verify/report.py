@@ -17,6 +17,7 @@ class VerifyReport:
 
     store: str
     abort_file: bool = False
+    lock_held_by: int | None = None  # the pid of a process that has the store open (-1: not known)
     commit_log_files: int = 0
     records: int = 0
     log_min_offset: int = -1
@@ -67,7 +68,7 @@ class VerifyReport:
 
     def summary_rows(self) -> list[tuple[str, Any]]:
         return [
-            ("last exit", "abnormal (abort file present)" if self.abort_file else "normal (no abort file)"),
+            ("last exit", self._last_exit()),
             ("commit-log files", self.commit_log_files),
             ("records", self.records),
             ("log", self._log_range()),
@@ -79,6 +80,13 @@ class VerifyReport:
             ("notes", self.note_count),
             ("problems", self.problem_count),
         ]
+
+    def _last_exit(self) -> str:
+        if self.lock_held_by is not None:
+            from rocketstore.cli.common import describe_holder  # the words inspect uses
+
+            return f"in use: {describe_holder(self.lock_held_by)} has it open (abort is there until it shuts down)"
+        return "abnormal (abort file present)" if self.abort_file else "normal (no abort file)"
 
     def _log_range(self) -> str:
         """``min .. end (why it ends)``, or why the commit log was not scanned."""
@@ -92,6 +100,7 @@ class VerifyReport:
             "store": self.store,
             "ok": self.ok,
             "abortFile": self.abort_file,
+            "lockHeldBy": self.lock_held_by,
             "counts": {
                 "commitLogFiles": self.commit_log_files,
                 "records": self.records,
