@@ -659,3 +659,18 @@ def test_a_store_in_use_is_said_to_be(built: Path) -> None:
     assert report.to_dict()["lockHeldBy"] == os.getpid()
     assert dict(report.summary_rows())["last exit"].startswith("in use: this process has it open")
     assert has(report.notes, "the store is in use", "mid-write")
+
+
+def test_a_store_written_without_an_index_gets_the_hint(tmp_path: Path) -> None:
+    """No index/ at all (messageIndexEnable=false when written): one problem naming the setting."""
+    root = tmp_path / "store"
+    config = tiny().copy(messageIndexEnable=False)
+    with MessageStore.open(root, config) as store:
+        for i in range(5):
+            store.put(Message("TopicA", b"x", keys=f"k{i}")).raise_for_status()
+        assert store.wait_for_dispatch()
+    assert not (root / "index").exists() or not any((root / "index").iterdir())
+    report = verify_store(root, tiny())
+    assert report.problem_count == 1
+    assert has(report.problems, "no index files", "--set messageIndexEnable=false")
+    assert verify_store(root, config).ok

@@ -34,7 +34,8 @@ def check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> N
         below += under
     if below:
         report.note(f"{below} index entries point below the log's first offset (cleaned-up data)")
-    _check_keys_found(store, log, kept, np.concatenate(found) if found else np.zeros(0, np.int64), report)
+    found_keys = np.concatenate(found) if found else np.zeros(0, np.int64)
+    _check_keys_found(store, log, kept, found_keys, report, no_files=not index.files)
 
 
 def _check_index_file(
@@ -166,9 +167,16 @@ def _found_by_query(
 
 
 def _check_keys_found(
-    store: MessageStore, log: LogColumns, kept: list[IndexFile], found: np.ndarray, report: VerifyReport
+    store: MessageStore,
+    log: LogColumns,
+    kept: list[IndexFile],
+    found: np.ndarray,
+    report: VerifyReport,
+    *,
+    no_files: bool,
 ) -> None:
-    """Every key of every record must be found by a query, unless the record is newer than the index."""
+    """Every key of every record must be found by a query, unless the record is newer than the
+    index (``no_files``: there is no index file at all)."""
     rows = log.key_records
     report.keys = len(rows)
     if not len(rows):
@@ -183,7 +191,14 @@ def _check_keys_found(
     newer = log.offsets[rows] >= index_end
     problems_at(report, ~hit & ~newer, lambda i: _key_problem(store, log, int(rows[i]), int(log.key_hashes[i])))
     late = np.flatnonzero(~hit & newer)
-    if len(late):
+    if len(late) and no_files:
+        records = len(np.unique(rows[late]))
+        report.damage(
+            f"index: no index files, so {len(late)} keys of {records} records are not indexed: was the store "
+            "written with messageIndexEnable=false? then give --set messageIndexEnable=false"
+            + ("; else abnormal recovery indexes them" if report.abort_file else "")
+        )
+    elif len(late):
         records = len(np.unique(rows[late]))
         report.damage(
             f"index: {len(late)} keys of {records} records at or after the index's last entry (offset {index_end}) "
