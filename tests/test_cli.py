@@ -977,3 +977,39 @@ def test_spark_export_of_nothing_says_so_in_one_line(tmp_path: Path, small_store
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"no message selected: {out} holds no data")
     assert len(done.stdout.splitlines()) == 1 and "no message selected" not in done.stderr
+
+
+# -- found by review: query, consume, clean, produce ---------------------------------------------------
+def test_query_begin_and_end_are_store_times_in_ms(tmp_path: Path) -> None:
+    """--begin and --end bound the store time to the millisecond (the index keeps whole seconds
+    from its file's start)."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        for i in range(3):
+            store.put(Message("T", f"m{i}", keys="K")).raise_for_status()
+            time.sleep(0.005)
+        assert store.wait_for_dispatch()
+    found = jsonl(run("query", root, *TINY_SETS, "--topic", "T", "--key", "K", "--json").stdout)
+    times = [m["storeTimestamp"] for m in found]
+    assert len(times) == 3 and times == sorted(set(times))
+
+    def bodies(*bounds: object) -> list[str]:
+        result = run("query", root, *TINY_SETS, "--topic", "T", "--key", "K", "--json", *bounds)
+        return [base64.b64decode(m["body"]).decode() for m in jsonl(result.stdout)]
+
+    assert bodies("--begin", times[1]) == ["m1", "m2"]
+    assert bodies("--end", times[0] - 1) == []
+    assert bodies("--end", times[1] - 1) == ["m0"]
+    assert bodies("--begin", times[1], "--end", times[1]) == ["m1"]
+    assert bodies("--begin", times[0], "--end", times[2], "--max", 2) == ["m1", "m2"]  # the newest, as the index
+
+
+def test_query_by_a_client_msg_id_without_topic_says_to_give_it(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    put = jsonl(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--json").stdout)[0]
+    result = run("query", root, *TINY_SETS, "--msg-id", put["uniqKey"])
+    assert result.exit_code == 1
+    assert "not an offset msgId of this store" in result.stderr and "UNIQ_KEY" in result.stderr
+    assert "--topic" in result.stderr
+    result = run("query", root, *TINY_SETS, "--msg-id", put["uniqKey"], "--topic", "T", "--json")
+    assert result.exit_code == 0 and jsonl(result.stdout)[0]["uniqKey"] == put["uniqKey"]

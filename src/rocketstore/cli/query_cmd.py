@@ -34,14 +34,31 @@ def _at(store: MessageStore, offset: int) -> StoredMessage | None:
     return msg if msg is not None and msg.commit_log_offset == offset else None
 
 
+def _by_key(
+    store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int | None
+) -> list[StoredMessage]:
+    """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms).
+    The index keeps times in whole seconds from its file's start, so it is asked a second wider
+    on each side (and for as many hits as one query gives), then the store times decide."""
+    wide_end = None if end is None else end + 1000
+    batch = max(max_num, store.config.max_msgs_num_batch)
+    found = store.query_message(topic, key, batch, max(0, begin - 1000), wide_end).messages
+    inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
+    return inside[-max_num:]
+
+
 @click.command()
 @store_options()
 @click.option("--topic", help="The topic (needed with --key).")
 @click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
 @click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
 @click.option("--offset", type=int, help="A commit-log offset where a record starts.")
-@click.option("--begin", type=int, default=0, show_default=True, help="Key queries: earliest store time (ms).")
-@click.option("--end", type=int, default=None, help="Key queries: latest store time (ms; default: no limit).")
+@click.option(
+    "--begin", type=int, default=0, show_default=True, help="Key queries: earliest store time (ms, inclusive)."
+)
+@click.option(
+    "--end", type=int, default=None, help="Key queries: latest store time (ms, inclusive; default: no limit)."
+)
 @click.option(
     "--max", "max_num", type=click.IntRange(min=1), default=32, show_default=True, help="Key queries: at most N."
 )
@@ -71,7 +88,7 @@ def query(
         messages: list[StoredMessage] = []
         if key is not None:
             assert topic is not None
-            messages = store.query_message(topic, key, max_num, begin, end).messages
+            messages = _by_key(store, topic, key, max_num, begin, end)
             what = f"no message of topic {topic!r} with key {key!r}"
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
@@ -81,6 +98,11 @@ def query(
             elif topic:
                 messages = [m for m in store.query_message(topic, msg_id, max_num).messages if m.uniq_key == msg_id]
             what = f"no message with msgId {msg_id}"
+            if not topic:
+                what += (
+                    " (it is not an offset msgId of this store; if it is a client msgId, the UNIQ_KEY clients "
+                    "show, give --topic to look it up in the index)"
+                )
         else:
             assert offset is not None
             found = _at(store, offset)
