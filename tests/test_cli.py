@@ -694,7 +694,7 @@ def test_produce_needs_one_body_and_consume_of_an_unknown_topic(tmp_path: Path, 
     result = run("produce", tmp_path / "x", *TINY_SETS, "--topic", "bad topic!", "--body", "b")
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     result = run("consume", small_store, *TINY_SETS, "--topic", "Nothing", "--group", "g")
-    assert result.exit_code == 0 and "no consume queue" in result.stderr
+    assert result.exit_code == 2 and "no topic of" in result.stderr and "'Nothing'" in result.stderr
 
 
 # -- verify and recover ----------------------------------------------------------------------------------
@@ -1013,3 +1013,18 @@ def test_query_by_a_client_msg_id_without_topic_says_to_give_it(tmp_path: Path) 
     assert "--topic" in result.stderr
     result = run("query", root, *TINY_SETS, "--msg-id", put["uniqKey"], "--topic", "T", "--json")
     assert result.exit_code == 0 and jsonl(result.stdout)[0]["uniqKey"] == put["uniqKey"]
+
+
+def test_consume_and_clean_refuse_a_topic_or_queue_the_store_lacks(small_store: Path) -> None:
+    offsets = small_store / "config" / "consumerOffset.json"
+    before = offsets.read_bytes() if offsets.exists() else None
+    result = run("consume", small_store, *TINY_SETS, "--topic", "TopicZ", "--group", "g", "--commit")
+    assert result.exit_code == 2 and "no topic of" in result.stderr and "TopicA" in result.stderr
+    result = run("consume", small_store, *TINY_SETS, "--topic", "TopicA", "--group", "g", "--queue", 7, "--commit")
+    assert result.exit_code == 2 and "has no queue 7" in result.stderr
+    assert (offsets.read_bytes() if offsets.exists() else None) == before  # no offset written
+    result = run("consume", small_store, *TINY_SETS, "--topic", "TopicA", "--group", "g", "--queue", 3, "--json")
+    assert result.exit_code == 0  # below readQueueNums (4): a queue with no message yet
+    result = run("clean", small_store, *TINY_SETS, "--delete-topic", "TopicZ", "--json")
+    assert result.exit_code == 2 and "--delete-topic 'TopicZ'" in result.stderr
+    assert (small_store / "consumequeue" / "TopicA").is_dir()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rocketstore.cli.common import Common, open_store, store_options
+from rocketstore.cli.common import Common, open_store, require_topics, store_options
 from rocketstore.cli.output import kv_table, out_console, print_json
 
 
@@ -18,6 +18,9 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     clean-forcibly ratio young files go too, as in the running store. A commit log outside STORE
     (storePathCommitLog) is refused without --external-commit-log."""
     with open_store(opts, create=False) as store:
+        present = {*store.queue_ids(), *store.topics.topics()}
+        for name in delete_topics:  # a misspelt topic is refused before anything is deleted
+            require_topics(opts.root, present, name.__eq__, f"--delete-topic {name!r}")
         before = store.min_phy_offset
         removed = store.delete_topics(delete_topics) if delete_topics else []
         run = store.clean_expired_files()

@@ -8,7 +8,7 @@ import json
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import Common, open_store, store_options
+from rocketstore.cli.common import CommandError, Common, open_store, require_topics, store_options
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
@@ -191,6 +191,22 @@ def _place(where: dict[str, object]) -> str:
     return place
 
 
+def _queues_to_read(opts: Common, store: MessageStore, topic: str, queue_id: int | None) -> list[int]:
+    """The queues ``consume`` reads: ``queue_id`` or every queue of ``topic``. A topic the store
+    does not know (no consume queue, no topics.json entry) or a queue it does not have (neither a
+    consume queue nor below the topic's readQueueNums) is refused, as ``export`` refuses a topic."""
+    present = store.queue_ids()
+    require_topics(opts.root, {*present, *store.topics.topics()}, topic.__eq__, f"--topic {topic!r}")
+    if queue_id is None:
+        return present.get(topic, [])
+    config = store.topics.find(topic)
+    known = {*present.get(topic, []), *range(int(config.get("readQueueNums", 0)) if config else 0)}
+    if queue_id not in known:
+        shown = ", ".join(map(str, sorted(known))) or "none"
+        raise CommandError(f"topic {topic!r} of {opts.root} has no queue {queue_id} (its queues: {shown})")
+    return [queue_id]
+
+
 def pull_queue(
     store: MessageStore, group: str, topic: str, queue_id: int, offset: int, max_num: int, tags: str | None
 ) -> tuple[list[StoredMessage], int]:
@@ -248,7 +264,7 @@ def consume(
         raise click.UsageError("give at most one of --from-offset and --from-committed")
     store = open_store(opts, read_only=not commit, create=False)
     try:
-        queue_ids = [queue_id] if queue_id is not None else store.queue_ids().get(topic, [])
+        queue_ids = _queues_to_read(opts, store, topic, queue_id)
         messages: list[StoredMessage] = []
         progress: list[str] = []
         for qid in queue_ids:
