@@ -164,12 +164,13 @@ def test_export_through_the_console_script_in_a_subprocess() -> None:
     assert "mappedFileSizeCommitLog says 1073741824" in done.stderr and "Traceback" not in done.stderr
 
 
-def run_on_terminal(*args: object) -> bytes:
-    """The CLI in a subprocess whose stdout and stderr are one pseudo-terminal; all it wrote there."""
+def run_on_terminal(*args: object, columns: int = 100) -> bytes:
+    """The CLI in a subprocess whose stdout and stderr are one pseudo-terminal (``columns`` wide);
+    all it wrote there."""
     import pty
 
     master, slave = pty.openpty()
-    env = {**os.environ, "PYTHONPATH": str(SRC), "TERM": "xterm", "COLUMNS": "100"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TERM": "xterm", "COLUMNS": str(columns)}
     command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
     os.close(slave)
@@ -1028,3 +1029,11 @@ def test_consume_and_clean_refuse_a_topic_or_queue_the_store_lacks(small_store: 
     result = run("clean", small_store, *TINY_SETS, "--delete-topic", "TopicZ", "--json")
     assert result.exit_code == 2 and "--delete-topic 'TopicZ'" in result.stderr
     assert (small_store / "consumequeue" / "TopicA").is_dir()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_produce_shows_the_whole_msg_id_on_an_80_column_terminal(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    shown = run_on_terminal("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", columns=80)
+    msg_id = jsonl(run("query", root, *TINY_SETS, "--offset", 0, "--json").stdout)[0]["msgId"]
+    assert msg_id.encode() in shown, shown.decode(errors="replace")

@@ -167,8 +167,12 @@ def produce(
         return
     table = Table(title=f"stored {stored} message(s) in {_place(where)}", title_justify="left")
     columns = ("status", "msgId", "queueOffset", "commitLogOffset", "storeTimestamp")
+    id_width = max((len(str(row["msgId"])) for row in shown), default=0)
     for name in columns:
-        table.add_column(name, justify="left" if name in ("status", "msgId") else "right")
+        if name == "msgId":  # whole, on one line, to be copied: the other columns fold to make room
+            table.add_column(name, no_wrap=True, min_width=id_width)
+        else:
+            table.add_column(name, justify="left" if name == "status" else "right", overflow="fold")
     for row in shown:
         table.add_row(*(cell(row[c]) for c in columns))
     out_console().print(table)
