@@ -143,3 +143,28 @@ def test_recovery_cut_at_offset_0_leaves_one_empty_segment(make_store, tmp_path,
     assert (again.commit_log_offset, again.queue_offset) == (0, 0)
     assert store.wait_for_dispatch()
     assert [m.body for m in store.get_message("g", "ResetTopic", 0, 0).messages] == [b"again"]
+
+
+def test_commit_log_paths_changed_online_take_the_next_segments(make_store, tmp_path):
+    """B. MultiPathMappedFileQueueTest.testUpdatePathsOnline: storePathCommitLog changed at run
+    time is used for the next segments: segment n goes to sorted(paths)[n % len(paths)] of the
+    paths configured when it is made; a path taken out gets no new segment."""
+    paths = [str(tmp_path / f"cl-{c}") for c in "abc"]
+    store = make_store(storePathCommitLog=",".join(paths))
+    for _ in range(12):
+        put_ok(store, Message("PathTopic", b"x" * 1000))
+    in_use = (store.max_phy_offset - 1) // CL_SIZE  # the segment being written
+    store.config.storePathCommitLog = ",".join(paths[:2])
+    for _ in range(24):
+        put_ok(store, Message("PathTopic", b"y" * 1000))
+    placed = segments_in(paths)
+    assert max(placed) >= in_use + 5
+    for number, folder in placed.items():
+        if number <= in_use:  # made before the change
+            assert folder == sorted(paths)[number % 3], (number, folder)
+        elif number > in_use + 2:  # past any segment pre-allocated before the change
+            assert folder == sorted(paths[:2])[number % 2], (number, folder)
+
+
+def segments_in(paths: list[str]) -> dict[int, str]:
+    return {int(name) // CL_SIZE: path for path in paths if os.path.isdir(path) for name in os.listdir(path)}

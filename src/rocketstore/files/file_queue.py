@@ -55,6 +55,8 @@ class MappedFileQueue:
         self._files_lock = threading.Lock()
         self.store_timestamp = 0
         self.dropped_empty_last = False  # load found the last file empty and left it out
+        # the writable folders as configured now (storePathCommitLog changed while running), or None
+        self.paths_now: Callable[[], list[str]] | None = None
         self.path_is_full = path_is_full
         self.allocator = allocator
         self.pool = pool  # a TransientStorePool: new segments write into one of its buffers
@@ -142,6 +144,8 @@ class MappedFileQueue:
         index = offset // self.file_size
         folder = self._folder_for(index)
         os.makedirs(folder, exist_ok=True)
+        if folder not in self.paths:  # a folder configured while running: its segments are the queue's too
+            self.paths = [*self.paths, folder]
         path = os.path.join(folder, offset_to_file_name(offset))
         mapped = None
         if self.allocator is not None:
@@ -160,7 +164,7 @@ class MappedFileQueue:
         return mapped
 
     def _folder_for(self, index: int) -> str:
-        paths = self.paths
+        paths = self.paths if self.paths_now is None else self.paths_now() or self.paths
         if len(paths) == 1:
             return paths[0]
         writable = [p for p in sorted(paths) if not (self.path_is_full and self.path_is_full(p))]

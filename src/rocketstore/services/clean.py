@@ -99,6 +99,7 @@ class CleanService(Service):
         self._closed = False
         self.dispatched: Callable[[], int] | None = None  # where dispatch is: segments past it stay
         commit_log.queue.path_is_full = self.path_is_full
+        commit_log.queue.paths_now = lambda: config.commit_log_paths  # a new segment goes where they are now
         commit_log.queue.on_create = self._on_new_segment
 
     def _on_new_segment(self, _mapped: object) -> None:
