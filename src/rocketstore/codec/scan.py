@@ -60,10 +60,11 @@ _JAVA_INT_TEXT = re.compile(r"[+-]?\d+")  # \d: Unicode decimal digits, as Java'
 
 def java_int(text: str | bytes | None) -> int | None:
     """``Integer.parseInt(text)``: a sign and decimal digits within Java's int range; None where
-    Java throws (spaces, underscores, other characters, out of range)."""
+    Java throws (spaces, underscores, other characters, out of range, a digit outside the Basic
+    Multilingual Plane: Java reads it as two surrogate chars, neither a digit)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    if text is None or not _JAVA_INT_TEXT.fullmatch(text):
+    if text is None or not _JAVA_INT_TEXT.fullmatch(text) or (not text.isascii() and max(text) > "\uffff"):
         return None
     value = int(text)
     return value if -(2**31) <= value < 2**31 else None
