@@ -38,6 +38,25 @@ def test_a_schedule_topic_record_needs_a_delay_java_can_parse(make_store, delay)
     assert store.put(Message("T", b"y", properties={"DELAY": " 3"})).status == PutMessageStatus.MESSAGE_ILLEGAL
 
 
+def test_a_schedule_record_whose_delay_java_cannot_read_ends_the_log(make_store, tmp_path, store_config):
+    """Read back, a SCHEDULE_TOPIC_XXXX record whose DELAY Integer.parseInt throws on (damage:
+    the writer refuses such a value) fails RocketMQ's checkMessageAndReturnSize: recovery ends
+    the log there, as RocketMQ's does, so both read the same log."""
+    store = make_store()
+    store.put(Message("T", b"before"))
+    delayed = store.put(Message("T", b"later", properties={"DELAY": "3"}))
+    store.put(Message("T", b"after"))
+    store.shutdown()
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    at = data.index(b"DELAY\x013", delayed.commit_log_offset)
+    data[at + 6] = ord("x")  # properties are outside the body CRC: only the DELAY check sees it
+    segment.write_bytes(bytes(data))
+    store = make_store()
+    assert store.recovery.stopped_at_bad_record and store.max_phy_offset == delayed.commit_log_offset
+    assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"before"]
+
+
 def test_a_delay_in_unicode_digits_is_a_level_as_java_reads_it(make_store, tmp_path, store_config):
     """Integer.parseInt takes any Unicode decimal digits: "\u0663" is level 3, when the message is
     put and when the scan rebuilds its consume-queue unit (the delivery time) from the log."""

@@ -204,6 +204,13 @@ def _columns(
     records = Records()
     if n == 0:
         return records, stop, reason
+    topics = _topics(data, topic_at[:n], topic_len[:n])
+    bad = _first_unreadable_delay(buf, topics, props_at, props_len)
+    if bad is not None:
+        n, stop, reason = bad, starts[bad], STOP_BAD
+        if n == 0:
+            return records, stop, reason
+        topics = topics[:n]
     if n < len(starts):
         at, total, sys_flag, topic_at, topic_len = at[:n], total[:n], sys_flag[:n], topic_at[:n], topic_len[:n]
         props_at, props_len, born = props_at[:n], props_len[:n], born[:n]
@@ -213,9 +220,25 @@ def _columns(
     records.queue_ids = g.int(at + 12, 4)
     records.queue_offsets = g.int(at + 20, 8)
     records.store_ts = g.int(at + 48 + born, 8)
-    records.topics = _topics(data, topic_at, topic_len)
+    records.topics = topics
     _properties(records, buf, data, props_at, props_len, delay_millis, strings)
     return records, stop, reason
+
+
+def _first_unreadable_delay(
+    buf: bytes | memoryview, topics: list[str], props_at: np.ndarray, props_len: np.ndarray
+) -> int | None:
+    """The first SCHEDULE_TOPIC_XXXX record whose DELAY Java's Integer.parseInt cannot read:
+    RocketMQ's checkMessageAndReturnSize fails on it, so the log ends there (None: no such one)."""
+    if SCHEDULE_TOPIC not in topics:
+        return None
+    for r, topic in enumerate(topics):
+        if topic == SCHEDULE_TOPIC:
+            start = int(props_at[r])
+            text = property_value(b"\x02" + bytes(buf[start : start + int(props_len[r])]), b"\x02DELAY\x01")
+            if text is not None and java_int(text) is None:
+                return r
+    return None
 
 
 _BODY_CRC, _PROPERTY_CRC = 1, 2
