@@ -122,6 +122,16 @@ def test_host_ports_outside_0_to_65535_are_refused(make_store):
     assert format_host(bytes([1, 2, 3, 4]) + (3000000000).to_bytes(4, "big")) == "1.2.3.4:-1294967296"
 
 
+def test_an_ipv4_mapped_ipv6_host_is_stored_as_ipv4_as_java_reads_it(make_store):
+    """Java's InetAddress makes ::ffff:a.b.c.d an Inet4Address: RocketMQ stores such a host in 4
+    bytes without the IPv6 sysFlag bit, and so does the store."""
+    store = make_store()
+    r = put_ok(store, Message("T", b"x", born_host="[::ffff:10.0.0.1]:5000", store_host="[::FFFF:a00:2]:6000"))
+    stored = store.look_message_by_offset(r.commit_log_offset)
+    assert (stored.born_host, stored.store_host) == ("10.0.0.1:5000", "10.0.0.2:6000")
+    assert stored.sys_flag & 0x30 == 0 and stored.store_size == r.wrote_bytes == len(stored.raw)
+
+
 def test_look_message_by_offset_first_last_and_end(make_store):
     store = make_store()
     results = [put_ok(store, Message("TopicTest", b"x" * (i * 50), tags="T")) for i in range(30)]

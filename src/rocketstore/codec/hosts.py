@@ -14,7 +14,8 @@ from rocketstore.errors import InvalidMessageError
 
 @lru_cache(maxsize=4096)
 def parse_host(text: str) -> bytes:
-    """``"10.0.0.1:5000"`` or ``"[2001:db8::1]:5000"`` -> 8 or 20 bytes (address + port)."""
+    """``"10.0.0.1:5000"`` or ``"[2001:db8::1]:5000"`` -> 8 or 20 bytes (address + port); an
+    IPv4-mapped IPv6 address (``[::ffff:10.0.0.1]``) is the IPv4 address, as Java reads it."""
     if type(text) is not str:
         raise InvalidMessageError(f"a host address is a str ip:port or [ipv6]:port, not {text!r}")
     try:
@@ -24,7 +25,10 @@ def parse_host(text: str) -> bytes:
             addr, _, port = text.rpartition(":")
             if ":" in addr:  # an IPv6 address given without brackets
                 raise ValueError
-        packed = ipaddress.ip_address(addr).packed
+        ip = ipaddress.ip_address(addr)
+        if ip.version == 6 and ip.ipv4_mapped is not None:  # Java's InetAddress makes it an Inet4Address
+            ip = ip.ipv4_mapped
+        packed = ip.packed
         number = int(port)
         if not 0 <= number <= 0xFFFF:  # a Java InetSocketAddress port
             raise ValueError
