@@ -323,3 +323,21 @@ def test_a_refused_put_result_is_false(make_store) -> None:
     assert store.put(Message("T", b"x"))
     refused = store.put(Message("T", b"x" * (store.config.max_message_size + 1)))
     assert not refused and not refused.ok
+
+
+def test_an_empty_body_is_not_crc_checked_on_recovery_as_in_rocketmq(make_store, tmp_path, store_config):
+    """RocketMQ's checkMessageAndReturnSize checks the body CRC only when BODYLEN > 0: a record
+    with an empty body and any BODYCRC is read, by recovery and verify alike, and the log goes on."""
+    store = make_store()
+    empty = store.put(Message("T", b""))
+    store.put(Message("T", b"after"))
+    store.shutdown()
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(empty.commit_log_offset + 8)
+        f.write((1234).to_bytes(4, "big"))
+    store = make_store()
+    assert not store.recovery.stopped_at_bad_record
+    assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"", b"after"]
+    store.shutdown()
+    assert verify_store(tmp_path / "store", store_config).ok

@@ -254,7 +254,8 @@ def _first_crc_failure(
     g: _Gather,
 ) -> int | None:
     """The index of the first record whose body CRC (or, for ``_PROPERTY_CRC``, appended
-    ``__CRC32#`` property) does not match its bytes; None when all do."""
+    ``__CRC32#`` property) does not match its bytes; None when all do. An empty body's CRC field
+    is not checked, as RocketMQ's checkMessageAndReturnSize reads no body then."""
     view = memoryview(buf)
     try:
         if crc == _PROPERTY_CRC:  # a record without the property fails too
@@ -264,7 +265,7 @@ def _first_crc_failure(
             return None
         wanted = g.int(at + 8, 4).tolist()
         for i, (b, e, want) in enumerate(zip(body_at.tolist(), body_end.tolist(), wanted, strict=True)):
-            if crc32(view[b:e]) & 0x7FFFFFFF != want:
+            if e > b and crc32(view[b:e]) & 0x7FFFFFFF != want:  # RocketMQ checks no empty body
                 return i
         return None
     finally:
