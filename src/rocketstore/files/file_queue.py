@@ -144,8 +144,8 @@ class MappedFileQueue:
         index = offset // self.file_size
         folder = self._folder_for(index)
         os.makedirs(folder, exist_ok=True)
-        if folder not in self.paths:  # a folder configured while running: its segments are the queue's too
-            self.paths = [*self.paths, folder]
+        if os.path.realpath(folder) not in {os.path.realpath(p) for p in self.paths}:
+            self.paths = [*self.paths, folder]  # a folder configured while running: its segments are ours too
         path = os.path.join(folder, offset_to_file_name(offset))
         mapped = None
         if self.allocator is not None:
