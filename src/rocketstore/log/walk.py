@@ -21,9 +21,12 @@ def walk_segment(
     prop_crc: bool = False,
     delay_millis: tuple[int, ...] = (),
     window: int = WINDOW,
+    strings: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
-    """Scan ``[start, end)`` of a segment, handing ``Records`` of each window to ``on_records``;
-    returns (stop position, reason) as ``scan_records`` does.
+    """Scan ``[start, end)`` of a segment, handing ``Records`` of each window to ``on_records``
+    (with the keys as strings too when ``strings``) and the bytes each window advanced to
+    ``progress``; returns (stop position, reason) as ``scan_records`` does.
 
     The segment is held while it is read, so cleanup cannot unmap it underneath.
     """
@@ -33,6 +36,7 @@ def walk_segment(
         mm = mapped.mm
         pos = start
         while True:
+            before = pos
             records, pos, reason = scan_records(
                 mm,
                 pos,
@@ -42,9 +46,12 @@ def walk_segment(
                 prop_crc=prop_crc,
                 delay_millis=delay_millis,
                 limit=min(end, pos + window),
+                strings=strings,
             )
             if len(records) and on_records is not None:
                 on_records(records)
+            if progress is not None:
+                progress(pos - before)
             if reason != STOP_LIMIT:
                 return pos, reason
             if pos >= end:

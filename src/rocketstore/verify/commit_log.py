@@ -16,9 +16,10 @@ import numpy as np
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import crc32
 from rocketstore.codec.records import Records
-from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, STOP_END, STOP_LIMIT, scan_records
+from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, STOP_END
 from rocketstore.errors import RecordError
 from rocketstore.files.mapped_file import MappedFile
+from rocketstore.log.walk import walk_segment
 from rocketstore.queues.index_service import index_keys
 from rocketstore.store import MessageStore
 from rocketstore.verify.report import VerifyReport, problems_at
@@ -257,30 +258,20 @@ def _scan_records(
     progress: Callable[[int], None] | None = None,
     prop_crc: bool = False,
 ) -> tuple[int, int]:
-    """Every record of a segment from ``pos``, window by window; (stop position, reason) as
-    ``scan_records`` gives."""
-    mm, end = mapped.mm, mapped.file_size
-    while True:
-        before = pos
-        records, pos, reason = scan_records(
-            mm,
-            pos,
-            end,
-            mapped.file_from_offset,
-            check_crc=True,
-            prop_crc=prop_crc,
-            delay_millis=delay_millis,
-            limit=min(end, pos + _WINDOW),
-            strings=True,
-        )
-        if len(records):
-            collector.add(mapped, records)
-        if progress is not None:
-            progress(pos - before)
-        if reason != STOP_LIMIT:
-            return pos, reason
-        if pos >= end:
-            return pos, STOP_END
+    """Every record of a segment from ``pos``, window by window, CRCs checked; (stop position,
+    reason) as ``scan_records`` gives."""
+    return walk_segment(
+        mapped,
+        pos,
+        mapped.file_size,
+        lambda records: collector.add(mapped, records),
+        check_crc=True,
+        prop_crc=prop_crc,
+        delay_millis=delay_millis,
+        window=_WINDOW,
+        strings=True,
+        progress=progress,
+    )
 
 
 def _stop_at(mapped: MappedFile, pos: int, reason: int, prop_crc: bool, *, first: bool) -> Stop:
