@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 
 
 def _shared() -> Path:
@@ -49,6 +49,18 @@ TINY_GEOMETRY = {
     "maxIndexNum": 128,
     "brokerIP1": "127.0.0.1",
 }
+
+
+def put_ok(store: MessageStore, message: Message, queue_id: int = 0):
+    """``store.put`` that must succeed (PUT_OK); its result."""
+    result = store.put(message, queue_id)
+    assert result.status == PutMessageStatus.PUT_OK, result
+    return result
+
+
+def segments(root: Path) -> list[str]:
+    """The commit-log segment names of the store at ``root``, in order."""
+    return sorted(os.listdir(root / "commitlog"))
 
 
 @pytest.fixture

@@ -15,20 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatus
+from conftest import put_ok, segments
+from rocketstore import GetMessageStatus, Message, PutMessageStatus
 from rocketstore.errors import InvalidTopicError
 
 CL_SIZE = 4096
-
-
-def put_ok(store: MessageStore, message: Message, queue_id: int = 0):
-    result = store.put(message, queue_id)
-    assert result.status == PutMessageStatus.PUT_OK, result
-    return result
-
-
-def segments(root: Path) -> list[str]:
-    return sorted(os.listdir(root / "commitlog"))
 
 
 def test_default_max_message_size_is_4_mib_for_single_puts_and_batches(make_store, store_config):

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import specreader
+from conftest import put_ok, segments
 from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import index_key_hash, java_hash
@@ -48,16 +49,6 @@ HEADER_V4 = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4  # up to B
 def record_size(topic: str, body: bytes, props: bytes, born_v6: bool = False, store_v6: bool = False) -> int:
     """TOTALSIZE by the layout arithmetic of BatchPutMessageTest."""
     return HEADER_V4 + 12 * born_v6 + 12 * store_v6 + len(body) + 1 + len(topic.encode()) + 2 + len(props)
-
-
-def put_ok(store: MessageStore, message: Message, queue_id: int = 0):
-    result = store.put(message, queue_id)
-    assert result.status == PutMessageStatus.PUT_OK, result
-    return result
-
-
-def segments(root: Path) -> list[str]:
-    return sorted(os.listdir(root / "commitlog"))
 
 
 def our_export(root: Path, config: StoreConfig) -> list[dict]:
