@@ -399,6 +399,18 @@ def test_what_is_written_after_a_recovery_cut_is_flushed(make_store, tmp_path, s
     assert [(f.file_name, f.flushed_position) for f in files] == [(f.file_name, f.read_position) for f in files]
 
 
+def _pulled(store: MessageStore, topic: str, count: int) -> list:
+    """The first ``count`` messages of ``topic``'s queue 0, pulled file by file (a pull stays
+    within one consume-queue file); every pull must move on."""
+    read, offset = [], 0
+    while offset < count:
+        got = store.get_message("g", topic, 0, offset)
+        read += got.messages
+        assert got.next_begin_offset > offset
+        offset = got.next_begin_offset
+    return read
+
+
 def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tmp_path, store_config) -> None:
     """After a crash RocketMQ checks the log from the checkpoint's segment on. The walk may start
     earlier to rebuild the index, but a bad record there (flushed long ago) must not cut away the
@@ -423,13 +435,7 @@ def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tm
     assert store.recovery.abnormal and store.recovery.start_file < segments[-2].name  # the walk began earlier
     assert store.recovery.kept_bad_records == [victim.commit_log_offset]
     assert store.max_phy_offset == end
-    read, offset = [], 0
-    while offset < 120:
-        got = store.get_message("g", "T", 0, offset)
-        read += [m.commit_log_offset for m in got.messages]
-        assert got.next_begin_offset > offset
-        offset = got.next_begin_offset
-    assert read == [r.commit_log_offset for r in sent]
+    assert [m.commit_log_offset for m in _pulled(store, "T", 120)] == [r.commit_log_offset for r in sent]
 
 
 @pytest.mark.parametrize("damage", ["a unit zeroed", "the last file emptied"])
@@ -452,12 +458,6 @@ def test_a_consume_queue_cut_by_damage_is_rebuilt_from_the_log(make_store, tmp_p
         os.truncate(files[-1], 0)
     store = make_store()
     assert store.get_max_offset_in_queue("T", 0) == store.get_max_offset_in_queue("U", 0) == 40
-    bodies, offset = [], 0
-    while offset < 40:
-        got = store.get_message("g", "T", 0, offset)
-        bodies += [m.body for m in got.messages]
-        assert got.next_begin_offset > offset
-        offset = got.next_begin_offset
-    assert bodies == [b"t%d" % i for i in range(40)]
+    assert [m.body for m in _pulled(store, "T", 40)] == [b"t%d" % i for i in range(40)]
     store.shutdown()
     assert verify_store(tmp_path / "store", store_config).ok
