@@ -262,8 +262,10 @@ class MessageWriter(MessagePreparer):
             if head is None or len(body) > config.max_message_size or config.enabled_append_prop_crc:
                 return general(message, queue_id)
             now = _time_ns() // 1_000_000
-            if log.begin_time_in_lock and busy(now) is not None:
-                return busy(now)
+            if log.begin_time_in_lock:
+                refused = busy(now)
+                if refused is not None:
+                    return refused
             uniq = next_uniq(now)
             tags, keys = message._tags, message._keys
             text = plain_properties(tags, keys, uniq)
