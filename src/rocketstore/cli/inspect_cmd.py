@@ -9,9 +9,10 @@ from typing import Any
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import Common, describe_holder, lock_holder, open_store, recovery_info, store_options
+from rocketstore.cli.common import Common, open_store, recovery_info, store_options
 from rocketstore.cli.output import cell, kv_table, out_console, print_json
 from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.store import MessageStore
 
 

@@ -20,9 +20,7 @@ from rocketstore.cli.common import (
     Common,
     ProblemsFound,
     check_commit_log,
-    describe_holder,
     is_inside,
-    lock_holder,
     lost_log,
     max_problems_option,
     queue_topics,
@@ -31,7 +29,7 @@ from rocketstore.cli.common import (
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, say, warn
 from rocketstore.errors import CorruptStoreError, StoreLockedError
-from rocketstore.meta.lockfile import StoreLock
+from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
 from rocketstore.meta.root import require_store
 
 EXIT_PROBLEMS = 1

@@ -6,6 +6,7 @@ takes, so rocketstore and a RocketMQ broker exclude each other too.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -51,3 +52,36 @@ class StoreLock:
                     os.close(self._fd)
                     self._fd = -1
                     _held.discard(self._key)
+
+
+def lock_holder(root: str) -> int | None:
+    """The pid of the process holding STORE's ``lock`` (a running store or broker: this process's
+    own pid when it has the store open; -1 for an open-file-description lock, whose owner is not
+    listed), or None when no process holds it or that cannot be told.
+
+    Read from ``/proc/locks`` (Linux) without opening the lock file: closing any descriptor of it
+    would drop a lock this process holds (POSIX record locks belong to the process)."""
+    try:
+        st = os.stat(os.path.join(root, "lock"))
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = [line.split() for line in f]
+    except OSError:
+        return None
+    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    suffix = f":{st.st_ino}"
+    # "1: POSIX  ADVISORY  WRITE 4242 fe:00:2187807 0 0"; a waiter's line has "->" after its number.
+    # The device may be numbered apart from stat's on overlay or btrfs: the inode alone then.
+    held = [f for f in table if len(f) >= 6 and f[1] in ("POSIX", "OFDLCK") and "->" not in f]
+    for match in (lambda ident: ident == exact, lambda ident: ident.endswith(suffix)):
+        for fields in held:
+            if match(fields[5]):
+                with contextlib.suppress(ValueError):
+                    return int(fields[4])
+    return None
+
+
+def describe_holder(pid: int | None) -> str:
+    """Who holds a store's lock, for a message: ``lock_holder``'s pid in words."""
+    if pid == os.getpid():
+        return "this process"
+    return f"another process (pid {pid})" if pid is not None and pid > 0 else "another process"

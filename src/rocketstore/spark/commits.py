@@ -63,6 +63,7 @@ from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError, InvalidMessageError, RocketStoreError, StoreLockedError
 from rocketstore.files.syscalls import fsync_dir
+from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.results import PutResult
 from rocketstore.spark.schema import option
@@ -285,8 +286,6 @@ def check_unheld(root: str) -> None:
     """Refuse (StoreLockedError), on the driver before any task runs, a store another program
     holds open. A store a Spark commit holds is not refused: the write waits for its turn. Nothing
     is written (``/proc/locks`` tells who holds the lock; where it cannot, the commit will)."""
-    from rocketstore.cli.common import describe_holder, lock_holder
-
     holder = lock_holder(root)
     if holder is None:
         return

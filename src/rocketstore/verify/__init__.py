@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
+from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
 from rocketstore.verify.checkpoint import check_checkpoint
@@ -104,7 +105,6 @@ def verify_store(
 
 def _note_in_use(report: VerifyReport) -> None:
     """A store a process has open (it holds the lock) is checked as a crash would leave it: say so."""
-    from rocketstore.cli.common import describe_holder, lock_holder  # the check inspect uses
 
     report.lock_held_by = lock_holder(report.store)
     if report.lock_held_by is not None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from rocketstore.meta.lockfile import describe_holder
+
 
 @dataclass
 class VerifyReport:
@@ -83,8 +85,6 @@ class VerifyReport:
 
     def _last_exit(self) -> str:
         if self.lock_held_by is not None:
-            from rocketstore.cli.common import describe_holder  # the words inspect uses
-
             return f"in use: {describe_holder(self.lock_held_by)} has it open (abort is there until it shuts down)"
         return "abnormal (abort file present)" if self.abort_file else "normal (no abort file)"
 
