@@ -154,6 +154,22 @@ def test_body_over_max_message_size_is_illegal_and_moves_nothing(make_store, sto
     assert store.get_max_offset_in_queue("TopicTest", 0) == 1
 
 
+def test_batch_over_max_message_size_in_all_is_illegal_and_moves_nothing(make_store, store_config):
+    """RocketMQ's batch encoder refuses a batch whose records together pass the record limit
+    (maxMessageSize + 64 KiB, as for one record), though each message alone is within it."""
+    store = make_store(config=store_config.copy(maxMessageSize=1024, mappedFileSizeCommitLog=1 << 20))
+    limit = 1024 + 64 * 1024
+    plain = [Message("TopicTest", b"x" * 1000, tags="TagA", keys="k") for _ in range(70)]
+    general = [Message("TopicTest", b"x" * 1000, properties={"a": "b"}) for _ in range(70)]
+    for batch in (plain, general):
+        r = store.put_batch(batch)
+        assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "64 KiB" in r.detail, r
+        assert store.max_phy_offset == 0
+    fits = store.put_batch(plain[:50])
+    assert fits.ok and store.max_phy_offset <= limit
+    assert store.get_max_offset_in_queue("TopicTest", 0) in (0, 50)
+
+
 def test_max_message_size_is_hot_reconfigurable(make_store, store_config):
     store = make_store(config=store_config.copy(maxMessageSize=1024))
     body = b"z" * 1500

@@ -173,9 +173,14 @@ class MessagePreparer:
                 else PutMessageStatus.MESSAGE_ILLEGAL
             )
             return PutResult.refused(status, str(exc))
-        if prepared[1] > config.max_message_size + MAX_RECORD_EXTRA:
-            return PutResult.refused(_ILLEGAL, f"the record would be {prepared[1]} bytes, over maxMessageSize + 64 KiB")
-        return prepared
+        return self._over_record_limit(prepared[1], "the record") or prepared
+
+    def _over_record_limit(self, total: int, what: str) -> PutResult | None:
+        """MESSAGE_ILLEGAL when ``total`` bytes of records (one record or a batch, which RocketMQ's
+        batch encoder holds to the same limit) pass maxMessageSize + 64 KiB; None when within it."""
+        if total > self.config.max_message_size + MAX_RECORD_EXTRA:
+            return PutResult.refused(_ILLEGAL, f"{what} would be {total} bytes, over maxMessageSize + 64 KiB")
+        return None
 
     def _tags_code(self, topic: str, props: dict[str, str]) -> int | tuple[str, int]:
         """The consume-queue tags code; for a delayed message in SCHEDULE_TOPIC_XXXX, its delay,
@@ -393,6 +398,9 @@ class MessageWriter(MessagePreparer):
             if type(prepared) is PutResult:
                 return prepared
             items.append(prepared)
+        too_big = self._over_record_limit(sum([p[1] for p in items]), "the batch")
+        if too_big is not None:
+            return too_big
         return self._append(topic, queue_id, items, messages, _waits(properties))
 
     def _put_plain_batch(
@@ -423,6 +431,9 @@ class MessageWriter(MessagePreparer):
         short = rec._SHORT.pack
         tails = [head + short(len(p)) + p for p in props]
         sizes = [88 + len(body) + len(tail) for body, tail in zip(bodies, tails, strict=True)]
+        too_big = self._over_record_limit(sum(sizes), "the batch")
+        if too_big is not None:
+            return too_big
         crcs = [crc32(body) & 0x7FFFFFFF for body in bodies]
         codes = [0 if t is None else tags_code(t) for t in tags]
         result = self.commit_log.append_plain_batch(
