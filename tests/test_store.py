@@ -710,6 +710,28 @@ def test_dispatching_records_again_adds_only_the_new_units(tmp_path):
         cq.close()
 
 
+def test_units_crossing_a_file_that_cannot_be_made_are_not_written_twice(tmp_path):
+    """A batch of units whose next consume-queue file cannot be made (here a folder is in its
+    place; ENOSPC in life) fails after filling the first file; the dispatch retried once the file
+    can be made writes only the units that were missing, as RocketMQ's unit-by-unit write does."""
+    from rocketstore.queues.consume_queue import UNIT, ConsumeQueue
+
+    for kind in (list, np.array):
+        root = tmp_path / kind.__name__
+        cq = ConsumeQueue("T", 0, str(root), 100)  # 5 units a file
+        blocker = root / "T" / "0" / f"{100:020d}"
+        blocker.mkdir(parents=True)
+        phys, sizes = [i * 100 for i in range(8)], [100] * 8
+        units = b"".join(UNIT.pack(p, n, 7) for p, n in zip(phys, sizes, strict=True))
+        with pytest.raises(OSError):
+            cq.put_unit_arrays(kind(phys), kind(sizes), kind(list(range(8))), units)
+        blocker.rmdir()
+        cq.put_unit_arrays(kind(phys), kind(sizes), kind(list(range(8))), units)
+        assert cq.max_offset_in_queue() == 8
+        assert [cq.get_unit(i)[0] for i in range(8)] == phys
+        cq.close()
+
+
 def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, store_config):
     """A reput round that finds more of the log than one dispatch chunk (singles and batches mixed,
     several topics and queues) builds every consume-queue unit and index entry, in order."""

@@ -15,7 +15,6 @@ import numpy as np
 
 from rocketstore.codec.scan import D_OFFSET, D_QUEUE_OFFSET, D_SIZE, D_TAGS_CODE
 from rocketstore.files.file_queue import MappedFileQueue
-from rocketstore.files.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -270,17 +269,19 @@ class ConsumeQueue:
                     int(queue_offsets[start]),
                     current // CQ_STORE_UNIT_SIZE,
                 )
-        self._write(mapped, packed[start * CQ_STORE_UNIT_SIZE :] if start else packed)
-        self.max_physic_offset = int(phys[-1] + sizes[-1])
-
-    def _write(self, mapped: MappedFile, data: bytes) -> None:
-        while data:
+        data = packed[start * CQ_STORE_UNIT_SIZE :] if start else packed
+        while True:
             room = mapped.file_size - mapped.wrote_position
-            chunk = data[:room]
-            mapped.append(chunk)
+            mapped.append(data[:room])
+            if len(data) <= room:
+                break
+            # the units written so far count as built before the next file is made: if making it
+            # fails, the retried dispatch skips them (RocketMQ writes and counts unit by unit)
             data = data[room:]
-            if data:
-                mapped = self.queue.last_mapped_file(mapped.end_offset)
+            last = n - 1 - len(data) // CQ_STORE_UNIT_SIZE
+            self.max_physic_offset = int(phys[last] + sizes[last])
+            mapped = self.queue.last_mapped_file(mapped.end_offset)
+        self.max_physic_offset = int(phys[-1] + sizes[-1])
 
     # -- reading -------------------------------------------------------------------------------
     def max_offset_in_queue(self) -> int:
