@@ -136,9 +136,9 @@ def _units(store: MessageStore, level: int) -> int:
     return store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
 
 
-@pytest.mark.parametrize("copies_first", [False, True])
+@pytest.mark.parametrize(("copies_first", "index"), [(False, True), (True, True), (False, False)])
 def test_import_skips_the_delivered_prefix_of_each_level(
-    tmp_path: Path, make_store: Callable[..., MessageStore], copies_first: bool
+    tmp_path: Path, make_store: Callable[..., MessageStore], copies_first: bool, index: bool
 ) -> None:
     src = make_store("src")
     src.services.schedule.stop()
@@ -163,12 +163,14 @@ def test_import_skips_the_delivered_prefix_of_each_level(
         assert dst.delay_offsets.offset_table == {2: 2}  # past the delivered prefix only; level 3 untouched
         assert _units(dst, 2) == 5
     assert fastjson_loads((tmp_path / "dst" / "config" / "delayOffset.json").read_text())["offsetTable"] == {2: 2}
-    # a second import (a resumed one) that brings the 3rd copy moves it on past the 4th, never back
+    # a second import (a resumed one) that brings the 3rd copy moves it on past the 4th, whose copy
+    # the first one stored (found by its UNIQ_KEY in the index, or without one among the topic's
+    # messages), and stops at the 5th, never delivered
     third = json.dumps({**schedule[2], "topic": "Real", "queueId": 1})
-    with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY)) as dst:
+    with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY, messageIndexEnable=index)) as dst:
         dst.services.schedule.stop()
         assert import_jsonl(dst, [third]) == 1
-        assert dst.delay_offsets.offset_table == {2: 3}  # the 4th's copy is not in this input
+        assert dst.delay_offsets.offset_table == {2: 4}
 
 
 def run_export(store: MessageStore) -> list[str]:

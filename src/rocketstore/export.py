@@ -262,13 +262,15 @@ def _copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage
 
 def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int, int]]:
     """Move each delay level's offset past the units at its start that were delivered: a unit is
-    delivered when ``copies`` holds its real topic and UNIQ_KEY (:func:`_copy_key`), or when
-    delivery would store nothing for it (no REAL_TOPIC, a half message). Delivery goes in queue
-    order, so the walk stops at the first unit not delivered; an offset never moves back. The
-    offsets are persisted; returns ``{level: (old, new)}`` for those that moved."""
+    delivered when its delivered copy (real topic and UNIQ_KEY, :func:`_copy_key`) is in
+    ``copies`` or already in the store (an earlier run of an import resumed or split in parts),
+    or when delivery would store nothing for it (no REAL_TOPIC, a half message). Delivery goes in
+    queue order, so the walk stops at the first unit not delivered; an offset never moves back.
+    The offsets are persisted; returns ``{level: (old, new)}`` for those that moved."""
     store.wait_for_dispatch()
     offsets = store.delay_offsets
     moved: dict[int, tuple[int, int]] = {}
+    stored = _StoredCopies(store)
     for level in range(1, len(store.delay_millis) + 1):
         cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None:
@@ -278,7 +280,7 @@ def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int
         for first, units in cq.iter_units(new, cq.max_offset_in_queue(), chunk=1024):
             for k, (phy, size, _deliver) in enumerate(units.tolist()):
                 message = store.look_message_by_offset(phy, size)
-                if message is None or not _delivered(message, copies):
+                if message is None or not _delivered(message, copies, stored):
                     break
                 new = first + k + 1
             else:
@@ -292,9 +294,28 @@ def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int
     return moved
 
 
-def _delivered(unit: StoredMessage, copies: set[int]) -> bool:
+def _delivered(unit: StoredMessage, copies: set[int], stored: _StoredCopies) -> bool:
     props = unit.properties
     topic = props.get(REAL_TOPIC)
     if topic is None or topic == HALF_TOPIC:  # the schedule service skips it: nothing to deliver
         return True
-    return _copy_key(topic, props.get(UNIQ_KEY), unit) in copies
+    uniq = props.get(UNIQ_KEY)
+    return _copy_key(topic, uniq, unit) in copies or stored.holds(topic, uniq, unit)
+
+
+class _StoredCopies:
+    """Delivered copies the store holds already: by UNIQ_KEY through the index, else (no UNIQ_KEY,
+    or messageIndexEnable=false) among the copy keys of the topic's messages, read once a topic."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self._scanned: dict[str, set[int]] = {}
+
+    def holds(self, topic: str, uniq: str | None, unit: StoredMessage) -> bool:
+        if uniq is not None and self.store.index is not None:
+            return any(m.uniq_key == uniq for m in self.store.query_message(topic, uniq).messages)
+        keys = self._scanned.get(topic)
+        if keys is None:
+            queued = iter_queued(self.store, [topic])
+            keys = self._scanned[topic] = {_copy_key(topic, m.uniq_key, m) for m, *_ in queued if m is not None}
+        return _copy_key(topic, uniq, unit) in keys
