@@ -183,6 +183,7 @@ def _line(**fields: object) -> str:
         (_line(storeHost={}), "storeHost"),
         (_line(bornHost=""), "bornHost"),
         (_line(tags="A", properties={"TAGS": "B"}), "does not agree"),
+        (_line(uniqKey="AB", properties={"UNIQ_KEY": "CD"}), "does not agree"),
         ('{"topic": "T", "properties": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
     ],
 )
@@ -194,14 +195,17 @@ def test_an_import_line_of_the_wrong_shape_is_refused_with_its_number(make_store
     assert store.wait_for_dispatch() and store.get_max_offset_in_queue("T", 0) == 1
 
 
-def test_an_import_line_with_tags_and_keys_columns_alone_keeps_them(make_store):
-    """The export's tags and keys columns, given without a properties object, are the message's
-    TAGS and KEYS (they were dropped)."""
+def test_an_import_line_with_tags_keys_and_uniq_key_columns_alone_keeps_them(make_store):
+    """The export's tags, keys and uniqKey columns, given without a properties object, are the
+    message's TAGS, KEYS and UNIQ_KEY (they were dropped)."""
     store = make_store()
-    assert import_jsonl(store, [_line(tags="TagA", keys="k1 k2")]) == 1
+    uniq = "7F0000010001ABCD0000000000000001"
+    assert import_jsonl(store, [_line(tags="TagA", keys="k1 k2", uniqKey=uniq)]) == 1
     assert store.wait_for_dispatch()
-    assert [m.tags for m in store.get_message("g", "T", 0, 0, tags="TagA").messages] == ["TagA"]
+    got = store.get_message("g", "T", 0, 0, tags="TagA").messages
+    assert [(m.tags, m.uniq_key) for m in got] == [("TagA", uniq)]
     assert len(store.query_message("T", "k2").messages) == 1
+    assert len(store.query_message("T", uniq).messages) == 1
 
 
 @pytest.mark.parametrize(

@@ -497,7 +497,7 @@ def message_from_json(obj: dict[str, Any]) -> Message:
         if not isinstance(value, str):
             raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {value!r}")
     properties = dict(properties)
-    for name, field in ((TAGS, "tags"), (KEYS, "keys")):  # the export's own columns, when given alone
+    for name, field in ((TAGS, "tags"), (KEYS, "keys"), (UNIQ_KEY, "uniqKey")):  # the export's own columns, alone
         value = obj.get(field)
         if not value or value == properties.get(name):  # "" is no tags, as Message(tags="")
             continue
