@@ -1167,6 +1167,37 @@ def test_a_uniq_key_with_spaces_is_one_index_key(make_store, tmp_path, store_con
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_a_query_while_index_entries_are_written_finds_the_older_ones(make_store, store_config):
+    """Every key shares one hash slot here. A query that runs at any write of a dispatch round
+    (looked at through a profile hook in the dispatching thread: one record's two entries, then a
+    batch's forty) finds the older entry: no slot points at an entry not yet written or counted."""
+    store = make_store(config=store_config.copy(maxHashSlotNum=1, maxIndexNum=1000, mappedFileSizeCommitLog=1 << 16))
+    old = put_ok(store, Message("T", b"old", keys="old")).commit_log_offset
+    assert store.wait_for_dispatch()
+    store.reput.stop()
+    found: list[bool] = []
+
+    def hook(frame, event, arg):
+        if (event == "c_call" and getattr(arg, "__name__", "") == "pack_into") or (
+            event == "call" and frame.f_code.co_name == "write_at"
+        ):
+            found.append(old in store.index.query_offsets("T", "old", 32, 0, 2**63 - 1))
+
+    for put in (
+        lambda: put_ok(store, Message("T", b"one", keys="one")),
+        lambda: store.put_batch([Message("T", b"x", keys="many")] * 40).raise_for_status(),
+    ):
+        put()
+        found.clear()
+        sys.setprofile(hook)
+        try:
+            store.reput.run_once()
+        finally:
+            sys.setprofile(None)
+        assert len(found) >= 2 and all(found), found
+    assert len(store.query_message("T", "many", 64).messages) == 40
+
+
 def test_index_disabled(make_store, store_config, tmp_path):
     store = make_store(config=store_config.copy(messageIndexEnable=False))
     put_ok(store, Message("T", b"x", keys="k"))

@@ -117,24 +117,35 @@ class IndexFile:
         unpack_slot, pack_slot, pack_entry = _INT.unpack_from, _INT.pack_into, ENTRY.pack_into
         begin = self.begin_timestamp
         new_slots = 0
+        slots: dict[int, int] = {}  # slot position -> its new entry, written after the entries
         for key_hash, phy, timestamp in entries:
             slot_pos = INDEX_HEADER_SIZE + (key_hash % slot_num) * HASH_SLOT_SIZE
-            prev = unpack_slot(mm, slot_pos)[0]
-            if prev <= INVALID_INDEX or prev > count:
-                prev = INVALID_INDEX
-                new_slots += 1
+            prev = slots.get(slot_pos)
+            if prev is None:
+                prev = unpack_slot(mm, slot_pos)[0]
+                if prev <= INVALID_INDEX or prev > count:
+                    prev = INVALID_INDEX
+                    new_slots += 1
             diff = 0 if begin <= 0 or timestamp < begin else min((timestamp - begin) // 1000, INT_MAX)
             pack_entry(mm, entries_at + count * INDEX_SIZE, key_hash, phy, diff, prev)
-            pack_slot(mm, slot_pos, count)
+            slots[slot_pos] = count
             if count <= 1:
                 self.begin_phy_offset = phy
                 self.begin_timestamp = begin = timestamp
             count += 1
         self.hash_slot_count += new_slots
-        self.index_count = count
-        self.end_phy_offset, self.end_timestamp = entries[-1][1], entries[-1][2]
-        self._write_header()
+        self._publish(count, entries[-1][1], entries[-1][2])
+        for slot_pos, number in slots.items():
+            pack_slot(mm, slot_pos, number)
         return len(entries)
+
+    def _publish(self, count: int, end_phy: int, end_timestamp: int) -> None:
+        """The new entries count (and the header is written) before any slot points at them: a
+        query reads a slot, then the count, and gives up on a slot past the count (as RocketMQ's
+        putKey, which writes the entry, then the slot, then raises the count, never shows one)."""
+        self.index_count = count
+        self.end_phy_offset, self.end_timestamp = end_phy, end_timestamp
+        self._write_header()
 
     def _reserve_for(self, count: int, n: int) -> None:
         """Disk for the slot table and ``n`` entries after ``count``, before anything is written:
@@ -173,7 +184,6 @@ class IndexFile:
             prev[order] = prev_sorted
             last_of_slot = np.ones(n, dtype=bool)
             last_of_slot[:-1] = ~same_as_before[1:]
-            slot_table[sorted_slots[last_of_slot]] = numbers[order][last_of_slot]
         finally:
             del slot_table
 
@@ -199,10 +209,12 @@ class IndexFile:
         self.mapped.write_at(at, entries.tobytes())
 
         self.hash_slot_count += int(np.count_nonzero(prev == INVALID_INDEX))
-        self.index_count = count0 + n
-        self.end_phy_offset = int(phys[-1])
-        self.end_timestamp = int(timestamps[-1])
-        self._write_header()
+        self._publish(count0 + n, int(phys[-1]), int(timestamps[-1]))
+        slot_table = np.frombuffer(self.mapped.mm, dtype=">i4", count=self.slot_num, offset=INDEX_HEADER_SIZE)
+        try:
+            slot_table[sorted_slots[last_of_slot]] = numbers[order][last_of_slot]
+        finally:
+            del slot_table
         return n
 
     # -- reading -------------------------------------------------------------------------------
