@@ -1206,6 +1206,26 @@ def test_index_disabled(make_store, store_config, tmp_path):
     assert not (tmp_path / "store" / "index").exists() or not os.listdir(tmp_path / "store" / "index")
 
 
+def test_an_index_built_before_index_was_disabled_is_queried_and_cleaned_up(make_store, store_config, tmp_path):
+    """messageIndexEnable=false stops indexing new records only (RocketMQ's dispatcher checks it):
+    the index files already there still answer queries and are deleted with the log."""
+    config = store_config.copy(mappedFileSizeCommitLog=4096, maxIndexNum=6, maxHashSlotNum=3)
+    store = make_store(config=config)
+    for _ in range(60):
+        put_ok(store, Message("T", b"x" * 100, keys="k"))
+    assert store.wait_for_dispatch()
+    store.shutdown()
+    index_dir = tmp_path / "store" / "index"
+    assert len(os.listdir(index_dir)) == 24
+    store = make_store(config=config.copy(messageIndexEnable=False))
+    assert len(store.query_message("T", "k", 64).messages) == 60
+    put_ok(store, Message("T", b"new", keys="k"))
+    assert store.wait_for_dispatch()
+    assert len(store.query_message("T", "k", 64).messages) == 60  # the new record is not indexed
+    assert store.clean_expired_files(now=4102444800).index_files == 20
+    assert len(os.listdir(index_dir)) == 4
+
+
 def test_non_ascii_keys_and_tags(make_store):
     store = make_store()
     results = [

@@ -312,7 +312,7 @@ class _StoredCopies:
         self._scanned: dict[str, set[int]] = {}
 
     def holds(self, topic: str, uniq: str | None, unit: StoredMessage) -> bool:
-        if uniq is not None and self.store.index is not None:
+        if uniq is not None and self.store.config.message_index_enable:
             return any(m.uniq_key == uniq for m in self.store.query_message(topic, uniq).messages)
         keys = self._scanned.get(topic)
         if keys is None:

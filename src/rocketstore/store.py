@@ -175,19 +175,15 @@ class MessageStore:
             self.commit_log.load()
             self.queues.load()
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), writable=not self.read_only)
-            self.index: IndexService | None = None
-            if config.message_index_enable:
-                self.index = IndexService(
-                    root,
-                    config.max_hash_slot_num,
-                    config.max_index_num,
-                    mode,
-                    self.checkpoint,
-                    config.max_msgs_num_batch,
-                )
-                self.index.load(self.last_exit_ok or not recover_files)
-                self.index.allocator = self.allocator
-            self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint)
+            # loaded, queried and cleaned up whatever messageIndexEnable says: it decides only whether
+            # records are indexed (RocketMQ's CommitLogDispatcherBuildIndex)
+            self.index = IndexService(
+                root, config.max_hash_slot_num, config.max_index_num, mode, self.checkpoint, config.max_msgs_num_batch
+            )
+            self.index.load(self.last_exit_ok or not recover_files)
+            self.index.allocator = self.allocator
+            building = self.index if config.message_index_enable else None
+            self.dispatcher = Dispatcher(self.queues, building, self.checkpoint)
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash
                 write_abort(self.root)
@@ -197,7 +193,7 @@ class MessageStore:
                 self.recovery = recover(
                     self.commit_log,
                     self.queues,
-                    self.index,
+                    building,
                     self.checkpoint,
                     self.dispatcher,
                     last_exit_ok=self.last_exit_ok,
@@ -463,8 +459,7 @@ class MessageStore:
             self.checkpoint.physic_msg_timestamp = queue.store_timestamp
         dispatched = self.checkpoint.logics_dispatched_timestamp
         self.queues.flush(0)
-        if self.index is not None:
-            self.index.flush()
+        self.index.flush()
         self.checkpoint.consume_queues_flushed(dispatched)
 
     # -- retention -----------------------------------------------------------------------------------
@@ -558,8 +553,7 @@ class MessageStore:
             self.services.stop(step, self._update_refusal, wait_for_dispatch)
             if self.read_only:
                 return
-            if self.index is not None:
-                step(self.index.flush, "flushing the index")
+            step(self.index.flush, "flushing the index")
             step(self.checkpoint.flush, "flushing the checkpoint")
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 step(manager.persist, f"writing {os.path.basename(manager.path)}")

@@ -15,7 +15,7 @@ from rocketstore.verify.report import VerifyReport, damage_at, problems_at
 
 def check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
     index = store.index
-    if index is None:
+    if not store.config.message_index_enable:
         report.note("messageIndexEnable is false: the index was not checked")
         return
     kept = []
