@@ -1226,6 +1226,23 @@ def test_an_index_built_before_index_was_disabled_is_queried_and_cleaned_up(make
     assert len(os.listdir(index_dir)) == 4
 
 
+def test_an_index_file_whose_store_times_go_back_is_matched_as_rocketmq_does(tmp_path):
+    """RocketMQ's IndexFile.isTimeMatched, not a plain overlap test: a file whose end time is before
+    its begin time (a broker's clock stepped back) is searched when the range spans its begin time,
+    and verify takes such a header as written by RocketMQ."""
+    from rocketstore.codec.ids import topic_key_hash
+    from rocketstore.meta.checkpoint import StoreCheckpoint
+    from rocketstore.queues.index_service import IndexService
+
+    index = IndexService(str(tmp_path), 8, 100, "rw", StoreCheckpoint(str(tmp_path / "checkpoint")))
+    ta = 1_795_000_000_000
+    hashes = np.array([topic_key_hash("T", k) for k in "acb"])
+    index.put_entries(hashes, np.array([0, 100, 200]), np.array([ta, ta + 2000, ta - 10000]))
+    assert index.query_offsets("T", "c", 32, ta - 1, ta + 3000) == [100]
+    assert index.query_offsets("T", "a", 32, ta + 5000, ta + 6000) == []
+    index.close()
+
+
 def test_non_ascii_keys_and_tags(make_store):
     store = make_store()
     results = [

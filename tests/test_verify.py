@@ -171,6 +171,29 @@ def test_a_freshly_written_store_is_clean(built: Path) -> None:
     assert d["ok"] is True and d["counts"]["records"] == N and d["problemCount"] == 0
 
 
+def test_store_times_that_went_back_are_not_a_problem(tmp_path: Path) -> None:
+    """A broker whose clock stepped back writes later records with earlier store times, and its
+    index file a begin time after its end time: RocketMQ writes such stores, so verify passes them."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, tiny()) as store:
+        results = [store.put(Message("T", b"m", keys=k)) for k in "acb"]
+        assert all(r.ok for r in results)
+        first = results[0].store_timestamp
+    segment = root / "commitlog" / ("0" * 20)
+    with open(segment, "r+b") as f:
+        for result, when in ((results[1], first + 2000), (results[2], first - 10000)):
+            f.seek(result.commit_log_offset + rec.store_timestamp_position(0))
+            f.write(struct.pack(">q", when))
+    shutil.rmtree(root / "index")
+    with MessageStore.open(root, tiny()) as store:  # rebuilt from the log: begin a's time, end b's
+        assert store.wait_for_dispatch()
+        assert [m.commit_log_offset for m in store.query_message("T", "c", 32, first - 1, first + 3000).messages] == [
+            results[1].commit_log_offset
+        ]
+    report = verify_store(root, tiny())
+    assert report.ok, report.problems
+
+
 @needs_vectors
 @pytest.mark.parametrize(("sample", "records", "keys"), [("sample-clean", 1555, 3500), ("sample-crash", 1000, 2242)])
 def test_vector_stores_get_rmqreads_verdict(sample: str, records: int, keys: int) -> None:

@@ -219,7 +219,10 @@ class IndexFile:
 
     # -- reading -------------------------------------------------------------------------------
     def is_time_matched(self, begin: int, end: int) -> bool:
-        return begin <= self.end_timestamp and end >= self.begin_timestamp
+        """RocketMQ's IndexFile.isTimeMatched, which differs from an overlap test when the file's
+        end time is before its begin time (store times that went back)."""
+        first, last = self.begin_timestamp, self.end_timestamp
+        return (begin < first and end > last) or first <= begin <= last or first <= end <= last
 
     def select_phy_offsets(self, key_hash: int, max_num: int, begin: int, end: int, out: list[int]) -> None:
         """Append to ``out`` the offsets of entries in ``key_hash``'s chain stored within [begin, end]."""

@@ -49,8 +49,6 @@ def _check_index_file(
     if not 0 <= raw_count <= f.index_num:
         report.problem(f"{where}: indexCount {raw_count} is out of range (at most {f.index_num})")
         return nothing, 0
-    if begin_ts > 0 and end_ts > 0 and begin_ts > end_ts:
-        report.problem(f"{where}: beginTimestamp {begin_ts} is after endTimestamp {end_ts}")
     count = max(raw_count, 1)
     entries = f.entries()[: count - 1]
     k = len(entries)
