@@ -39,7 +39,10 @@ def _by_key(
 ) -> list[StoredMessage]:
     """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms).
     The index keeps times in whole seconds from its file's start, so it is asked a second wider
-    on each side (and for as many hits as one query gives), then the store times decide."""
+    on each side (and for as many hits as one query gives), then the store times decide. As in
+    RocketMQ, the first entry of an index file made after a full one has an index time late by
+    the pause before it (its time is counted from the previous file's last entry): an ``end``
+    before that index time misses it, as RocketMQ's own query does."""
     wide_end = None if end is None else end + 1000
     batch = max(max_num, store.config.max_msgs_num_batch)
     found = store.query_message(topic, key, batch, max(0, begin - 1000), wide_end).messages
