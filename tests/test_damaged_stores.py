@@ -293,3 +293,25 @@ def test_a_damaged_index_header_is_rebuilt_after_a_clean_exit(
     assert [i for i in range(220, 230) if _found(store, f"k{i}") != [late[i - 220]]] == []
     store.shutdown()
     assert verify_store(root, store_config).ok
+
+
+def test_reput_skips_only_a_record_whose_lengths_do_not_add_up(make_store, store_config) -> None:
+    """A record damaged while the store runs whose TOTALSIZE holds but whose body length does not
+    agree with it: RocketMQ's reput logs "[BUG]" and skips that record alone (spec 12.7); the
+    records after it are dispatched."""
+    store = make_store(config=store_config.copy(mappedFileSizeCommitLog=1 << 20))
+    _put(store, 1)
+    with store.reput.lock:  # dispatch waits while the records are put and one is damaged
+        results = [store.put(Message("T", b"a" * 50)) for _ in range(4)]
+        store.commit_log.take_handoff()  # dispatch reads them back from the log
+        segment = store.commit_log.queue.files[0]
+        at = results[1].commit_log_offset + 84  # BODYLEN (IPv4 hosts)
+        segment.mm[at : at + 4] = struct.pack(">i", struct.unpack_from(">i", segment.mm, at)[0] - 1)
+    assert store.wait_for_dispatch()
+    assert store.get_max_offset_in_queue("T", 0) == 4
+    got = store.get_message("g", "T", 0, 1, 8).messages
+    assert [m.commit_log_offset for m in got] == [
+        results[0].commit_log_offset,
+        *[r.commit_log_offset for r in results[2:]],
+    ]
+    assert store.reput.skipped_bad_bytes == results[2].commit_log_offset - results[1].commit_log_offset

@@ -48,6 +48,8 @@ STOP_LIMIT = 3  # reached ``limit``: more records may follow
 
 _INT2 = struct.Struct(">ii")
 _INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_SIGNED_BYTE = struct.Struct(">b")
 _V1 = rec.MESSAGE_MAGIC_CODE
 _V2 = rec.MESSAGE_MAGIC_CODE_V2
 _BLANK = rec.BLANK_MAGIC_CODE
@@ -110,6 +112,33 @@ def _walk(buf: bytes | memoryview, pos: int, end: int, limit: int) -> tuple[list
             return starts, pos, STOP_BLANK
         else:
             return starts, pos, STOP_END if total == 0 and magic == 0 else STOP_BAD
+
+
+def mismatched_size(buf: bytes | memoryview, pos: int, end: int) -> int:
+    """TOTALSIZE of the record at ``pos`` when its fields can all be read before ``end`` but their
+    lengths do not add up to it: RocketMQ's reput logs "[BUG]" and skips such a record alone (spec
+    12.7). 0 for any other bad record (a bad magic code, a length Java cannot read), after which
+    reput dispatches nothing more of the data."""
+    if end - pos < 8:
+        return 0
+    total, magic = _INT2.unpack_from(buf, pos)
+    if magic not in (_V1, _V2) or not 91 <= total <= end - pos:
+        return 0
+    sys_flag = _INT.unpack_from(buf, pos + 36)[0]
+    at = pos + rec.header_for(sys_flag).size - 4
+    body_len = _INT.unpack_from(buf, at)[0]
+    at += 4 + max(body_len, 0)  # Java skips a body only when its length is positive
+    v2 = magic == _V2
+    if at + 2 + 2 > end:
+        return 0
+    topic_len = _SHORT.unpack_from(buf, at)[0] if v2 else _SIGNED_BYTE.unpack_from(buf, at)[0]
+    at += (2 if v2 else 1) + topic_len
+    if topic_len < 0 or at + 2 > end:
+        return 0
+    props_len = _SHORT.unpack_from(buf, at)[0]
+    if at + 2 + max(props_len, 0) > end:
+        return 0
+    return total if rec.record_length(sys_flag, body_len, topic_len, props_len, v2) != total else 0
 
 
 class _Gather:

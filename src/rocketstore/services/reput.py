@@ -13,7 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from rocketstore.codec.scan import D_OFFSET, D_SIZE, STOP_BAD, STOP_BLANK
+from rocketstore.codec.scan import D_OFFSET, D_SIZE, STOP_BAD, STOP_BLANK, mismatched_size
+from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
 from rocketstore.queues.dispatch import Dispatcher
@@ -125,8 +126,17 @@ class ReputService(Service):
         if reason == STOP_BLANK:
             new = mapped.end_offset
         elif reason == STOP_BAD:
+            skip = self._mismatched_size(mapped, stop, file_end) if file_end >= readable else 0
             if file_end < readable:  # the record runs past what may be dispatched yet: wait
                 new = mapped.file_from_offset + stop
+            elif skip:
+                log.error(
+                    "reput: [BUG] the record at %d does not add up to its %d bytes; skipped",
+                    mapped.file_from_offset + stop,
+                    skip,
+                )
+                self.skipped_bad_bytes += skip
+                new = mapped.file_from_offset + stop + skip
             else:
                 log.error(
                     "reput: the record at %d fails its checks; skipping %d bytes to the end of written data",
@@ -141,6 +151,16 @@ class ReputService(Service):
             return False
         self.reput_from = new
         return True
+
+    @staticmethod
+    def _mismatched_size(mapped: MappedFile, pos: int, end: int) -> int:
+        """``scan.mismatched_size`` of the record at ``pos``, the segment held meanwhile."""
+        if not mapped.hold():
+            return 0
+        try:
+            return mismatched_size(mapped.mm, pos, end)
+        finally:
+            mapped.release()
 
     def pause_after_run(self) -> float:
         """After a round that dispatched, let the next records gather for a millisecond (RocketMQ's
