@@ -117,26 +117,22 @@ class IndexFile:
         unpack_slot, pack_slot, pack_entry = _INT.unpack_from, _INT.pack_into, ENTRY.pack_into
         begin = self.begin_timestamp
         new_slots = 0
-        slots: dict[int, int] = {}  # slot position -> its new entry, written after the entries
         for key_hash, phy, timestamp in entries:
             slot_pos = INDEX_HEADER_SIZE + (key_hash % slot_num) * HASH_SLOT_SIZE
-            prev = slots.get(slot_pos)
-            if prev is None:
-                prev = unpack_slot(mm, slot_pos)[0]
-                if prev <= INVALID_INDEX or prev > count:
-                    prev = INVALID_INDEX
-                    new_slots += 1
+            prev = unpack_slot(mm, slot_pos)[0]
+            if prev <= INVALID_INDEX or prev > count:
+                prev = INVALID_INDEX
+                new_slots += 1
             diff = 0 if begin <= 0 or timestamp < begin else min((timestamp - begin) // 1000, INT_MAX)
             pack_entry(mm, entries_at + count * INDEX_SIZE, key_hash, phy, diff, prev)
-            slots[slot_pos] = count
             if count <= 1:
                 self.begin_phy_offset = phy
                 self.begin_timestamp = begin = timestamp
+            self.index_count = count + 1  # counted before the slot points at it (see ``_publish``)
+            pack_slot(mm, slot_pos, count)
             count += 1
         self.hash_slot_count += new_slots
         self._publish(count, entries[-1][1], entries[-1][2])
-        for slot_pos, number in slots.items():
-            pack_slot(mm, slot_pos, number)
         return len(entries)
 
     def _publish(self, count: int, end_phy: int, end_timestamp: int) -> None:
