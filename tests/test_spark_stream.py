@@ -241,3 +241,22 @@ def test_a_record_that_fails_its_checks_fails_the_stream(spark, tmp_path):  # no
         run_stream(spark, store, tmp_path / "ckpt", startingOffsets="earliest")
     skipped = run_stream(spark, store, tmp_path / "ckpt2", startingOffsets="earliest", failOnDataLoss="false")
     assert len(skipped.rows) == 399
+
+
+def test_a_deleted_queue_is_data_loss_and_dropped_from_the_offsets(spark, tmp_path):  # noqa: F811
+    """A queue gone from the store (its topic deleted) fails the query, or (failOnDataLoss=false)
+    is dropped from the offsets: a topic created again is read from its start."""
+    store = make_store(tmp_path / "store", 24)
+    checkpoint = tmp_path / "ckpt"
+    assert len(run_stream(spark, store, checkpoint, startingOffsets="earliest", topics="TopicA").rows) == 8
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 60, start=24)  # 20 TopicA messages the query never reads
+        s.delete_topics(["TopicA"])
+    with pytest.raises(Exception, match=r"TopicA/0, TopicA/1, TopicA/2, TopicA/3: the queues are gone"):
+        run_stream(spark, store, checkpoint, topics="TopicA")
+    assert run_stream(spark, store, checkpoint, topics="TopicA", failOnDataLoss="false").rows == []
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 12, start=500, topics=("TopicA",))  # offsets 0..2 of each queue
+        s.wait_for_dispatch()
+    recreated = [r for r in all_rows(store) if r["topic"] == "TopicA"]
+    assert len(recreated) == 12 and run_stream(spark, store, checkpoint, topics="TopicA").rows == recreated

@@ -14,6 +14,11 @@ queue's max offset, as Kafka's source does when a partition's offsets went backw
 batch's end offset is the queue's latest, below its start, and the batch reads nothing of it).
 Nothing below the max offset is delivered: an older copy of the store holds only messages that
 were delivered already, and a topic created again loses what was stored in it before the restart.
+A queue in the offsets that is gone from the store (its topic deleted) is data loss too, as in
+Kafka, even if the stream had read all of it (the store keeps no trace of its max offset); with
+failOnDataLoss=false it is dropped from the offsets, so a topic created again is a new queue, read
+from its earliest offset. (A topic deleted and created again while the query is down is seen only
+as a queue that started over, if its max offset is below the checkpoint's.)
 """
 
 from __future__ import annotations
@@ -87,6 +92,15 @@ def _started_over(key: Key, offset: int, lo: int, hi: int, what: str = "checkpoi
     )
 
 
+def _gone(keys: list[Key]) -> str:
+    names = ", ".join(f"{t}/{q}" for t, q in keys[:20]) + (f", ... ({len(keys)} in all)" if len(keys) > 20 else "")
+    return (
+        f"{names}: the queues are gone from the store (their topic deleted), and messages of them may have "
+        f"been missed (the store keeps no trace of a deleted queue's max offset: whether the stream had read "
+        f"all of it is unknown)"
+    )
+
+
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver (one long-lived process); tasks read as batch reads do."""
 
@@ -96,10 +110,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: dict[Key, int] | None = None  # availableNow: the end fixed when the query started
         self.latest: dict[Key, int] | None = None
 
-    def _bounds(self) -> dict[Key, tuple[int, int]]:
+    def _bounds(self) -> tuple[dict[Key, tuple[int, int]], set[Key]]:
+        """(min, max) offsets of the selected queues, and the keys of every queue in the store."""
         sel = self.opts.selection
         with Snapshot(self.opts.path, self.opts.config) as snap:
-            return {k: b for k, b in snap.all_bounds().items() if sel.topic_ok(k[0]) and sel.queue_ok(*k)}
+            every = snap.all_bounds()
+        return {k: b for k, b in every.items() if sel.topic_ok(k[0]) and sel.queue_ok(*k)}, set(every)
 
     def initialOffset(self) -> dict:
         opts = self.opts
@@ -130,13 +146,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {k: hi for k, (_lo, hi) in self._bounds().items()}
+        self.target = {k: hi for k, (_lo, hi) in self._bounds()[0].items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        bounds = self._bounds()
+        bounds, present = self._bounds()
         begin = from_json(start)
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
-        end = dict(begin)
+        gone = sorted(set(begin) - present)
+        if gone:  # as Kafka's "... are gone. Some data may have been missed"
+            then = "drop them from the stream's offsets (a topic created again is read from its earliest offset)"
+            data_loss(_gone(gone), self.opts.fail_on_data_loss, then)
+        end = {k: v for k, v in begin.items() if k in present}
         for key, (lo, hi) in bounds.items():
             if self.target is not None and key not in self.target:
                 continue  # appeared after an availableNow query started: the next run reads it
