@@ -260,3 +260,20 @@ def test_a_deleted_queue_is_data_loss_and_dropped_from_the_offsets(spark, tmp_pa
         s.wait_for_dispatch()
     recreated = [r for r in all_rows(store) if r["topic"] == "TopicA"]
     assert len(recreated) == 12 and run_stream(spark, store, checkpoint, topics="TopicA").rows == recreated
+
+
+def test_a_new_queue_whose_start_was_removed_is_data_loss(spark, tmp_path):  # noqa: F811
+    """A queue first seen mid-stream whose min offset is above 0 lost messages to retention: Kafka's
+    "Added partition ... starts from Y instead of 0" fails the query, or is read from its min offset."""
+    store = make_store(tmp_path / "store", 12)
+    checkpoint = tmp_path / "ckpt"
+    assert len(run_stream(spark, store, checkpoint, startingOffsets="earliest", topics="Topic.*").rows) == 8
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 400, start=1000, topics=("TopicNew",))  # while the query is down
+        s.wait_for_dispatch()
+    _trim_log(store, 2)
+    remaining = [r for r in all_rows(store) if r["topic"] == "TopicNew"]
+    assert 0 < len(remaining) < 400
+    with pytest.raises(Exception, match=r"TopicNew/0: the queue, new to the stream, starts at offset \d+ instead of 0"):
+        run_stream(spark, store, checkpoint, topics="Topic.*")
+    assert run_stream(spark, store, checkpoint, topics="Topic.*", failOnDataLoss="false").rows == remaining

@@ -3,9 +3,11 @@
 Offsets are per queue, Kafka style: ``{"TopicA": {"0": 23, "1": 7}}`` holds the next offset to
 read of every queue (the checkpoint keeps them, so a restarted query resumes exactly there).
 ``startingOffsets`` (default ``latest``) / ``startingTimestamp`` apply to a new query; queues that
-appear later start at their earliest offset. A stream has no end: ``endingOffsets`` and
-``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits a trigger's budget
-across queues in proportion to their backlog, at least one message for each queue that has any.
+appear later start at their earliest offset (above 0, retention removed messages of it before the
+stream saw it: data loss, as Kafka's "Added partition ... starts from Y instead of 0"). A stream
+has no end: ``endingOffsets`` and ``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits
+a trigger's budget across queues in proportion to their backlog, at least one message for each
+queue that has any.
 Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
 default) or are skipped with a warning. So does a queue that started over (its topic deleted and
 created again, or the store replaced by an older copy): a checkpointed offset above the queue's
@@ -188,8 +190,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     continue  # the queue started over (latestOffset said so): the next batch starts at e
                 if key in begin:
                     s = check_start(key[0], key[1], begin[key], lo, max(hi, e), opts.fail_on_data_loss, "stored offset")
-                else:  # a new queue: from its earliest
+                else:  # a new queue: from its earliest, which is 0 unless retention removed messages of it
                     s = lo
+                    if lo > 0:  # Kafka's "Added partition ... starts from Y instead of 0"
+                        text = (
+                            f"{key[0]}/{key[1]}: the queue, new to the stream, starts at offset {lo} instead of 0: "
+                            f"{lo} messages were removed from the store (retention) before the stream saw the queue"
+                        )
+                        data_loss(text, opts.fail_on_data_loss, f"read it from its minimum offset {lo}")
                 if e > hi:
                     if key in snap.table:  # what latestOffset saw is gone: never checkpoint past what is read
                         text = _started_over(key, e, lo, hi, "end offset")
