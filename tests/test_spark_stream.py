@@ -277,3 +277,18 @@ def test_a_new_queue_whose_start_was_removed_is_data_loss(spark, tmp_path):  # n
     with pytest.raises(Exception, match=r"TopicNew/0: the queue, new to the stream, starts at offset \d+ instead of 0"):
         run_stream(spark, store, checkpoint, topics="Topic.*")
     assert run_stream(spark, store, checkpoint, topics="Topic.*", failOnDataLoss="false").rows == remaining
+
+
+def test_a_starting_offset_past_the_queue_end_waits_for_it(spark, tmp_path):  # noqa: F811
+    """startingOffsets past a queue's end is kept (not clamped to the max offset, nor taken for a
+    queue that started over): the stream reads from it once the queue gets there."""
+    store = make_store(tmp_path / "store", 24)  # TopicA/0 holds offsets 0..1
+    checkpoint = tmp_path / "ckpt"
+    start = json.dumps({"TopicA": {"0": 10}})
+    assert run_stream(spark, store, checkpoint, startingOffsets=start, topics="TopicA", queues="0").rows == []
+    for begin, offsets in ((24, []), (84, [10, 11])):  # TopicA/0 gets to offset 6, then to 11
+        with MessageStore.open(store, small_config()) as s:
+            write_messages(s, 60, start=begin)
+            s.wait_for_dispatch()
+        got = run_stream(spark, store, checkpoint, topics="TopicA", queues="0").rows
+        assert [r["queueOffset"] for r in got] == offsets

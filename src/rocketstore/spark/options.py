@@ -9,7 +9,8 @@ a stream or a commit-log read warns. ``queues``: ``0,2`` for every topic or JSON
 ``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive. A
 batch read refuses a starting offset of latest (it would read nothing), and JSON naming a queue the
 read does not cover (a typo'd topic). A starting offset after the ending offset given for the same
-queue is an error; a starting offset past a queue's end reads nothing from it. ``maxPartitionBytes``, ``minPartitions``,
+queue is an error; a starting offset past a queue's end reads nothing from it (a stream reads the
+queue from that offset once the queue gets there). ``maxPartitionBytes``, ``minPartitions``,
 ``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers. Timestamps are epoch
 milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a fraction of a
 millisecond counts from the next one).

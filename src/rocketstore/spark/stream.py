@@ -4,7 +4,9 @@ Offsets are per queue, Kafka style: ``{"TopicA": {"0": 23, "1": 7}}`` holds the 
 read of every queue (the checkpoint keeps them, so a restarted query resumes exactly there).
 ``startingOffsets`` (default ``latest``) / ``startingTimestamp`` apply to a new query; queues that
 appear later start at their earliest offset (above 0, retention removed messages of it before the
-stream saw it: data loss, as Kafka's "Added partition ... starts from Y instead of 0"). A stream
+stream saw it: data loss, as Kafka's "Added partition ... starts from Y instead of 0"). A
+starting offset past a queue's end is kept (also listed under ``"(ahead)"`` until the queue gets
+there, so it is not taken for a queue that started over): nothing below it is read. A stream
 has no end: ``endingOffsets`` and ``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits
 a trigger's budget across queues in proportion to their backlog, at least one message for each
 queue that has any.
@@ -51,20 +53,32 @@ Key = tuple[str, int]
 log = logging.getLogger(__name__)
 
 
-def to_json(offsets: dict[Key, int]) -> dict[str, dict[str, int]]:
-    """Per-queue offsets as the checkpoint keeps them (sorted, so equal offsets dump equally)."""
-    out: dict[str, dict[str, int]] = {}
+AHEAD = "(ahead)"  # not a topic name: the queues whose offset is a startingOffsets past their end
+
+
+def to_json(offsets: dict[Key, int], ahead: set[Key] | None = None) -> dict[str, dict[str, Any]]:
+    """Per-queue offsets as the checkpoint keeps them (sorted, so equal offsets dump equally);
+    ``ahead`` also under ``AHEAD``: starting offsets the queue has not reached yet."""
+    out: dict[str, dict[str, Any]] = {}
     for topic, queue_id in sorted(offsets):
         out.setdefault(topic, {})[str(queue_id)] = int(offsets[(topic, queue_id)])
+    if ahead:
+        out[AHEAD] = to_json({k: offsets[k] for k in ahead})
     return out
 
 
 def from_json(obj: dict[str, Any] | None) -> dict[Key, int]:
     out: dict[Key, int] = {}
     for topic, queues in (obj or {}).items():
-        for queue_id, offset in queues.items():
-            out[(topic, int(queue_id))] = int(offset)
+        if topic != AHEAD:
+            for queue_id, offset in queues.items():
+                out[(topic, int(queue_id))] = int(offset)
     return out
+
+
+def ahead_of(obj: dict[str, Any] | None) -> set[Key]:
+    """The queues of ``obj`` whose offset is a starting offset they have not reached yet."""
+    return set(from_json((obj or {}).get(AHEAD)))
 
 
 def rate_limit(start: dict[Key, int], end: dict[Key, int], earliest: dict[Key, int], limit: int) -> dict[Key, int]:
@@ -123,6 +137,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         sel = opts.selection
         out: dict[Key, int] = {}
+        ahead: set[Key] = set()  # past the queue's end: kept, read once the queue gets there
         with Snapshot(opts.path, opts.config) as snap:
             unmatched = unmatched_topics(snap, sel)
             if unmatched:  # a stream reads topics created later
@@ -138,10 +153,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 elif isinstance(opts.starting, dict):
                     given = opts.starting.get(topic, {}).get(queue_id, EARLIEST)
                     offset = lo if given == EARLIEST else hi if given == LATEST else given
-                    out[(topic, queue_id)] = check_start(topic, queue_id, offset, lo, hi, opts.fail_on_data_loss)
+                    fail = opts.fail_on_data_loss
+                    out[(topic, queue_id)] = check_start(topic, queue_id, offset, lo, max(offset, hi), fail)
+                    if offset > hi:
+                        ahead.add((topic, queue_id))
                 else:
                     out[(topic, queue_id)] = lo if opts.starting == "earliest" else hi
-        return to_json(out)
+        return to_json(out, ahead)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -152,7 +170,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         bounds, present = self._bounds()
-        begin = from_json(start)
+        begin, ahead = from_json(start), ahead_of(start)
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
         gone = sorted(set(begin) - present)
         if gone:  # as Kafka's "... are gone. Some data may have been missed"
@@ -164,7 +182,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue  # appeared after an availableNow query started: the next run reads it
             until = hi if self.target is None else min(hi, self.target[key])
             first = begin.get(key, lo)
-            if first > hi:  # the queue started over below the checkpoint's offset
+            if first > hi and key in ahead:  # a starting offset the queue has not reached yet
+                end[key] = first
+            elif first > hi:  # the queue started over below the checkpoint's offset
                 then = f"go on from the queue's max offset {hi} (what it holds below that is not read)"
                 data_loss(_started_over(key, first, lo, hi), self.opts.fail_on_data_loss, then)
                 end[key] = until  # below the start: the batch reads nothing of it, the next one starts there
@@ -173,7 +193,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             earliest = {k: lo for k, (lo, _hi) in bounds.items()}
             end = rate_limit(begin, end, earliest, limit.max_rows)
-        return to_json(end)
+        return to_json(end, {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])})
 
     def reportLatestOffset(self) -> dict | None:
         return None if self.latest is None else to_json(self.latest)
@@ -186,8 +206,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key in sorted(until):
                 lo, hi = snap.bounds(*key)
                 e = until[key]
-                if key in begin and e < begin[key]:
-                    continue  # the queue started over (latestOffset said so): the next batch starts at e
+                if key in begin and e <= begin[key]:
+                    continue  # nothing to read, or the queue started over (latestOffset said so)
                 if key in begin:
                     s = check_start(key[0], key[1], begin[key], lo, max(hi, e), opts.fail_on_data_loss, "stored offset")
                 else:  # a new queue: from its earliest, which is 0 unless retention removed messages of it
