@@ -11,9 +11,11 @@ import errno
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -223,6 +225,41 @@ def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> N
     assert os.path.isdir(tmp_path / "store" / "consumequeue" / "T")
     assert repr(store).endswith(", closed)")
     shutil.rmtree(tmp_path / "store")
+
+
+def test_ctrl_c_during_shutdown_still_stops_the_services(make_store, store_config, tmp_path: Path) -> None:
+    """A SIGINT while shutdown() waits for dispatch (held back here by holding the reput lock)
+    ends the wait; the services are stopped, offsets written and files closed all the same, and
+    the KeyboardInterrupt is raised after. The services used to keep running: a persist thread
+    left over wrote its stale offsets over those of the store opened again."""
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok and store.wait_for_dispatch()
+    store.commit_offset("g", "T", 0, 1)
+    before = store_threads()
+    mine = {t for t in before if t.name != "rocketstore-allocate"}
+
+    held = threading.Event()
+
+    def interrupt() -> None:
+        with store.reput.lock:  # no dispatch round until the interrupt is sent
+            held.set()
+            while not store.closed:  # shutdown() has begun
+                time.sleep(0.001)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    held.wait()
+    assert store.put(Message("T", b"y")).ok  # dispatch is behind now: shutdown waits for it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.shutdown(wait_for_dispatch=20)
+    finally:
+        helper.join()
+    assert not [t for t in mine if t.is_alive()]
+    assert os.path.exists(tmp_path / "store" / "abort")  # the shutdown was cut short: recover
+    with MessageStore.open(tmp_path / "store", store_config) as again:
+        assert again.query_offset("g", "T", 0) == 1
 
 
 def test_a_store_left_open_at_exit_is_shut_down(tmp_path: Path) -> None:

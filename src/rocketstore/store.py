@@ -14,14 +14,13 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names, validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis, refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
-    FlushError,
     InvalidArgumentError,
     InvalidTopicError,
     ReadOnlyStoreError,
@@ -53,7 +52,7 @@ from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
 from rocketstore.services.schedule import schedule_report
-from rocketstore.services.wiring import StoreServices
+from rocketstore.services.wiring import ShutdownSteps, StoreServices
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
@@ -528,52 +527,44 @@ class MessageStore:
         Every step runs even if one before it fails: the files are closed and the lock released
         whatever happens. A failed flush is logged (the store already turned not writeable) and
         keeps ``abort``; any other failure keeps ``abort`` too and is raised, as a
-        RocketStoreError, once everything is closed.
+        RocketStoreError, once everything is closed; so is an interrupt (Ctrl-C) in a step.
         """
         with self._shutdown_lock:
             if self._closed:
                 return
             _OPEN.discard(self)
             self._closed = True
-        errors: list[Exception] = []
-        flush_failed: list[FlushError] = []
-
-        def step(action: Callable[[], object], what: str) -> None:
-            try:
-                action()
-            except FlushError as exc:  # the disk refused: keep abort, the next open recovers
-                log.error("shutdown could not flush (%s): %s", what, exc)
-                self.set_running_flags(set_bits=NOT_WRITEABLE)
-                flush_failed.append(exc)
-            except Exception as exc:
-                log.error("shutdown: %s failed: %s", what, exc)
-                errors.append(exc)
-
+        step = ShutdownSteps(lambda: self.set_running_flags(set_bits=NOT_WRITEABLE))
         try:
             self.services.stop(step, self._update_refusal, wait_for_dispatch)
-            if self.read_only:
-                return
-            step(self.index.flush, "flushing the index")
-            step(self.checkpoint.flush, "flushing the checkpoint")
-            for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
-                step(manager.persist, f"writing {os.path.basename(manager.path)}")
-            behind = self.reput.behind() if self.reput else 0
-            if not errors and not flush_failed and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
-                step(lambda: remove_abort(self.root), "removing abort")
-            else:
-                log.warning(
-                    "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery",
-                    self.running_flags,
-                    behind,
-                )
+            if not self.read_only:
+                self._write_back(step)
         finally:
             try:
                 self._close_files()
             finally:
                 if not self.read_only:
                     self._lock.release()
-        if errors:
-            raise RocketStoreError(f"{self.root} did not shut down cleanly: {errors[0]}") from errors[0]
+        if step.interrupt is not None:
+            raise step.interrupt
+        if step.errors:
+            raise RocketStoreError(f"{self.root} did not shut down cleanly: {step.errors[0]}") from step.errors[0]
+
+    def _write_back(self, step: ShutdownSteps) -> None:
+        """The last flushes and config files, then ``abort`` removed if the shutdown is clean."""
+        step(self.index.flush, "flushing the index")
+        step(self.checkpoint.flush, "flushing the checkpoint")
+        for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
+            step(manager.persist, f"writing {os.path.basename(manager.path)}")
+        behind = self.reput.behind() if self.reput else 0
+        if step.clean and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
+            step(lambda: remove_abort(self.root), "removing abort")
+        else:
+            log.warning(
+                "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery",
+                self.running_flags,
+                behind,
+            )
 
     def _close_files(self) -> None:
         if self.allocator is not None:

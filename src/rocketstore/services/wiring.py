@@ -36,6 +36,37 @@ log = logging.getLogger(__name__)
 
 Step = Callable[[Callable[[], object], str], None]  # runs one shutdown step, keeping its failure
 
+
+class ShutdownSteps:
+    """Runs shutdown steps, every one whatever the ones before did. A failed flush (the disk
+    refused) turns the store not writeable through ``on_flush_failure``; any other failure is kept
+    in ``errors``; an interrupt (Ctrl-C while dispatch is waited for) is kept in ``interrupt`` and
+    raised by the caller once the rest is done, so the services are stopped and the files closed."""
+
+    def __init__(self, on_flush_failure: Callable[[], None]) -> None:
+        self.on_flush_failure = on_flush_failure
+        self.flush_failed = False
+        self.errors: list[Exception] = []
+        self.interrupt: BaseException | None = None
+
+    def __call__(self, action: Callable[[], object], what: str) -> None:
+        try:
+            action()
+        except FlushError as exc:  # the disk refused: keep abort, the next open recovers
+            log.error("shutdown could not flush (%s): %s", what, exc)
+            self.on_flush_failure()
+            self.flush_failed = True
+        except Exception as exc:
+            log.error("shutdown: %s failed: %s", what, exc)
+            self.errors.append(exc)
+        except BaseException as exc:
+            log.warning("shutdown: %s interrupted (%s); the rest of the shutdown goes on", what, type(exc).__name__)
+            self.interrupt = self.interrupt or exc
+
+    @property
+    def clean(self) -> bool:
+        return not (self.errors or self.flush_failed or self.interrupt)
+
 _DELIVER_DELAYED: ContextVar[bool] = ContextVar("rocketstore_deliver_delayed", default=True)
 
 
