@@ -204,16 +204,18 @@ class LoopFs:
 
 @pytest.fixture
 def loop_fs(tmp_path: Path) -> Iterator[Callable[..., LoopFs]]:
-    """``loop_fs(size_mb)`` mounts a fresh ext4 image; skipped where the machine forbids mounting."""
+    """``loop_fs(size_mb, reserved_percent)`` mounts a fresh ext4 image (none of it reserved for
+    root unless asked); skipped where the machine forbids mounting."""
     made: list[LoopFs] = []
 
-    def make(size_mb: int = 64) -> LoopFs:
+    def make(size_mb: int = 64, reserved_percent: int = 0) -> LoopFs:
         n = len(made)
         image, mount = tmp_path / f"fs-{n}.img", tmp_path / f"mnt-{n}"
         mount.mkdir()
         with open(image, "wb") as f:
             f.truncate(size_mb << 20)
-        steps = (["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], ["mount", "-o", "loop", str(image), str(mount)])
+        mkfs = ["mkfs.ext4", "-q", "-F", "-m", str(reserved_percent), str(image)]
+        steps = (mkfs, ["mount", "-o", "loop", str(image), str(mount)])
         for step in steps:
             try:
                 done = subprocess.run(step, capture_output=True, text=True)

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 from rocketstore.errors import InvalidTopicError
+from rocketstore.files.disk import used_ratio
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.results import GetMessageStatus, PutMessageStatus
 from rocketstore.running_flags import DISK_FULL
@@ -347,6 +348,23 @@ def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -
         kept = [(m.commit_log_offset, m.queue_offset) for m in pull_all(store, "FullTopic", first_kept)]
         assert kept == [a for a in acked if a[0] >= store.min_phy_offset] + [(r.commit_log_offset, r.queue_offset)]
     assert verify_store(fs.mount / "s", config).ok
+
+
+def test_the_used_ratio_leaves_out_the_blocks_reserved_for_root(loop_fs) -> None:
+    """RocketMQ's getDiskPartitionSpaceUsedPercent is used / (used + usable), as df shows it: on a
+    file system with 5 % reserved for root, 92 % used by df is past diskSpaceWarningLevelRatio
+    (90) and puts are refused, though used / total is under 90 %."""
+    fs = loop_fs(64, reserved_percent=5)
+    with open(fs.mount / "ballast", "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, 47 << 20)
+    st = os.statvfs(fs.mount)
+    used = st.f_blocks - st.f_bfree
+    df = -(-used * 100 // (used + st.f_bavail)) / 100  # what df says, rounded up
+    assert used / st.f_blocks < 0.9 < df
+    assert used_ratio(str(fs.mount)) == df
+    with MessageStore.open(fs.mount / "s", clean_config()) as store:
+        assert store.running_flags & DISK_FULL
+        assert store.put(Message("T", b"x")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
 
 
 def test_several_commit_log_folders(loop_fs, tmp_path: Path) -> None:

@@ -1,13 +1,13 @@
 """How full the disk partition holding a folder is, as RocketMQ measures it (spec 14.2).
 
-``UtilAll.getDiskPartitionSpaceUsedPercent``: (total - free) / total of the partition, where
-free is ``File.getFreeSpace`` (every free block, the root-reserved ones included), rounded up to
-a whole percent; -1 when the folder cannot be measured.
+``UtilAll.getDiskPartitionSpaceUsedPercent``: used / (used + usable) of the partition, as ``df``
+shows it, where used is total - ``File.getFreeSpace`` (every free block) and usable is
+``File.getUsableSpace`` (the free blocks not reserved for root), rounded up to a whole percent;
+-1 when the folder cannot be measured.
 """
 
 from __future__ import annotations
 
-import math
 import os
 
 
@@ -17,11 +17,11 @@ def used_ratio(folder: str) -> float:
         st = os.statvfs(_existing(folder))
     except OSError:
         return -1.0
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
+    if st.f_blocks <= 0:
         return -1.0
-    used = total - st.f_bfree * st.f_frsize
-    return math.ceil(used * 100 / total) / 100
+    used = st.f_blocks - st.f_bfree
+    entire = used + st.f_bavail
+    return -(-used * 100 // entire) / 100 if entire > 0 else 1.0
 
 
 def partition_bytes(folder: str) -> tuple[int, int]:
