@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
-from rocketstore.errors import RocketStoreError, StoreClosedError, StoreFileError
+from rocketstore.errors import ReadOnlyStoreError, RocketStoreError, StoreClosedError, StoreFileError
 from rocketstore.meta.config_files import ConsumerOffsetManager, TopicConfigManager
 from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
 
@@ -262,6 +262,23 @@ def test_ctrl_c_during_shutdown_still_stops_the_services(make_store, store_confi
         assert again.query_offset("g", "T", 0) == 1
 
 
+def test_a_closed_read_only_store_says_it_is_closed(make_store, tmp_path: Path) -> None:
+    """Writes to a read-only store that is shut down raise StoreClosedError, as every call does."""
+    make_store().shutdown()
+    store = MessageStore.open(tmp_path / "store", read_only=True)
+    with pytest.raises(ReadOnlyStoreError):
+        store.commit_offset("g", "T", 0, 1)
+    store.shutdown()
+    for call in (
+        lambda: store.put(Message("T", b"x")),
+        lambda: store.commit_offset("g", "T", 0, 1),
+        lambda: store.delete_topics(["T"]),
+        lambda: store.clean_expired_files(),
+    ):
+        with pytest.raises(StoreClosedError):
+            call()
+
+
 def test_a_store_left_open_at_exit_is_shut_down(tmp_path: Path) -> None:
     """A program that ends without shutdown(): the atexit hook shuts the store down, so committed
     offsets reach consumerOffset.json and the next open needs no recovery."""
@@ -300,6 +317,42 @@ assert store.put(Message("T", b"y")).ok
     assert done.stderr == ""
     with MessageStore.open(root) as store:
         assert store.last_exit_ok and store.get_max_offset_in_queue("T", 0) == 2
+
+
+def test_a_forked_child_cannot_write_to_its_parents_store(tmp_path: Path) -> None:
+    """The child of a fork holds neither the lock nor the services of its parent's open store:
+    the store is closed to it (a put there answered PUT_OK at the offset the parent wrote next,
+    and the parent overwrote it), and opening it again finds the parent's lock, not this one."""
+    root = tmp_path / "store"
+    script = f"""
+import os, sys
+from rocketstore import Message, MessageStore
+from rocketstore.errors import StoreClosedError, StoreLockedError
+store = MessageStore.open({str(root)!r})
+assert store.put(Message("T", b"parent-0")).ok
+child = os.fork()
+if child == 0:
+    try:
+        store.put(Message("T", b"child"))
+        os._exit(3)
+    except StoreClosedError:
+        pass
+    try:
+        MessageStore.open({str(root)!r})
+        os._exit(4)
+    except StoreLockedError as exc:
+        os._exit(0 if "another process" in str(exc) else 5)
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status))
+assert store.put(Message("T", b"parent-1")).ok
+store.shutdown()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]
+    with MessageStore.open(root) as store:
+        assert store.wait_for_dispatch()
+        assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"parent-0", b"parent-1"]
 
 
 def test_consumer_offsets_and_new_topics_reach_disk_while_the_store_runs(make_store, store_config) -> None:

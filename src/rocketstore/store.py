@@ -57,7 +57,19 @@ from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
 _OPEN: weakref.WeakSet[MessageStore] = weakref.WeakSet()  # writable stores not shut down yet
-os.register_at_fork(after_in_child=_OPEN.clear)  # a forked child never shuts its parent's stores down
+
+
+def _closed_in_child() -> None:
+    """A forked child holds neither the lock nor the services of its parent's open stores: they
+    are closed to it (StoreClosedError), and it never shuts them down."""
+    for store in list(_OPEN):
+        store._closed = True
+        if getattr(store, "writer", None) is not None:  # puts check this, not _closed
+            store.writer.refusal = store._raise_closed
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_closed_in_child)
 
 
 @atexit.register
@@ -333,9 +345,9 @@ class MessageStore:
             raise StoreClosedError(f"{self.root} is shut down")
 
     def _writable(self) -> None:
+        self._readable()
         if self.read_only:
             raise ReadOnlyStoreError(f"{self.root} is open read-only")
-        self._readable()
 
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None

@@ -14,8 +14,18 @@ import threading
 
 from rocketstore.errors import StoreLockedError
 
-_held: set[str] = set()
+_held: set[str] = set()  # store folders this process has locked
 _held_lock = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    """Record locks are not inherited by a forked child: it holds none of its parent's."""
+    global _held_lock
+    _held_lock = threading.Lock()
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class StoreLock:
