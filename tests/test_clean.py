@@ -202,6 +202,26 @@ def test_manual_delete_outside_delete_when(tmp_path: Path) -> None:
         assert segment_files(store) == files[25:]
 
 
+def test_exports_walking_a_store_go_on_past_files_cleanup_deletes_meanwhile(tmp_path: Path) -> None:
+    """A walk of the log or of the queues (the export's generators) while cleanup in the same
+    process deletes the files ahead of it goes on with the files that are left; it used to stop
+    there, as if the store ended."""
+    from rocketstore.export import iter_log, iter_units
+
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        fill(store, 30)
+        for walk, position in ((iter_log, "queue_offset"), (iter_units, "queue_offset")):
+            it = walk(store)
+            assert getattr(next(it), position) == store.get_min_offset_in_queue("CleanTopic", 0)
+            age(segment_files(store)[:10], hours=2)
+            assert store.clean_expired_files().commit_log_files == 10
+            first = store.get_min_offset_in_queue("CleanTopic", 0)
+            rest = [getattr(x, position) for x in it]
+            assert rest[-(store.get_max_offset_in_queue("CleanTopic", 0) - first) :] == list(
+                range(first, store.get_max_offset_in_queue("CleanTopic", 0))
+            ), rest
+
+
 def test_clean_command(tmp_path: Path) -> None:
     config = clean_config()
     with MessageStore.open(tmp_path / "s", config) as store:
@@ -230,6 +250,10 @@ def test_a_held_file_is_not_destroyed_until_released(tmp_path: Path) -> None:
         assert reader.read(0, 8)  # the holder still reads its bytes
         assert store.min_phy_offset == offsets[2]  # a file being deleted does not count
         assert store.get_message("g", "CleanTopic", 0, 1, 1).status == GetMessageStatus.OFFSET_TOO_SMALL
+        # lookups by offset and by key see it gone too, as RocketMQ's (whose hold() fails on it)
+        assert store.look_message_by_offset(offsets[1]) is None
+        assert store.query_message("CleanTopic", "k-1").messages == []
+        assert store.query_message("CleanTopic", "k-2").messages != []
         reader.release()
         run = store.clean_expired_files()
         assert run.commit_log_files == 4

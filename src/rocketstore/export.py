@@ -19,7 +19,7 @@ from rocketstore.codec.crc import body_crc
 from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage, check_range, message_from_json
 from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
 from rocketstore.codec.records import Records
-from rocketstore.codec.scan import STOP_BLANK
+from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
@@ -90,6 +90,8 @@ def iter_log(store: MessageStore) -> Iterator[StoredMessage]:
             for message in commit_log.read_records(records.offsets.tolist(), records.sizes.tolist()):
                 if message is not None:
                     yield message
+        if reason == STOP_LIMIT:  # deleted by cleanup before it could be read: on to the next
+            continue
         if reason != STOP_BLANK:
             break
 

@@ -445,7 +445,7 @@ class CommitLog:
             return None
         mapped = files[index]
         pos = offset - mapped.file_from_offset
-        if pos < 0 or pos + size > mapped.read_position:
+        if pos < 0 or pos + size > mapped.read_position or not mapped.available:  # not: being deleted
             return None
         try:
             return mapped.mm[pos : pos + size]
@@ -468,7 +468,7 @@ class CommitLog:
         if 0 <= index < count:
             mapped = files[index]
             base = mapped.file_from_offset
-            if low >= base and max(offsets) + max(sizes) <= base + mapped.read_position:
+            if low >= base and max(offsets) + max(sizes) <= base + mapped.read_position and mapped.available:
                 mm = mapped.mm
                 try:
                     return [decode(mm[p - base : p - base + s]) for p, s in zip(offsets, sizes, strict=True)]
@@ -488,7 +488,8 @@ class CommitLog:
                     add(None)
                     continue
                 mapped = files[index]
-                base, readable, mm = mapped.file_from_offset, mapped.read_position, mapped.mm
+                readable = mapped.read_position if mapped.available else 0  # 0: being deleted
+                base, mm = mapped.file_from_offset, mapped.mm
                 pos = offset - base
                 if pos + size > readable:
                     add(None)

@@ -320,6 +320,9 @@ class ConsumeQueue:
         while index < end:
             data = self.read_units(index, min(chunk, end - index))
             if not data:
+                if index < self.min_offset_in_queue():  # cleanup deleted what was next: go on after it
+                    index = self.min_offset_in_queue()
+                    continue
                 return
             units = units_of(data)
             yield index, units
