@@ -210,6 +210,38 @@ def test_ctrl_c_while_the_command_line_loads_is_quiet() -> None:
     assert done.stdout == b"True\n", done.stderr
 
 
+def _interrupt_at_call(monkeypatch: pytest.MonkeyPatch, module: object, name: str, call: int) -> None:
+    """SIGINT (a Ctrl-C) to this process as the ``call``-th call of ``module.name`` returns."""
+    real = getattr(module, name)
+    calls = 0
+
+    def interrupting(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        value = real(*args, **kwargs)
+        calls += 1
+        if calls == call:
+            os.kill(os.getpid(), signal.SIGINT)
+        return value
+
+    monkeypatch.setattr(module, name, interrupting)
+
+
+def test_consume_commit_interrupted_while_printing_commits_only_what_was_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rocketstore.cli import output
+
+    root = tmp_path / "s"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 10).exit_code == 0
+    _interrupt_at_call(monkeypatch, output, "dumps_row", 5)  # the 5th line is made, not written
+    result = run("consume", root, *TINY_SETS, "--topic", "T", "--group", "G", "--commit", "--max", 10, "--json")
+    assert result.exit_code == 130, result.stderr
+    *rows, error = jsonl(result.stdout)
+    assert [r["queueOffset"] for r in rows] == [0, 1, 2, 3] and error["error"]["type"] == "Interrupted"
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        assert store.query_offset("G", "T", 0) == 4  # the next run goes on from the first message not printed
+
+
 # -- 4: a closed pipe -------------------------------------------------------------
 def test_a_closed_pipe_exits_0_for_table_output_too(tmp_path: Path) -> None:
     root = tmp_path / "s"
@@ -220,6 +252,27 @@ def test_a_closed_pipe_exits_0_for_table_output_too(tmp_path: Path) -> None:
         proc.stdout.close()  # as `| true` does: before the command writes
         _out, err = proc.communicate(timeout=120)
         assert (proc.returncode, err) == (0, b""), command
+
+
+def test_consume_commit_into_a_closed_pipe_commits_only_what_was_written(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    sets = ["--set", "mappedFileSizeCommitLog=1048576", "--set", "brokerIP1=127.0.0.1"]
+    count = 300  # ~1.7 kB a line: far more than a pipe holds
+    assert run("produce", root, *sets, "--topic", "T", "--body", "x" * 1000, "--count", count).exit_code == 0
+    for group, env in (("G1", {}), ("G2", {"PYTHONIOENCODING": "ascii"})):  # stdout as it is, and as UTF-8
+        proc = cli_process(
+            "consume", root, *sets, "--topic", "T", "--group", group, "--commit", "--max", count, "--json", env=env
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["queueOffset"] == 0
+        proc.stdout.close()  # as `| head -1` does
+        stderr = proc.stderr.read()
+        assert proc.wait(timeout=120) == 0 and stderr == b"", stderr  # quietly, as for export
+        with MessageStore.open(root, StoreConfig(mappedFileSizeCommitLog=1048576), read_only=True) as store:
+            committed = store.query_offset(group, "T", 0)
+        assert 1 <= committed < count  # the messages written out, not all of them
+        result = run("consume", root, *sets, "--topic", "T", "--group", group, "--max", count, "--json")
+        assert [r["queueOffset"] for r in jsonl(result.stdout)] == list(range(committed, count))  # none lost
 
 
 # -- 5: a closed stdout ---------------------------------------------------------------------------------

@@ -270,6 +270,7 @@ def consume(
     try:
         queue_ids = _queues_to_read(opts, store, topic, queue_id)
         messages: list[StoredMessage] = []
+        next_offsets: dict[int, int] = {}
         progress: list[str] = []
         for qid in queue_ids:
             if len(messages) >= max_num:
@@ -280,17 +281,25 @@ def consume(
                 start = store.query_offset(group, topic, qid)
                 if start < 0:
                     start = store.get_min_offset_in_queue(topic, qid)
-            got, next_offset = pull_queue(store, group, topic, qid, start, max_num - len(messages), tags)
+            got, next_offsets[qid] = pull_queue(store, group, topic, qid, start, max_num - len(messages), tags)
             messages.extend(got)
-            if commit:
-                store.commit_offset(group, topic, qid, next_offset)
             progress.append(
-                f"{topic}/{qid}: {len(got)} message(s), next offset {next_offset}" + (" (committed)" if commit else "")
+                f"{topic}/{qid}: {len(got)} message(s), next offset {next_offsets[qid]}"
+                + (" (committed)" if commit else "")
             )
+        if not queue_ids:
+            warn(f"topic {topic!r} has no consume queue in {opts.store}")
+
+        def acknowledge(msg: StoredMessage) -> None:  # it is out on stdout: consumed
+            store.commit_offset(group, topic, msg.queue_id, msg.queue_offset + 1)
+
+        # offsets are committed as the messages are written out: a closed pipe or a Ctrl-C while
+        # printing leaves the rest to the next run, as a consumer acknowledges what it processed
+        title = f"{len(messages)} message(s) of {topic} for {group}"
+        print_messages(messages, opts.as_json, title=title, written=acknowledge if commit else None)
+        for qid, offset in next_offsets.items() if commit else ():
+            store.commit_offset(group, topic, qid, offset)  # past the messages the tag filter skipped
     finally:
         store.shutdown()
-    if not queue_ids:
-        warn(f"topic {topic!r} has no consume queue in {opts.store}")
-    print_messages(messages, opts.as_json, title=f"{len(messages)} message(s) of {topic} for {group}")
     for line in progress:
         warn(line)

@@ -234,11 +234,23 @@ def message_table(messages: Iterable[StoredMessage], title: str | None = None) -
     return table
 
 
-def print_messages(messages: list[StoredMessage], as_json: bool, title: str | None = None) -> None:
-    """Messages as export JSON lines (``--json``) or as a table."""
+def print_messages(
+    messages: list[StoredMessage],
+    as_json: bool,
+    title: str | None = None,
+    written: Callable[[StoredMessage], None] | None = None,
+) -> None:
+    """Messages as export JSON lines (``--json``) or as a table. ``written`` is called with each
+    message once it is out on stdout (flushed): after its JSON line, or after the whole table."""
     if as_json:
         with utf8_stdout() as out:
             for msg in messages:
                 out.write(dumps_row(export_row(msg)) + "\n")
+                if written is not None:
+                    out.flush()
+                    written(msg)
     else:
         out_console().print(message_table(messages, title))
+        if written is not None:
+            for msg in messages:
+                written(msg)
