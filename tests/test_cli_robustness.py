@@ -226,6 +226,26 @@ def _interrupt_at_call(monkeypatch: pytest.MonkeyPatch, module: object, name: st
     monkeypatch.setattr(module, name, interrupting)
 
 
+def test_produce_interrupted_right_after_a_put_counts_and_reports_that_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rocketstore.cli import messaging
+
+    root = tmp_path / "s"
+    _interrupt_at_call(monkeypatch, messaging, "_result_row", 3)  # the 3rd message is stored, not yet counted
+    result = run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 5, "--json")
+    assert result.exit_code == 130, result.stderr
+    *rows, error = jsonl(result.stdout)
+    assert error["error"]["type"] == "Interrupted"
+    assert [r["queueOffset"] for r in rows] == [0, 1, 2]  # a line for every message stored
+    _interrupt_at_call(monkeypatch, messaging, "_result_row", 3)
+    result = run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 5)
+    assert result.exit_code == 130
+    assert "3 message(s) stored in T/0 before this stopped (up to queue offset 5)" in result.stderr
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        assert store.get_max_offset_in_queue("T", 0) == 6
+
+
 def test_consume_commit_interrupted_while_printing_commits_only_what_was_printed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,7 +8,7 @@ import json
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import CommandError, Common, open_store, require_topics, store_options
+from rocketstore.cli.common import CommandError, Common, DeferInterrupts, open_store, require_topics, store_options
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
@@ -142,18 +142,20 @@ def produce(
     shown: list[dict[str, object]] = []  # the table's rows (--json prints each as it is stored)
     last: dict[str, object] | None = None
     stored = 0
+    guard = DeferInterrupts()
     try:
-        with open_store(opts) as store, progress_bar("produce", count) as advance:
+        with guard.installed(), open_store(opts) as store, progress_bar("produce", count) as advance:
             where = _placement(store, _message(topic, data, tags, key_list, properties), queue_id)
             if "delayLevel" in where:
                 _say_when_delivered(where, properties[DELAY])
             for _ in range(count):
                 message = _message(topic, data, tags, key_list, properties)
-                last = _result_row(store.put(message, queue_id).raise_for_status(), where)
-                stored += 1
-                if opts.as_json:
-                    click.echo(json.dumps(last, separators=(",", ":")))  # flushed: a killed run has said what it stored
-                elif len(shown) < _SHOWN_RESULTS:
+                with guard:  # a Ctrl-C waits until the message stored is counted (and its line printed)
+                    last = _result_row(store.put(message, queue_id).raise_for_status(), where)
+                    stored += 1
+                    if opts.as_json:
+                        click.echo(json.dumps(last, separators=(",", ":")))  # flushed: a killed run said what it stored
+                if not opts.as_json and len(shown) < _SHOWN_RESULTS:
                     shown.append(last)
                 advance(1)
     except BaseException:
