@@ -357,3 +357,11 @@ def test_produce_and_import_refuse_a_folder_that_holds_files_but_no_store(tmp_pa
     assert run("produce", empty, *TINY_SETS, "--topic", "T", "--body", "x").exit_code == 0
     assert run("import", empty, *TINY_SETS, "-i", lines).exit_code == 0  # a store now
     assert run("import", tmp_path / "new", *TINY_SETS, "-i", lines).exit_code == 0
+
+
+def test_produce_checks_the_message_before_it_creates_a_store(tmp_path: Path) -> None:
+    new = tmp_path / "new"
+    for args in (["--topic", "bad topic"], ["--topic", "T", "--set", "maxMessageSize=10"]):
+        result = run("produce", new, *TINY_SETS, *args, "--body", "x" * 100)
+        assert result.exit_code == 2 and result.stderr.startswith("error: "), args
+        assert not new.exists(), args  # no store left behind for a message refused

@@ -15,6 +15,7 @@ from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.results import GetMessageStatus, PutResult
 from rocketstore.store import MessageStore
+from rocketstore.writer import MessagePreparer
 
 _SHOWN_RESULTS = 20
 _PULL_BATCH = 32
@@ -139,6 +140,11 @@ def produce(
     key_list = [k for item in keys for k in item.split(" ") if k]
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
+    # the message is checked before the store is opened (a new one created): a bad topic raises
+    # here, and what put would refuse (a body over maxMessageSize, ...) is refused with its reason
+    refused = MessagePreparer(opts.config).check(_message(topic, data, tags, key_list, properties), queue_id)
+    if refused is not None:
+        refused.raise_for_status()
     shown: list[dict[str, object]] = []  # the table's rows (--json prints each as it is stored)
     last: dict[str, object] | None = None
     stored = 0
