@@ -340,6 +340,26 @@ def test_json_mode_errors_are_a_json_object_on_stdout_too(tmp_path: Path) -> Non
     assert result.exit_code == 2 and json.loads(result.stdout)["error"]["type"] == "CommandError"
 
 
+def test_json_mode_errors_while_the_options_are_read_are_a_json_object_too(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    produce = ["produce", root, *TINY_SETS, "--topic", "T", "--body", "x"]
+    for args, kind in (
+        ([*produce, "--set", "foo"], "BadParameter"),
+        ([*produce, "--property", "bad"], "BadParameter"),
+        ([*produce, "--queue", -1], "BadParameter"),
+        (["produce", root, *TINY_SETS, "--body", "x"], "MissingParameter"),
+        (["inspect", tmp_path / "nothing"], "BadParameter"),
+    ):
+        result = run(*args, "--json")
+        assert result.exit_code == 2, args
+        assert "Error: " in result.stderr  # click's message stays on stderr
+        error = json.loads(result.stdout)["error"]
+        assert error["type"] == kind and error["message"], args
+        result = run(*args)  # without --json: stderr only
+        assert result.exit_code == 2 and result.stdout == "", args
+
+
 # -- 7: a store only in a new, empty or store folder -----------------------------------------------------
 def test_produce_and_import_refuse_a_folder_that_holds_files_but_no_store(tmp_path: Path) -> None:
     home = tmp_path / "home"
