@@ -67,6 +67,7 @@ class ShutdownSteps:
     def clean(self) -> bool:
         return not (self.errors or self.flush_failed or self.interrupt)
 
+
 _DELIVER_DELAYED: ContextVar[bool] = ContextVar("rocketstore_deliver_delayed", default=True)
 
 
