@@ -350,6 +350,9 @@ def test_json_mode_errors_while_the_options_are_read_are_a_json_object_too(tmp_p
         ([*produce, "--queue", -1], "BadParameter"),
         (["produce", root, *TINY_SETS, "--body", "x"], "MissingParameter"),
         (["inspect", tmp_path / "nothing"], "BadParameter"),
+        ([*produce, "--bogus"], "NoSuchOption"),
+        ([*produce, "--queue"], "BadParameter"),
+        ([*produce, "extra"], "UsageError"),
     ):
         result = run(*args, "--json")
         assert result.exit_code == 2, args

@@ -193,26 +193,9 @@ def store_options(
                     print_json_error(exc)
                 raise
 
-        # every option of the command (those declared below store_options too): --json's error
-        # object for what click refuses while it reads them
-        for param in wrapper.__click_params__:  # type: ignore[attr-defined]
-            json_errors = functools.partial(_json_parse_error, param.handle_parse_result)
-            param.handle_parse_result = json_errors  # type: ignore[method-assign]
         return wrapper
 
     return decorate
-
-
-def _json_parse_error(handle: Callable[..., Any], ctx: click.Context, opts: dict[str, Any], args: list[str]) -> Any:
-    """``Parameter.handle_parse_result`` (``handle``), its error (a bad value, a missing STORE or
-    option) also written on stdout as one JSON object when --json is given, as a command's own
-    errors are: click raises it while it reads the command line, before the command runs."""
-    try:
-        return handle(ctx, opts, args)
-    except click.ClickException as exc:
-        if opts.get("as_json"):
-            print_json_error(exc)
-        raise
 
 
 # -- opening the store ---------------------------------------------------------------------------

@@ -26,10 +26,14 @@ from rocketstore.cli import (
     transfer,
 )
 from rocketstore.cli.common import Interrupted
+from rocketstore.cli.output import print_json_error
 from rocketstore.errors import RocketStoreError
 
 EXIT_PROBLEMS = 1
 EXIT_ERROR = 2
+
+
+_JSON = "rocketstore.json"  # ctx.meta: --json is on the command line
 
 
 class _Group(click.Group):
@@ -43,11 +47,19 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             raise Interrupted() from None
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_JSON] = "--json" in args
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except click.ClickException as exc:  # also what click refuses while it reads a command's options
+            if ctx.meta.get(_JSON):
+                print_json_error(exc)
+            raise
         except RocketStoreError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)

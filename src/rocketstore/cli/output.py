@@ -143,8 +143,12 @@ def print_json_error(exc: BaseException) -> None:
         return
     import json
 
+    if getattr(exc, "json_printed", False):  # a command's error, seen again by the group
+        return
     with contextlib.suppress(OSError, ValueError), utf8_stdout() as out:
         out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str) + "\n")
+    with contextlib.suppress(AttributeError):
+        exc.json_printed = True  # type: ignore[attr-defined]
 
 
 def print_json(obj: Any) -> None:
