@@ -109,6 +109,20 @@ def test_a_message_already_retried_sixteen_times_goes_straight_to_the_dlq(store:
     assert record.topic == SCHEDULE_TOPIC and record.properties["DELAY"] == "18"  # 3 + 15, capped
 
 
+def test_a_send_back_creates_the_retry_topic_and_writes_a_new_group_at_once(store: MessageStore, tmp_path) -> None:
+    """As RocketMQ's consumerSendMsgBack: %RETRY%G is created even when the message goes straight
+    to %DLQ%G, and a group created by a send-back is in subscriptionGroup.json at once (a crash
+    right after lost it), as SubscriptionGroupManager persists a group it creates."""
+    put = store.put(Message("Orders", b"x"), 0)
+    dead = store.send_back("G", put.commit_log_offset, delay_level=-1)
+    assert store.look_message_by_offset(dead.commit_log_offset).topic == "%DLQ%G"
+    config = tmp_path / "store" / "config"
+    topics = fastjson_loads((config / "topics.json").read_text())["topicConfigTable"]
+    assert {"%RETRY%G", "%DLQ%G"} <= set(topics)
+    groups = fastjson_loads((config / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
+    assert "G" in groups
+
+
 def test_a_sent_back_message_does_not_wait_for_a_flush(make_store, store_config) -> None:
     """RocketMQ's broker clears waitStoreMsgOK on a sent-back message: its record says WAIT=false,
     and under SYNC_FLUSH the send-back does not wait for the flush."""

@@ -242,6 +242,21 @@ def test_half_messages_and_refused_puts(make_store) -> None:
     assert store.delay_offsets.get(1) == 2
 
 
+def test_a_real_queue_id_java_cannot_parse_is_not_delivered(make_store) -> None:
+    """REAL_QID is read as Java's Integer.parseInt reads it: "1_0" and " 2" are not queue ids
+    (Python's int() took them for 10 and 2), and such a record is skipped, not delivered."""
+    store = make_store()
+    service = _stopped(store)
+    for qid in ("1_0", " 2", "3 ", "4"):
+        props = {"DELAY": "1", "REAL_TOPIC": "Orders", "REAL_QID": qid}
+        assert store.put_as_is(Message(SCHEDULE_TOPIC, b"q", properties=props), 0).ok
+    store.wait_for_dispatch()
+    assert service.run_once(now=2**62) == 1
+    assert service.levels[1].skipped == 3
+    store.wait_for_dispatch()
+    assert store.queue_ids().get("Orders") == [4]
+
+
 def test_import_keeps_schedule_records_and_delivered_copies(make_store, tmp_path: Path) -> None:
     """An exported store imported again: schedule records stay in the schedule topic and
     delivered copies (which still say DELAY) are not delayed a second time."""

@@ -414,6 +414,16 @@ def test_batch_with_ipv6_hosts_and_properties(make_store, tmp_path):
         assert x["sysFlag"] == 0x30 and x["queueOffset"] == i
 
 
+def test_batch_takes_messages_whose_delay_is_no_delay(make_store):
+    """DELAY "-1", "0" or "00" is no delay (a single put stores such a message in its own topic):
+    a batch takes it, as RocketMQ's MessageBatch refuses only a delay level above 0."""
+    store = make_store()
+    for text in ("-1", "00", "0"):
+        r = store.put_batch([Message("T", b"a", properties={"DELAY": text}), Message("T", b"b")])
+        assert r.ok, (text, r)
+    assert store.put_batch([Message("T", b"a", properties={"DELAY": "x"})]).status == PutMessageStatus.MESSAGE_ILLEGAL
+
+
 def test_batch_refuses_delayed_and_transaction_messages(make_store):
     store = make_store()
     r = store.put_batch([Message("T", b"a"), Message("T", b"b", properties={"DELAY": "3"})])

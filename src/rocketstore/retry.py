@@ -104,7 +104,12 @@ def send_back(
             f"the retry topic {again.topic!r} is {len(again.topic)} characters: a V1 record holds "
             f"{TOPIC_MAX_LENGTH} (RocketMQ 4.9's limit), and autoMessageVersionOnTopicLen is false"
         )
-    store.subscription_groups.ensure(group)
-    if store.topics.ensure(again.topic, queue_id, queue_nums=queue_nums):
+    groups = store.subscription_groups
+    if groups.find(group) is None:  # created: written at once, as SubscriptionGroupManager does
+        groups.ensure(group)
+        groups.persist()
+    retry = retry_topic(group)  # created before the retry-or-DLQ choice, as consumerSendMsgBack does
+    created = store.topics.ensure(retry, 0, queue_nums=groups.setting(group, "retryQueueNums"))
+    if store.topics.ensure(again.topic, queue_id, queue_nums=queue_nums) or created:
         store.topics.persist()
     return store.writer.put_general(again, queue_id, new_uniq=False)  # a UNIQ_KEY is the client's to give

@@ -372,8 +372,12 @@ class MessageWriter(MessagePreparer):
             for m in messages:
                 if m._extra is not None and m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
                     return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
-                if m._props is not None and m._props.get("DELAY", "0") not in ("0", ""):
-                    return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
+                if m._props is not None and m._props.get(DELAY, "0") not in ("0", ""):
+                    level = java_int(m._props[DELAY])
+                    if level is None:
+                        return _not_a_level(m._props[DELAY])
+                    if level > 0:  # as RocketMQ's MessageBatch: "-1" or "00" is no delay
+                        return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
         extra = ""
         if properties:
             properties = checked_properties(properties)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
+from rocketstore.codec.scan import java_int
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import RocketStoreError, StoreClosedError
 from rocketstore.meta.config_files import DelayOffsetManager
@@ -90,8 +91,8 @@ def redelivered(stored: StoredMessage) -> tuple[Message, int] | None:
     if topic is None or topic == HALF_TOPIC:
         return None
     try:
-        queue_id = int(qid) if qid is not None else -1
-        if queue_id < 0:
+        queue_id = java_int(qid)  # as Integer.parseInt: None for "1_0" or " 2", which int() takes
+        if queue_id is None or queue_id < 0:
             raise ValueError(qid)
         message = stored.copy_to(topic, props, store_host=stored.store_host)
     except (ValueError, RocketStoreError) as exc:
