@@ -17,6 +17,7 @@ from rocketstore.errors import (
     InvalidMessageError,
     InvalidTopicError,
     ReadOnlyStoreError,
+    RocketStoreError,
 )
 from rocketstore.export import ImportLineError, import_jsonl
 from rocketstore.verify import verify_store
@@ -159,6 +160,8 @@ def test_group_names_are_checked_as_rocketmq_checks_them(make_store, tmp_path, s
         ({"properties": {"p": "v\ud800"}}, InvalidMessageError),
         ({"body": "b\ud800"}, InvalidMessageError),
         ({"topic": ["T"]}, InvalidTopicError),
+        ({"properties": "ab"}, InvalidMessageError),
+        ({"properties": ["ab"]}, InvalidMessageError),
     ],
 )
 def test_message_fields_of_the_wrong_kind_are_refused_when_the_message_is_made(fields, error):
@@ -167,6 +170,42 @@ def test_message_fields_of_the_wrong_kind_are_refused_when_the_message_is_made(f
     args = {"topic": "T", "body": b"x", **fields}
     with pytest.raises(error):
         Message(**args)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("K", 5), ("K", b"v"), ("K", True), (5, "v"), ("KEYS", ["a", "b"]), ("TAGS", 7), ("DELAY", 3), ("a", "\ud800")],
+    ids=["int", "bytes", "bool", "int-name", "keys-list", "tags-int", "delay-int", "surrogate"],
+)
+def test_a_property_changed_in_place_to_what_a_record_cannot_hold_is_refused(make_store, name, value):
+    """``Message.properties`` may be changed in place: a put checks it again, and a name or value
+    that is not text (or text UTF-8 cannot encode) is MESSAGE_ILLEGAL, also as the only property
+    (it was stored without it, PUT_OK) and in a batch; nothing is stored."""
+    store = make_store()
+    for put in (store.put, lambda m: store.put_batch([m])):
+        message = Message("T", b"x")
+        message.properties[name] = value
+        assert put(message).status == PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_phy_offset == 0
+
+
+def test_api_arguments_of_the_wrong_kind_get_typed_errors(make_store):
+    """A batch given as any iterable of Messages is taken; a single Message, a properties argument
+    that is not a mapping, a topic that is not text in query_offset: typed errors, not TypeError
+    or ValueError from inside; a numpy integer is a queue id for puts as for reads."""
+    store = make_store()
+    assert store.put_batch(Message("T", b"%d" % i) for i in range(3)).ok
+    assert store.put(Message("T", b"n"), queue_id=np.int64(1)).ok
+    assert store.put_batch([Message("T", b"n")], queue_id=np.int32(1)).ok
+    with pytest.raises(InvalidMessageError):
+        store.put_batch(Message("T", b"x"))
+    with pytest.raises(InvalidMessageError):
+        store.put_batch([Message("T", b"x")], properties="ab")
+    for topic in (None, 5):
+        with pytest.raises(RocketStoreError):
+            store.query_offset("g", topic, 0)
+    with pytest.raises(InvalidTopicError):
+        store.query_offset("g", "T T", 0)
 
 
 def _line(**fields: object) -> str:

@@ -2,8 +2,8 @@
 
 >>> from rocketstore import MessageStore, StoreConfig, Message
 >>> with MessageStore.open("/tmp/store", StoreConfig(mappedFileSizeCommitLog=1 << 20)) as store:
-...     store.put(Message("TopicTest", b"hello", tags="TagA", keys="k1")).status
-'PUT_OK'
+...     print(store.put(Message("TopicTest", b"hello", tags="TagA", keys="k1")).status)
+PUT_OK
 """
 
 import os as _os

@@ -436,6 +436,7 @@ class MessageStore:
         """The committed offset of ``group``, -1 when it has none."""
         self._readable()
         validate_group(group)
+        validate_topic(topic)
         (queue_id,) = check_arguments("query_offset", queue_id=(queue_id, int))
         return self.consumer_offsets.query(group, topic, queue_id)
 

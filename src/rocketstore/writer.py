@@ -9,14 +9,14 @@ per-message objects beyond the record bytes, the dispatch tuple and the result.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.crc import crc32
 from rocketstore.codec.hosts import parse_host
 from rocketstore.codec.ids import UniqKeyGenerator, _tags_cache, tags_code
-from rocketstore.codec.message import Message, checked_properties
+from rocketstore.codec.message import Message, as_int, checked_properties
 from rocketstore.codec.properties import (
     DELAY,
     KEYS,
@@ -51,6 +51,24 @@ def _well_formed(text: str, props: dict[str, str]) -> bool:
     and no separator inside one (exactly one \\x01 per property, one \\x02 between two)."""
     n = len(props)
     return text.count("\x01") == n and text.count("\x02") == n - 1 and all(props) and all(props.values())
+
+
+def _queue_id(queue_id: object) -> int:
+    """``queue_id`` as an int (numpy's integers too) from 0 to 2**31-1; InvalidMessageError else."""
+    if type(queue_id) is not int:
+        queue_id = as_int("a queue id", queue_id)
+    if not 0 <= queue_id <= 0x7FFFFFFF:
+        raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
+    return queue_id
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _not_a_level(text: str) -> PutResult:
@@ -88,8 +106,7 @@ class MessagePreparer:
         """The message and queue a put stores: with ``schedule``, one asking for a ``DELAY`` level
         is rewritten for ``SCHEDULE_TOPIC_XXXX``; a PutResult for a DELAY that is not a level.
         Raises InvalidMessageError for a queue id or message of the wrong type."""
-        if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
-            raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
+        queue_id = _queue_id(queue_id)
         if type(message) is not Message:
             raise InvalidMessageError(f"put takes a Message, not {type(message).__name__}")
         if schedule and message._props is not None and DELAY in message._props:
@@ -129,9 +146,9 @@ class MessagePreparer:
         uniq = props.get(UNIQ_KEY)
         try:
             text = encode_properties(props) if props else ""
-        except TypeError:  # a name or value that is not text
-            text = "\x01"
-        if props and not _well_formed(text, props):  # the dict may have been changed in place
+            if props and (not _well_formed(text, props) or not (text.isascii() or _encodable(text))):
+                raise TypeError(text)
+        except TypeError:  # changed in place: a name or value that is not text, a separator in one
             return PutResult.refused(
                 _ILLEGAL, "property names and values must be non-empty text without \\x01 or \\x02"
             )
@@ -355,8 +372,11 @@ class MessageWriter(MessagePreparer):
         """Store messages of one topic as consecutive records; ``properties`` go into each one."""
         if self.refusal is not None:
             return self.refusal()
-        if type(queue_id) is not int or not 0 <= queue_id <= 0x7FFFFFFF:
-            raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
+        queue_id = _queue_id(queue_id)
+        if type(messages) is not list:
+            if isinstance(messages, Message) or not isinstance(messages, Iterable):
+                raise InvalidMessageError(f"put_batch takes a list of Messages, not {type(messages).__name__}")
+            messages = list(messages)
         if not messages:
             raise InvalidMessageError("a batch holds at least one message")
         for m in messages:

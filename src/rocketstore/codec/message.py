@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rocketstore.codec import sysflag as sf
@@ -278,7 +278,9 @@ def checked_properties(properties: dict[str, str]) -> dict[str, str]:
     """A copy of ``properties`` once every name and value is checked (InvalidMessageError):
     non-empty text without the separators (an empty value would not read back: RocketMQ's
     parser drops it)."""
-    props = {plain_str(name): plain_str(value) for name, value in dict(properties).items()}
+    if not isinstance(properties, Mapping):
+        raise InvalidMessageError(f"properties are a mapping of str to str, not {type(properties).__name__}")
+    props = {plain_str(name): plain_str(value) for name, value in properties.items()}
     for name, value in props.items():
         if (
             type(name) is not str

@@ -66,7 +66,7 @@ def java_int(text: str | bytes | None) -> int | None:
     Multilingual Plane: Java reads it as two surrogate chars, neither a digit)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    if text is None or not _JAVA_INT_TEXT.fullmatch(text) or (not text.isascii() and max(text) > "\uffff"):
+    if type(text) is not str or not _JAVA_INT_TEXT.fullmatch(text) or (not text.isascii() and max(text) > "\uffff"):
         return None
     value = int(text)
     return value if -(2**31) <= value < 2**31 else None
