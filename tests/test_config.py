@@ -146,6 +146,9 @@ def test_string_values_are_coerced(name, text, value):
         ("flushDiskType", "ASYNC"),
         ("flushDiskType", "async_flush"),
         ("brokerRole", "MASTER"),
+        ("storePathCommitLog", ["/a", "/b"]),  # "/a;/b", as in broker.conf
+        ("storePathRootDir", None),
+        ("messageDelayLevel", b"1s"),
     ],
 )
 def test_bad_values_are_refused(name, value):

@@ -351,6 +351,9 @@ def _coerce(snake: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{name} must be a number, not {value!r}") from None
+    value = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(value, str | int | float):  # a list of paths is "a;b", as in broker.conf
+        raise ConfigError(f"{name} is text, not {type(value).__name__} {value!r}")
     value = str(value).strip()
     allowed = _ENUM_BY_SNAKE.get(snake)
     if allowed and value not in allowed:
