@@ -14,6 +14,7 @@ import queue
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -411,10 +412,13 @@ def _pulled(store: MessageStore, topic: str, count: int) -> list:
     return read
 
 
-def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tmp_path, store_config) -> None:
+@pytest.mark.parametrize("damage", ["body", "properties length"])
+def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tmp_path, store_config, damage) -> None:
     """After a crash RocketMQ checks the log from the checkpoint's segment on. The walk may start
     earlier to rebuild the index, but a bad record there (flushed long ago) must not cut away the
-    acknowledged records after it: it is kept, and named."""
+    acknowledged records after it. Before that segment records are read as RocketMQ's reput reads
+    them: a body whose CRC fails is served; a record whose lengths disagree is kept, named and
+    skipped."""
     store = make_store()
     sent = [store.put(Message("T", b"m%d" % i, keys=f"k{i}")) for i in range(120)]
     assert store.wait_for_dispatch()
@@ -425,17 +429,49 @@ def test_a_bad_record_before_the_checkpoints_segment_cuts_nothing(make_store, tm
     segments = sorted((root / "commitlog").iterdir())
     victim = next(r for r in reversed(sent) if r.commit_log_offset < int(segments[-2].name) - 200)
     with open(root / "commitlog" / f"{victim.commit_log_offset // 4096 * 4096:020d}", "r+b") as f:
-        f.seek(victim.commit_log_offset % 4096 + 88)  # the body's first byte: its CRC fails
-        f.write(b"M")
+        if damage == "body":
+            f.seek(victim.commit_log_offset % 4096 + 88)  # the body's first byte: its CRC fails
+            f.write(b"M")
+        else:  # PROPERTIESLENGTH one short: every field still readable, their sum one short of TOTALSIZE
+            at = victim.commit_log_offset % 4096 + 88 + len(b"m%d" % sent.index(victim)) + 1 + len("T")
+            f.seek(at)
+            (length,) = struct.unpack(">h", f.read(2))
+            f.seek(at)
+            f.write(struct.pack(">h", length - 1))
     checkpoint = StoreCheckpoint(str(root / "checkpoint"))  # everything flushed: the checkpoint's segment is the last
     checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = checkpoint.index_msg_timestamp = newest + 3000
     checkpoint.flush()
     (root / "abort").write_bytes(b"")  # as a crash leaves it
     store = make_store()
     assert store.recovery.abnormal and store.recovery.start_file < segments[-2].name  # the walk began earlier
-    assert store.recovery.kept_bad_records == [victim.commit_log_offset]
+    kept = [] if damage == "body" else [victim.commit_log_offset]
+    assert store.recovery.kept_bad_records == kept
     assert store.max_phy_offset == end
+    assert [m.commit_log_offset for m in _pulled(store, "T", 120)] == [
+        r.commit_log_offset for r in sent if r.commit_log_offset not in kept
+    ]
+
+
+def test_queues_rebuilt_from_the_log_serve_a_record_whose_body_crc_fails_before_the_checked_segments(
+    make_store, tmp_path, store_config
+) -> None:
+    """Consume queues deleted after a clean exit are rebuilt from the log as RocketMQ's reput builds
+    them (CRCs unchecked) before the last three segments, which recovery checks: a record whose
+    body was damaged long ago is served, and so is the rest of its segment (the rest used to be
+    left out)."""
+    store = make_store()
+    sent = [store.put(Message("T", b"m%d" % i, keys=f"k{i}")) for i in range(120)]
+    store.shutdown()
+    root = tmp_path / "store"
+    with open(root / "commitlog" / ("0" * 20), "r+b") as f:
+        f.seek(sent[1].commit_log_offset + 88)
+        f.write(b"M")
+    shutil.rmtree(root / "consumequeue")
+    store = make_store()
+    assert store.recovery.kept_bad_records == []
+    assert store.wait_for_dispatch()
     assert [m.commit_log_offset for m in _pulled(store, "T", 120)] == [r.commit_log_offset for r in sent]
+    assert not verify_store(root, store_config).ok  # verify checks every CRC and names the body
 
 
 @pytest.mark.parametrize("damage", ["a unit zeroed", "the last file emptied"])

@@ -203,11 +203,13 @@ class MessageReader:
                 if (code32 - (1 << 32) if code32 & 0x80000000 else code32) not in wanted:
                     continue
             buf = get_data(phy, size)
-            message = decode(buf) if buf is not None else None
-            if message is None:
+            if buf is None:  # its segment is gone (or going): skip the units pointing into it
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = commit_log.roll_next_file(phy)
+                continue
+            message = decode(buf)
+            if message is None:  # a damaged record (verify names it): RocketMQ serves its bytes, we skip it
                 continue
             messages.append(message)
             total += size

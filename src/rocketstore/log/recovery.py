@@ -26,7 +26,7 @@ from typing import Any
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.records import Records
-from rocketstore.codec.scan import STOP_BAD, STOP_BLANK
+from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, mismatched_size
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
@@ -141,27 +141,40 @@ def recover(
         dispatcher.dispatch_records(records)
 
     process_offset = files[start].file_from_offset
-    i = start
+    i, begin = start, 0
     while i < len(files):
         mapped = files[i]
+        early = i < trusted  # dispatched as RocketMQ's reput reads it: CRCs unchecked
         pos, reason = walk_segment(
-            mapped, 0, mapped.file_size, on_records, check_crc=check_crc, prop_crc=prop_crc, delay_millis=delay_millis
+            mapped,
+            begin,
+            mapped.file_size,
+            on_records,
+            check_crc=check_crc and not early,
+            prop_crc=prop_crc,
+            delay_millis=delay_millis,
         )
         process_offset = mapped.file_from_offset + pos
-        report.bytes_checked += pos
+        report.bytes_checked += pos - begin
+        begin = 0
         if reason == STOP_BLANK and i + 1 < len(files):
             i += 1
             continue
-        if i < trusted and reason != STOP_BLANK:  # flushed long ago: kept, not cut (verify names it)
+        if early and reason != STOP_BLANK:  # flushed long ago: kept, not cut (verify names it)
+            skip = mismatched_size(mapped.mm, pos, mapped.file_size) if reason == STOP_BAD else 0
             log.error(
                 "commit log: the record at %d (%s) fails its checks; it is before the segment recovery "
-                "checks (%s), so the log is kept and the rest of the segment is not dispatched",
+                "checks (%s), so the log is kept and %s is not dispatched",
                 process_offset,
                 mapped.file_name,
                 files[trusted].file_name,
+                "that record" if skip else "the rest of the segment",
             )
             report.kept_bad_records.append(process_offset)
-            i += 1
+            if skip:  # its lengths alone disagree: RocketMQ's reput skips that record and goes on
+                begin = pos + skip
+            else:
+                i += 1
             continue
         if reason == STOP_BAD:
             report.stopped_at_bad_record = True
