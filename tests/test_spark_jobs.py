@@ -54,6 +54,13 @@ def test_rebuild_restores_queues_and_index(spark, tmp_path, rmqread):  # noqa: F
     assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
     with MessageStore.open(store, small_config(), read_only=True) as s:  # key queries find them again
         assert {m.body for m in s.query_message("TopicB", "key-1").messages} == {b"message 1 x"}
+    # messageIndexEnable=false: the consume queues are rebuilt, the index left as it is (it was
+    # deleted), as a recovery with the setting leaves it
+    index = sorted((p.name, p.read_bytes()) for p in (store / "index").iterdir())
+    shutil.rmtree(store / "consumequeue")
+    jobs.rebuild(spark, str(store), small_config().copy(messageIndexEnable=False))
+    assert sorted((p.name, p.read_bytes()) for p in (store / "index").iterdir()) == index
+    assert _export(store) == before
 
 
 def test_rebuild_of_a_folder_without_a_store_changes_nothing(spark, tmp_path):  # noqa: F811

@@ -171,7 +171,7 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
         scanned = time.perf_counter()
         new_root = os.path.join(work, "store")
         summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK)
-        for name in ("consumequeue", "index"):
+        for name in ("consumequeue", "index") if config.message_index_enable else ("consumequeue",):
             old = os.path.join(root, name)
             if os.path.exists(old):
                 os.rename(old, os.path.join(work, f"old-{name}"))
