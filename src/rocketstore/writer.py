@@ -146,9 +146,10 @@ class MessagePreparer:
         uniq = props.get(UNIQ_KEY)
         try:
             text = encode_properties(props) if props else ""
-            if props and (not _well_formed(text, props) or not (text.isascii() or _encodable(text))):
-                raise TypeError(text)
-        except TypeError:  # changed in place: a name or value that is not text, a separator in one
+        except TypeError:  # a name or value that is not text
+            text = "\x00"
+        # the dict may have been changed in place: a name or value that is not (UTF-8) text, or holds a separator
+        if props and not (_well_formed(text, props) and (text.isascii() or _encodable(text))):
             return PutResult.refused(
                 _ILLEGAL, "property names and values must be non-empty text without \\x01 or \\x02"
             )
