@@ -391,10 +391,19 @@ def _staged_files(staging: Path) -> list[str]:
     return sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if not p.is_dir())
 
 
+def _only_the_query_s_owner(staging: Path) -> bool:
+    """The query's folder holds only the record of its driver (it stays for the query's life)."""
+    import re
+
+    files = _staged_files(staging)
+    return len(files) == 1 and re.fullmatch(r"stream-[0-9a-f]{32}/driver\.json", files[0]) is not None
+
+
 def test_streaming_write_leaves_no_staged_files(spark, tmp_path):  # noqa: F811
     """Each micro-batch's staged files are deleted once it is committed, and those of a batch
-    whose job failed (aborted) too: the staging folder does not grow with what was written. The
-    failed batch is then written once, by the restarted query."""
+    whose job failed (aborted) too: the staging folder does not grow with what was written (the
+    query's folder keeps only its driver's record). The failed batch is then written once, by the
+    restarted query."""
     from pyspark.sql import functions as F
 
     source = make_store(tmp_path / "source", 100)
@@ -403,7 +412,7 @@ def test_streaming_write_leaves_no_staged_files(spark, tmp_path):  # noqa: F811
     _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
     assert _bodies(sink) == _bodies(source)
     assert read_markers(str(sink))["mirror"]["batchId"] >= 2  # several micro-batches
-    assert _staged_files(staging) == [] and not staging.exists()
+    assert _only_the_query_s_owner(staging)
 
     # a task refuses a message: the batch's job fails and is aborted, nothing of it is written
     with MessageStore.open(source, small_config()) as s:
@@ -414,12 +423,12 @@ def test_streaming_write_leaves_no_staged_files(spark, tmp_path):  # noqa: F811
     with pytest.raises(Exception, match="topic"):
         _stream_copy(spark, source, sink, checkpoint, topic=bad, sinkId="mirror")
     assert _bodies(sink) == written
-    assert _staged_files(staging) == [] and not staging.exists()
+    assert _only_the_query_s_owner(staging)
 
     # the query restarted without the bad row writes the failed batch (and the rest) once
     _stream_copy(spark, source, sink, checkpoint, sinkId="mirror")
     assert _bodies(sink) == _bodies(source)
-    assert _staged_files(staging) == [] and not staging.exists()
+    assert _only_the_query_s_owner(staging)
 
 
 def test_integral_collated_and_empty_array_columns_are_written(spark, tmp_path):  # noqa: F811
@@ -574,3 +583,122 @@ def test_concurrent_writes_take_turns_and_a_store_open_elsewhere_is_refused_at_o
         with pytest.raises(Exception, match=r"StoreLockedError: .*is open in another program"):
             df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
         assert not staging.exists()
+
+
+def _claim_in_child(folder: Path, part: bytes) -> None:
+    """A driver that made its job folder, staged a part file and died without commit or abort."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from rocketstore.spark.sink import claim_folder\n"
+        "claim_folder(sys.argv[1])\n"
+        "open(os.path.join(sys.argv[1], 'part-00000-0-deadbeef.arrow'), 'wb').write(sys.argv[2].encode())\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(folder), part.decode()], check=True)
+
+
+def test_the_next_write_removes_what_a_killed_driver_staged_and_keeps_live_jobs(spark, tmp_path):  # noqa: F811
+    """A job whose driver is gone never commits nor aborts: the next write to the staging root
+    removes its folder. A job whose driver runs (this process, another program) is kept, and so
+    are a folder whose driver cannot be checked (another host) and one made before drivers were
+    recorded, until nothing in them changed for a day."""
+    import os
+    import time
+
+    from rocketstore.spark.sink import OWNER, claim_folder
+
+    store, staging = tmp_path / "store", tmp_path / ".store.spark-staging"
+    _claim_in_child(staging / "dead", b"x" * 4096)
+    claim_folder(str(staging / "live"))  # this process runs: a live job of another program
+    (staging / "live" / "part-00000-0-live.arrow").write_bytes(b"y")
+    claim_folder(str(staging / "elsewhere"))
+    record = json.loads((staging / "elsewhere" / OWNER).read_text())
+    (staging / "elsewhere" / OWNER).write_text(json.dumps({**record, "host": "another-host", "pid": 1}))
+    for name, age in (("legacy-recent", 0), ("legacy-stale", 2 * 86400), ("elsewhere-stale", 2 * 86400)):
+        (staging / name).mkdir(exist_ok=True)
+        if name == "elsewhere-stale":
+            (staging / name / OWNER).write_text((staging / "elsewhere" / OWNER).read_text())
+        (staging / name / "part-00000-0-x.arrow").write_bytes(b"z")
+        then = time.time() - age
+        for p in (*(staging / name).iterdir(), staging / name):
+            os.utime(p, (then, then))
+
+    df = spark.range(6, numPartitions=2).selectExpr("'T' topic", "cast(id as string) body")
+    df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert sorted(p.name for p in staging.iterdir()) == ["elsewhere", "legacy-recent", "live"]
+    assert (staging / "live" / "part-00000-0-live.arrow").exists()
+    assert len(export_rows(store, small_config())) == 6
+
+
+def test_a_driver_killed_while_staging_leaves_nothing_after_the_next_write(spark, tmp_path):  # noqa: F811
+    """The review's case, small: a Spark program killed (SIGKILL) while its tasks stage rows; its
+    driver JVM exits with it, and the next write removes the folder it left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store, staging = tmp_path / "store", tmp_path / ".store.spark-staging"
+    child = (
+        "import sys, time\n"
+        "from pyspark.sql import functions as F\n"
+        "from rocketstore.spark.session import local_session\n"
+        "spark = local_session('local[2]', work_dir=sys.argv[2], register_source=False)\n"
+        "slow = F.udf(lambda i: time.sleep(120) or f'id-{i}', 'string')\n"
+        "df = spark.range(2, numPartitions=2).select(F.lit('K').alias('topic'), slow('id').alias('body'))\n"
+        f"df.write.format('rocketstore').options(**{SMALL_OPTIONS!r}).mode('append').save(sys.argv[1])\n"
+    )
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child, str(store), str(tmp_path / "work")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(staging.glob("*/part-*.arrow")) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the child Spark program ended before staging"
+            time.sleep(0.2)
+        (folder,) = staging.iterdir()
+        recorded = (folder / "driver.json").read_text() if (folder / "driver.json").exists() else "{}"
+        jvm = _child_java(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while _running(jvm) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the JVM exits once the program that started it is gone
+    assert not _running(jvm)
+    assert list(folder.glob("part-*.arrow"))
+
+    df = spark.range(4, numPartitions=2).selectExpr("'T' topic", "cast(id as string) body")
+    df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    assert not staging.exists(), sorted(staging.rglob("*"))
+    assert len(export_rows(store, small_config())) == 4
+    assert json.loads(recorded).get("pid") == jvm  # the job's folder named the driver JVM
+
+
+def _child_java(parent: int) -> int:
+    """The pid of the JVM a PySpark program started (its child process named java)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+        if name == "java" and int(rest[1]) == parent:
+            return int(stat.parent.name)
+    raise AssertionError(f"no JVM under pid {parent}")
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"  # a zombie has exited

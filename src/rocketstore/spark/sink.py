@@ -5,6 +5,8 @@ built and validated as ``store.put`` would take it) and stages them in an Arrow 
 staging folder. Only when every task succeeded does the driver take the store's lock and append
 the staged messages in task order; a failed job is aborted, so it leaves no message behind. Either
 way the job's staged files are deleted once it is committed or aborted (see ``_Writer._discard``).
+A job whose driver is killed is neither: its folder names the driver process (``OWNER``), and the
+next job staging beside it removes the folder once that process is gone (``sweep_staging``).
 Streaming writes add a write-ahead marker per micro-batch (see ``commits``), which makes each
 batch land exactly once even across restarts and crashes.
 
@@ -25,9 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import shutil
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +53,8 @@ from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the local property Spark sets to the streaming query's id
+OWNER = "driver.json"  # in a job's staging folder: the driver process the job lives in (see ``sweep_staging``)
+STALE_SECONDS = 24 * 3600  # a job folder whose driver cannot be checked is removed after this long unchanged
 
 STAGED = pa.schema(
     [
@@ -145,6 +152,138 @@ def stream_job(store: str, checkpoint: str) -> str:
     return f"stream-{digest[:32]}"
 
 
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _proc(pid: int, name: str) -> bytes | None:
+    return _read(f"/proc/{pid}/{name}")
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/<pid>/stat after the command name: [state, ppid, ...]; field 22 (starttime) is [19]."""
+    stat = _proc(pid, "stat")
+    return stat[stat.rfind(b")") + 2 :].split() if stat else None
+
+
+def _machine() -> dict[str, Any]:
+    """What tells whether a recorded pid can be checked from here: the host, its boot and the
+    pid namespace (a container sharing the staging folder sees other pids)."""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    try:
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pidns = None
+    return {"host": socket.gethostname(), "boot": boot.decode().strip() if boot else None, "pidns": pidns}
+
+
+def driver_pid() -> int | None:
+    """The process a write job lives in: Spark's driver JVM, an ancestor of the Python worker a
+    writer is made in. PySpark makes a writer in one pooled Python worker and commits it in
+    another, so no Python process on the driver lives as long as the job; the JVM does (it
+    exits with the program that started it). This process when it is no PySpark worker (a
+    writer used directly); None when it cannot be told (no /proc: no job folder is then judged
+    by its driver, only by its age)."""
+    if _stat_fields(os.getpid()) is None:
+        return None
+    pid, in_worker = os.getpid(), False
+    for _ in range(32):
+        comm = _proc(pid, "comm")
+        fields = _stat_fields(pid)
+        if comm is None or fields is None:
+            break
+        if comm.strip().startswith(b"java"):
+            return pid
+        cmdline = _proc(pid, "cmdline") or b""
+        in_worker = in_worker or any(
+            m in cmdline for m in (b"pyspark.daemon", b"pyspark.worker", b"pyspark.sql.worker")
+        )
+        pid = int(fields[1])
+        if pid <= 1:
+            break
+    return None if in_worker else os.getpid()
+
+
+def claim_folder(folder: str) -> None:
+    """Make a job's staging folder (on the driver) and record in it the driver process the job
+    lives in (``OWNER``), written whole (a sweep never reads half of it)."""
+    os.makedirs(folder, exist_ok=True)
+    pid = driver_pid()
+    fields = _stat_fields(pid) if pid is not None else None
+    owner = {"pid": pid, "start": int(fields[19]) if fields else None, **_machine()}
+    tmp = os.path.join(folder, f".{OWNER}.{uuid.uuid4().hex[:8]}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(owner, f)
+    os.replace(tmp, os.path.join(folder, OWNER))
+
+
+def _driver_gone(owner: Any) -> bool | None:
+    """True when the recorded driver process is gone, False when it runs, None when it cannot be
+    told from here (another host, boot or pid namespace, or nothing recorded)."""
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or owner.get("start") is None:
+        return None
+    if any(owner.get(k) != v for k, v in _machine().items()):
+        return None
+    fields = _stat_fields(owner["pid"])
+    # no such process, a dead one not yet reaped (a zombie), or the pid now names another process
+    return fields is None or fields[0] in (b"Z", b"X") or int(fields[19]) != owner["start"]
+
+
+def _abandoned(folder: str) -> str | None:
+    """Why a job folder may be removed, or None to keep it. A folder whose driver runs is kept,
+    however old; one whose driver cannot be checked (another host, or a folder made before
+    ``OWNER`` existed) only once nothing in it changed for ``STALE_SECONDS``."""
+    try:
+        with open(os.path.join(folder, OWNER), encoding="utf-8") as f:
+            owner = json.load(f)
+    except (OSError, ValueError):
+        owner = None
+    gone = _driver_gone(owner)
+    if gone:
+        return f"its driver (pid {owner['pid']} on {owner['host']}) is gone"
+    if gone is False:
+        return None
+    newest = os.stat(folder).st_mtime
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.stat(os.path.join(parent, name)).st_mtime)
+    if time.time() - newest > STALE_SECONDS:
+        return f"nothing in it changed for {STALE_SECONDS // 3600} h and its driver cannot be checked"
+    return None
+
+
+def sweep_staging(root: str, keep: str) -> None:
+    """Remove the folders other jobs left in the staging root ``root`` when their driver was
+    killed (no commit or abort ran to delete them); never ``keep`` nor a folder of a live job.
+    Runs on the driver before a job makes its own folder; a failure here never fails the job."""
+    try:
+        entries = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for folder in entries:
+        if os.path.abspath(folder) == os.path.abspath(keep):
+            continue
+        try:
+            why = _abandoned(folder)
+            if why is None:
+                continue
+            files = size = 0
+            for parent, _dirs, names in os.walk(folder):
+                for name in names:
+                    with contextlib.suppress(OSError):
+                        size += os.stat(os.path.join(parent, name)).st_size
+                        files += 1
+            shutil.rmtree(folder)
+            log.warning("removed %s (%d files, %d bytes staged): %s", folder, files, size, why)
+        except OSError as exc:
+            log.info("left %s: %s", folder, exc)
+
+
 @dataclass
 class Staged(WriterCommitMessage):
     """What one task staged: its file, how many messages it holds, and (a streaming write) the
@@ -204,7 +343,12 @@ def messages_of(batch: pa.RecordBatch) -> Iterator[tuple[Message, int | None]]:
 
 
 class _Writer:
-    """The shared part of batch and streaming writers (pickled to every task)."""
+    """The shared part of batch and streaming writers (pickled to every task).
+
+    Only the driver makes a job's folder and records its ``OWNER`` in it, after removing the
+    folders of jobs whose driver was killed (``sweep_staging``); tasks only write part files."""
+
+    keeps_folder = False  # a streaming query's folder (and its OWNER) stays between micro-batches
 
     def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
         if overwrite:
@@ -276,7 +420,9 @@ class _Writer:
     def _discard(self, messages: list[WriterCommitMessage | None]) -> None:
         """Delete what the job staged, once its commit is over (done or failed) or it is aborted:
         the files its tasks report, then the job's folder with whatever else is in it (a file a
-        failed or killed task left), then the staging folder when no other job stages there.
+        failed or killed task left; a streaming query's folder stays, holding its ``OWNER``), then
+        the staging folder when no other job stages there. A job whose driver is killed runs
+        none of this: the next job staging beside it removes its folder (``sweep_staging``).
 
         No later commit needs any of it: a commit reads only the files its own tasks report, and
         a batch Spark runs again (after a failure or a crash, between staging and commit or during
@@ -290,7 +436,9 @@ class _Writer:
                     os.unlink(m.path)
                 folders.add(os.path.dirname(m.path))
         for folder in sorted(folders):
-            if folder == self.staging:
+            if folder == self.staging and self.keeps_folder:
+                self._empty(folder)
+            elif folder == self.staging:
                 shutil.rmtree(folder, ignore_errors=True)
             else:  # reported from another folder (never, with this version's tasks): only if emptied
                 with contextlib.suppress(OSError):
@@ -298,6 +446,19 @@ class _Writer:
         for root in sorted({os.path.dirname(f) for f in folders}):
             with contextlib.suppress(OSError):
                 os.rmdir(root)  # only when no other job stages there
+
+    @staticmethod
+    def _empty(folder: str) -> None:
+        """Delete what is in a streaming query's folder but its ``OWNER`` record."""
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in list(entries):
+                if entry.name == OWNER:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
 
 
 class BatchWriter(_Writer, DataSourceArrowWriter):
@@ -307,7 +468,8 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
 
     def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
-        os.makedirs(self.staging, exist_ok=True)
+        sweep_staging(self.staging_root, keep=self.staging)
+        claim_folder(self.staging)
 
     def _staging_folder(self) -> None:
         pass
@@ -330,7 +492,13 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
 
 class StreamWriter(_Writer, DataSourceStreamArrowWriter):
     """Each micro-batch is committed once: see ``commits`` for the write-ahead marker and how a
-    sink is bound to its query."""
+    sink is bound to its query.
+
+    The query's staging folder (``stream_job``) stays between micro-batches with its ``OWNER``
+    record (the driver names itself again at each commit); what each batch staged is deleted. A
+    task makes the folder again if it is gone: no driver code runs before a micro-batch's tasks."""
+
+    keeps_folder = True
 
     def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
         super().__init__(options, schema, overwrite)
@@ -342,6 +510,8 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
         sink = self.sink_id or self.query
         if sink is not None:  # before any task runs, when the query is known here
             commits.check_owner(commits.read_markers(self.path), sink, self.query, self.checkpoint)
+        sweep_staging(self.staging_root, keep=self.staging)
+        claim_folder(self.staging)  # at the query's start and again at each commit (a new writer)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self._stage(iterator)
