@@ -3,7 +3,13 @@
 A store has one writer, so tasks never touch it: each task checks its rows (every message is
 built and validated as ``store.put`` would take it) and stages them in an Arrow file of the job's
 staging folder. Only when every task succeeded does the driver take the store's lock and append
-the staged messages in task order; a failed job is aborted, so it leaves no message behind. Either
+the staged messages in task order. A batch write is atomic against failed tasks and failed jobs:
+a job with a failed task, a refused row, or a commit refused before its first put (no space, no
+turn within ``lockWaitMs``) is aborted and leaves no message behind. It is not atomic against
+its driver being killed during the commit's append (nor a put failing part-way, a failing
+disk): nothing takes back the messages appended so far (9,737 of 200,000 in one measured case),
+and a batch write keeps no marker, so running the job again appends all of its rows again:
+at-least-once on a re-run. Streaming writes land each micro-batch exactly once (below). Either
 way the job's staged files are deleted once it is committed or aborted (see ``_Writer._discard``).
 A job whose driver is killed is neither: its folder names the driver process (``OWNER``), and the
 next job staging beside it removes the folder once that process is gone (``sweep_staging``).
