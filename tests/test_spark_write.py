@@ -592,7 +592,7 @@ def _claim_in_child(folder: Path, part: bytes) -> None:
 
     code = (
         "import os, sys\n"
-        "from rocketstore.spark.sink import claim_folder\n"
+        "from rocketstore.spark.staging import claim_folder\n"
         "claim_folder(sys.argv[1])\n"
         "open(os.path.join(sys.argv[1], 'part-00000-0-deadbeef.arrow'), 'wb').write(sys.argv[2].encode())\n"
         "os._exit(0)\n"
@@ -608,7 +608,7 @@ def test_the_next_write_removes_what_a_killed_driver_staged_and_keeps_live_jobs(
     import os
     import time
 
-    from rocketstore.spark.sink import OWNER, claim_folder
+    from rocketstore.spark.staging import OWNER, claim_folder
 
     store, staging = tmp_path / "store", tmp_path / ".store.spark-staging"
     _claim_in_child(staging / "dead", b"x" * 4096)

@@ -11,8 +11,8 @@ disk): nothing takes back the messages appended so far (9,737 of 200,000 in one 
 and a batch write keeps no marker, so running the job again appends all of its rows again:
 at-least-once on a re-run. Streaming writes land each micro-batch exactly once (below). Either
 way the job's staged files are deleted once it is committed or aborted (see ``_Writer._discard``).
-A job whose driver is killed is neither: its folder names the driver process (``OWNER``), and the
-next job staging beside it removes the folder once that process is gone (``sweep_staging``).
+A job whose driver is killed is neither: its folder names the driver process, and the next job
+staging beside it removes the folder once that process is gone (``staging``).
 Streaming writes add a write-ahead marker per micro-batch (see ``commits``), which makes each
 batch land exactly once even across restarts and crashes.
 
@@ -33,12 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import shutil
-import socket
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,12 +52,11 @@ from rocketstore.errors import InvalidMessageError
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import int_option, option, store_config, store_path
+from rocketstore.spark.staging import OWNER, claim_folder, sweep_staging
 from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the local property Spark sets to the streaming query's id
-OWNER = "driver.json"  # in a job's staging folder: the driver process the job lives in (see ``sweep_staging``)
-STALE_SECONDS = 24 * 3600  # a job folder whose driver cannot be checked is removed after this long unchanged
 
 STAGED = pa.schema(
     [
@@ -156,138 +152,6 @@ def stream_job(store: str, checkpoint: str) -> str:
     would differ between them, and the committing one could not find what the tasks staged."""
     digest = hashlib.sha256(f"{os.path.abspath(store)}\0{checkpoint}".encode()).hexdigest()
     return f"stream-{digest[:32]}"
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _proc(pid: int, name: str) -> bytes | None:
-    return _read(f"/proc/{pid}/{name}")
-
-
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """/proc/<pid>/stat after the command name: [state, ppid, ...]; field 22 (starttime) is [19]."""
-    stat = _proc(pid, "stat")
-    return stat[stat.rfind(b")") + 2 :].split() if stat else None
-
-
-def _machine() -> dict[str, Any]:
-    """What tells whether a recorded pid can be checked from here: the host, its boot and the
-    pid namespace (a container sharing the staging folder sees other pids)."""
-    boot = _read("/proc/sys/kernel/random/boot_id")
-    try:
-        pidns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        pidns = None
-    return {"host": socket.gethostname(), "boot": boot.decode().strip() if boot else None, "pidns": pidns}
-
-
-def driver_pid() -> int | None:
-    """The process a write job lives in: Spark's driver JVM, an ancestor of the Python worker a
-    writer is made in. PySpark makes a writer in one pooled Python worker and commits it in
-    another, so no Python process on the driver lives as long as the job; the JVM does (it
-    exits with the program that started it). This process when it is no PySpark worker (a
-    writer used directly); None when it cannot be told (no /proc: no job folder is then judged
-    by its driver, only by its age)."""
-    if _stat_fields(os.getpid()) is None:
-        return None
-    pid, in_worker = os.getpid(), False
-    for _ in range(32):
-        comm = _proc(pid, "comm")
-        fields = _stat_fields(pid)
-        if comm is None or fields is None:
-            break
-        if comm.strip().startswith(b"java"):
-            return pid
-        cmdline = _proc(pid, "cmdline") or b""
-        in_worker = in_worker or any(
-            m in cmdline for m in (b"pyspark.daemon", b"pyspark.worker", b"pyspark.sql.worker")
-        )
-        pid = int(fields[1])
-        if pid <= 1:
-            break
-    return None if in_worker else os.getpid()
-
-
-def claim_folder(folder: str) -> None:
-    """Make a job's staging folder (on the driver) and record in it the driver process the job
-    lives in (``OWNER``), written whole (a sweep never reads half of it)."""
-    os.makedirs(folder, exist_ok=True)
-    pid = driver_pid()
-    fields = _stat_fields(pid) if pid is not None else None
-    owner = {"pid": pid, "start": int(fields[19]) if fields else None, **_machine()}
-    tmp = os.path.join(folder, f".{OWNER}.{uuid.uuid4().hex[:8]}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(owner, f)
-    os.replace(tmp, os.path.join(folder, OWNER))
-
-
-def _driver_gone(owner: Any) -> bool | None:
-    """True when the recorded driver process is gone, False when it runs, None when it cannot be
-    told from here (another host, boot or pid namespace, or nothing recorded)."""
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or owner.get("start") is None:
-        return None
-    if any(owner.get(k) != v for k, v in _machine().items()):
-        return None
-    fields = _stat_fields(owner["pid"])
-    # no such process, a dead one not yet reaped (a zombie), or the pid now names another process
-    return fields is None or fields[0] in (b"Z", b"X") or int(fields[19]) != owner["start"]
-
-
-def _abandoned(folder: str) -> str | None:
-    """Why a job folder may be removed, or None to keep it. A folder whose driver runs is kept,
-    however old; one whose driver cannot be checked (another host, or a folder made before
-    ``OWNER`` existed) only once nothing in it changed for ``STALE_SECONDS``."""
-    try:
-        with open(os.path.join(folder, OWNER), encoding="utf-8") as f:
-            owner = json.load(f)
-    except (OSError, ValueError):
-        owner = None
-    gone = _driver_gone(owner)
-    if gone:
-        return f"its driver (pid {owner['pid']} on {owner['host']}) is gone"
-    if gone is False:
-        return None
-    newest = os.stat(folder).st_mtime
-    for parent, _dirs, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                newest = max(newest, os.stat(os.path.join(parent, name)).st_mtime)
-    if time.time() - newest > STALE_SECONDS:
-        return f"nothing in it changed for {STALE_SECONDS // 3600} h and its driver cannot be checked"
-    return None
-
-
-def sweep_staging(root: str, keep: str) -> None:
-    """Remove the folders other jobs left in the staging root ``root`` when their driver was
-    killed (no commit or abort ran to delete them); never ``keep`` nor a folder of a live job.
-    Runs on the driver before a job makes its own folder; a failure here never fails the job."""
-    try:
-        entries = [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for folder in entries:
-        if os.path.abspath(folder) == os.path.abspath(keep):
-            continue
-        try:
-            why = _abandoned(folder)
-            if why is None:
-                continue
-            files = size = 0
-            for parent, _dirs, names in os.walk(folder):
-                for name in names:
-                    with contextlib.suppress(OSError):
-                        size += os.stat(os.path.join(parent, name)).st_size
-                        files += 1
-            shutil.rmtree(folder)
-            log.warning("removed %s (%d files, %d bytes staged): %s", folder, files, size, why)
-        except OSError as exc:
-            log.info("left %s: %s", folder, exc)
 
 
 @dataclass
