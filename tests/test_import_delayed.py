@@ -177,3 +177,22 @@ def run_export(store: MessageStore) -> list[str]:
     out = io.StringIO()
     export_jsonl(store, out)
     return out.getvalue().splitlines()
+
+
+def test_an_import_does_not_take_a_later_retry_for_delivered(make_store: Callable[..., MessageStore]) -> None:
+    """A retry keeps the message's UNIQ_KEY; only reconsumeTimes grows, and a delivered copy keeps
+    it. Retry 1's copy in %RETRY%G does not make retry 2, still waiting, count as delivered (an
+    import of one unrelated line moved level 2's offset past it: it was never delivered)."""
+    store = make_store()
+    service = store.services.schedule
+    service.stop()
+    put = store.put(Message("T", b"body"))
+    assert store.send_back("G", put.commit_log_offset, delay_level=1).ok
+    store.wait_for_dispatch()
+    assert service.run_once(now=2**62) == 1  # retry 1 delivered to %RETRY%G
+    store.wait_for_dispatch()
+    (copy,) = store.get_message("G", "%RETRY%G", 0, 0).messages
+    assert store.send_back("G", copy, delay_level=2).ok  # retry 2 waits at level 2
+    store.wait_for_dispatch()
+    assert import_jsonl(store, ['{"topic": "Other", "body": "aGk="}']) == 1
+    assert store.delay_offsets.get(2) == 0

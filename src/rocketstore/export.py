@@ -253,13 +253,14 @@ def import_jsonl(
 
 
 def _copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage) -> int:
-    """A delivered copy's identity, kept small (an import may hold millions): its topic and
-    UNIQ_KEY, which delivery keeps; for a message without one (a client that sets none), its topic,
-    born timestamp and body CRC, which delivery keeps too."""
+    """A delivered copy's identity, kept small (an import may hold millions): its topic, UNIQ_KEY
+    and reconsumeTimes, which delivery keeps (the retries of one message share its UNIQ_KEY and
+    differ in reconsumeTimes); for a message without a UNIQ_KEY (a client that sets none), its
+    topic, reconsumeTimes, born timestamp and body CRC, which delivery keeps too."""
     if uniq_key is not None:
-        return hash((topic, uniq_key))
+        return hash((topic, uniq_key, message.reconsume_times))
     crc = message.body_crc if isinstance(message, StoredMessage) else body_crc(message.body)
-    return hash((topic, None, message.born_timestamp, crc))
+    return hash((topic, None, message.reconsume_times, message.born_timestamp, crc))
 
 
 def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int, int]]:
@@ -315,7 +316,8 @@ class _StoredCopies:
 
     def holds(self, topic: str, uniq: str | None, unit: StoredMessage) -> bool:
         if uniq is not None and self.store.config.message_index_enable:
-            return any(m.uniq_key == uniq for m in self.store.query_message(topic, uniq).messages)
+            found = self.store.query_message(topic, uniq).messages
+            return any(m.uniq_key == uniq and m.reconsume_times == unit.reconsume_times for m in found)
         keys = self._scanned.get(topic)
         if keys is None:
             queued = iter_queued(self.store, [topic])
