@@ -396,7 +396,7 @@ def _only_the_query_s_owner(staging: Path) -> bool:
     import re
 
     files = _staged_files(staging)
-    return len(files) == 1 and re.fullmatch(r"stream-[0-9a-f]{32}/driver\.json", files[0]) is not None
+    return len(files) == 1 and re.fullmatch(r"stream-[0-9a-f]{32}(-\d+-\d+)?/driver\.json", files[0]) is not None
 
 
 def test_streaming_write_leaves_no_staged_files(spark, tmp_path):  # noqa: F811

@@ -52,7 +52,7 @@ from rocketstore.errors import InvalidMessageError
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import int_option, option, store_config, store_path
-from rocketstore.spark.staging import OWNER, claim_folder, sweep_staging
+from rocketstore.spark.staging import OWNER, claim_folder, driver_tag, sweep_staging
 from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
@@ -147,11 +147,12 @@ def default_staging(store: str) -> str:
 
 def stream_job(store: str, checkpoint: str) -> str:
     """The job folder of a streaming write to ``store``, named after its checkpoint
-    (``commits.checkpoint_binding``). Spark stages every micro-batch with the writer it made when
-    the query started, but commits or aborts each with a writer it makes anew: a random name
-    would differ between them, and the committing one could not find what the tasks staged."""
+    (``commits.checkpoint_binding``) and its driver (``staging.driver_tag``). Spark stages every
+    micro-batch with the writer it made when the query started, but commits or aborts each with a
+    writer it makes anew: a random name would differ between them, and the committing one could
+    not find what the tasks staged."""
     digest = hashlib.sha256(f"{os.path.abspath(store)}\0{checkpoint}".encode()).hexdigest()
-    return f"stream-{digest[:32]}"
+    return f"stream-{digest[:32]}{driver_tag()}"
 
 
 @dataclass

@@ -78,6 +78,15 @@ def driver_pid() -> int | None:
     return None if in_worker else os.getpid()
 
 
+def driver_tag() -> str:
+    """The driver process as a part of a folder name ("-<pid>-<start time>"; "" when it cannot be
+    told): a streaming query restarted by a new driver stages in a folder of its own, never in
+    the one a sweep may be removing because the killed driver's record says it is gone."""
+    pid = driver_pid()
+    fields = _stat_fields(pid) if pid is not None else None
+    return f"-{pid}-{int(fields[19])}" if fields else ""
+
+
 def claim_folder(folder: str) -> None:
     """Make a job's staging folder (on the driver) and record in it the driver process the job
     lives in (``OWNER``), written whole (a sweep never reads half of it)."""
