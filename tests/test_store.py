@@ -41,6 +41,7 @@ from rocketstore.export import export_row, iter_log, iter_queued
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
+from rocketstore.verify import verify_store
 
 CL_SIZE = 4096
 HEADER_V4 = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4  # up to BODYLEN, both hosts IPv4
@@ -1232,6 +1233,13 @@ def test_an_index_built_before_index_was_disabled_is_queried_and_cleaned_up(make
     put_ok(store, Message("T", b"new", keys="k"))
     assert store.wait_for_dispatch()
     assert len(store.query_message("T", "k", 64).messages) == 60  # the new record is not indexed
+    store.flush()
+    report = verify_store(tmp_path / "store", config.copy(messageIndexEnable=False))
+    assert report.ok and report.index_files == 24 and report.index_entries == 120, report.problems
+    with open(index_dir / sorted(os.listdir(index_dir))[0], "r+b") as f:  # an entry's commit-log offset
+        f.seek(40 + 3 * 4 + 20 + 4)  # header, 3 slots, entry 1's key hash
+        f.write(struct.pack(">q", 1 << 40))
+    assert not verify_store(tmp_path / "store", config.copy(messageIndexEnable=False)).ok
     assert store.clean_expired_files(now=4102444800).index_files == 20
     assert len(os.listdir(index_dir)) == 4
 

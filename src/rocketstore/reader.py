@@ -62,7 +62,7 @@ def tag_hashes(tags: str | None) -> frozenset[int] | None:
 
 class MessageReader:
     def __init__(
-        self, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService | None, config: StoreConfig
+        self, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService, config: StoreConfig
     ) -> None:
         self.commit_log = commit_log
         self.queues = queues
@@ -250,8 +250,6 @@ class MessageReader:
             end=(end, (int, type(None))),
         )
         end = _LONG_MAX if end is None else end
-        if self.index is None:
-            return QueryResult([], 0, 0)
         found: list[StoredMessage] = []
         last_query_ts = end
         last_ts = last_phy = 0  # the index's last update, told only when it gave offsets (as RocketMQ)

@@ -540,7 +540,9 @@ class MessageStore:
         Every step runs even if one before it fails: the files are closed and the lock released
         whatever happens. A failed flush is logged (the store already turned not writeable) and
         keeps ``abort``; any other failure keeps ``abort`` too and is raised, as a
-        RocketStoreError, once everything is closed; so is an interrupt (Ctrl-C) in a step.
+        RocketStoreError, once everything is closed. An interrupt (Ctrl-C) in a step keeps
+        ``abort`` and is raised itself once everything is closed, in place of such an error
+        (which is logged); a second one ends the shutdown at once, the files still closed.
         """
         with self._shutdown_lock:
             if self._closed:

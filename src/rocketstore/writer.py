@@ -62,13 +62,9 @@ def _queue_id(queue_id: object) -> int:
     return queue_id
 
 
-def _encodable(text: str) -> bool:
-    """Whether ``text`` is UTF-8 text (no lone surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _bad_properties() -> PutResult:
+    """The refusal of properties changed in place to what a record cannot hold."""
+    return PutResult.refused(_ILLEGAL, "property names and values must be non-empty UTF-8 text without \\x01 or \\x02")
 
 
 def _not_a_level(text: str) -> PutResult:
@@ -148,11 +144,8 @@ class MessagePreparer:
             text = encode_properties(props) if props else ""
         except TypeError:  # a name or value that is not text
             text = "\x00"
-        # the dict may have been changed in place: a name or value that is not (UTF-8) text, or holds a separator
-        if props and not (_well_formed(text, props) and (text.isascii() or _encodable(text))):
-            return PutResult.refused(
-                _ILLEGAL, "property names and values must be non-empty text without \\x01 or \\x02"
-            )
+        if props and not _well_formed(text, props):  # the dict may have been changed in place
+            return _bad_properties()
         if uniq is None and new_uniq:
             uniq = self.uniq_keys.next(now)
             text = f"{text}\x02UNIQ_KEY\x01{uniq}" if text else f"UNIQ_KEY\x01{uniq}"
@@ -166,10 +159,14 @@ class MessagePreparer:
             topic_bytes = self._topic_bytes[topic] = topic.encode("utf-8")
         store_host = self.store_host
         try:
+            encoded = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate put in the dict in place
+            return _bad_properties()
+        try:
             prepared = rec.prepare(
                 topic_bytes,
                 body,
-                text.encode("utf-8"),
+                encoded,
                 queue_id,
                 message._flag,
                 extra[3],

@@ -47,7 +47,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
     if recovery is not None:
         lag = max(0, recovery.process_offset - max(recovery.consume_queue_end, 0))
     index_files = []
-    for index in store.index.files if store.index is not None else []:
+    for index in store.index.files:
         index_files.append({"name": index.file_name, "onDisk": os.path.exists(index.path), **index.header_dict()})
     config_dir = os.path.join(store.root, "config")
     config_files = []

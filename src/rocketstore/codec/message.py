@@ -278,7 +278,7 @@ def checked_properties(properties: dict[str, str]) -> dict[str, str]:
     """A copy of ``properties`` once every name and value is checked (InvalidMessageError):
     non-empty text without the separators (an empty value would not read back: RocketMQ's
     parser drops it)."""
-    if not isinstance(properties, Mapping):
+    if type(properties) is not dict and not isinstance(properties, Mapping):
         raise InvalidMessageError(f"properties are a mapping of str to str, not {type(properties).__name__}")
     props = {plain_str(name): plain_str(value) for name, value in properties.items()}
     for name, value in props.items():

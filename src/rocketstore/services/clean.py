@@ -74,7 +74,7 @@ class CleanService(Service):
         self,
         commit_log: CommitLog,
         queues: ConsumeQueueStore,
-        index: IndexService | None,
+        index: IndexService,
         config: StoreConfig,
         root: str,
         set_flags: Callable[[int, int], None],
@@ -196,7 +196,7 @@ class CleanService(Service):
             cq_files += deleted
             if deleted and self.config.delete_consume_queue_files_interval > 0:
                 self._stopped.wait(self.config.delete_consume_queue_files_interval / 1000)
-        index_files = self.index.delete_expired(min_offset) if self.index is not None else 0
+        index_files = self.index.delete_expired(min_offset)
         return cq_files, index_files
 
     # -- conditions ----------------------------------------------------------------------------

@@ -41,7 +41,8 @@ class ShutdownSteps:
     """Runs shutdown steps, every one whatever the ones before did. A failed flush (the disk
     refused) turns the store not writeable through ``on_flush_failure``; any other failure is kept
     in ``errors``; an interrupt (Ctrl-C while dispatch is waited for) is kept in ``interrupt`` and
-    raised by the caller once the rest is done, so the services are stopped and the files closed."""
+    raised by the caller once the rest is done, so the services are stopped and the files closed.
+    A second interrupt is raised at once (a shutdown stuck on a dead disk can still be left)."""
 
     def __init__(self, on_flush_failure: Callable[[], None]) -> None:
         self.on_flush_failure = on_flush_failure
@@ -60,8 +61,10 @@ class ShutdownSteps:
             log.error("shutdown: %s failed: %s", what, exc)
             self.errors.append(exc)
         except BaseException as exc:
+            if self.interrupt is not None:  # a second Ctrl-C: stop now (the files are still closed)
+                raise
             log.warning("shutdown: %s interrupted (%s); the rest of the shutdown goes on", what, type(exc).__name__)
-            self.interrupt = self.interrupt or exc
+            self.interrupt = exc
 
     @property
     def clean(self) -> bool:

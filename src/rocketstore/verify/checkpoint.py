@@ -22,7 +22,7 @@ def check_checkpoint(store: MessageStore, log: LogColumns, report: VerifyReport)
     ):
         if value > newest:
             flag(f"checkpoint: {name} {value} is later than the newest record's store time ({newest})")
-    files = store.index.files if store.index is not None else []
+    files = store.index.files
     if files:
         index_end = max(f.end_timestamp for f in files)
         if checkpoint.index_msg_timestamp > index_end:
