@@ -674,7 +674,7 @@ def test_a_driver_killed_while_staging_leaves_nothing_after_the_next_write(spark
     while _running(jvm) and time.monotonic() < deadline:
         time.sleep(0.2)  # the JVM exits once the program that started it is gone
     assert not _running(jvm)
-    assert list(folder.glob("part-*.arrow"))
+    assert folder.is_dir()  # its part files may be gone (a task removes its own when it fails), the folder stays
 
     df = spark.range(4, numPartitions=2).selectExpr("'T' topic", "cast(id as string) body")
     df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
