@@ -15,6 +15,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -78,22 +79,27 @@ def driver_pid() -> int | None:
     return None if in_worker else os.getpid()
 
 
+def _driver() -> tuple[int | None, int | None]:
+    """(pid, start time) of ``driver_pid``; (None, None) when it cannot be told."""
+    pid = driver_pid()
+    fields = _stat_fields(pid) if pid is not None else None
+    return (pid, int(fields[19])) if fields else (None, None)
+
+
 def driver_tag() -> str:
     """The driver process as a part of a folder name ("-<pid>-<start time>"; "" when it cannot be
     told): a streaming query restarted by a new driver stages in a folder of its own, never in
     the one a sweep may be removing because the killed driver's record says it is gone."""
-    pid = driver_pid()
-    fields = _stat_fields(pid) if pid is not None else None
-    return f"-{pid}-{int(fields[19])}" if fields else ""
+    pid, start = _driver()
+    return f"-{pid}-{start}" if pid is not None else ""
 
 
 def claim_folder(folder: str) -> None:
     """Make a job's staging folder (on the driver) and record in it the driver process the job
     lives in (``OWNER``), written whole (a sweep never reads half of it)."""
     os.makedirs(folder, exist_ok=True)
-    pid = driver_pid()
-    fields = _stat_fields(pid) if pid is not None else None
-    owner = {"pid": pid, "start": int(fields[19]) if fields else None, **_machine()}
+    pid, start = _driver()
+    owner = {"pid": pid, "start": start, **_machine()}
     tmp = os.path.join(folder, f".{OWNER}.{uuid.uuid4().hex[:8]}")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(owner, f)
@@ -112,6 +118,14 @@ def _driver_gone(owner: Any) -> bool | None:
     return fields is None or fields[0] in (b"Z", b"X") or int(fields[19]) != owner["start"]
 
 
+def _file_stats(folder: str) -> Iterator[os.stat_result]:
+    """``os.stat`` of every file under ``folder`` (one gone meanwhile left out)."""
+    for parent, _dirs, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                yield os.stat(os.path.join(parent, name))
+
+
 def _abandoned(folder: str) -> str | None:
     """Why a job folder may be removed, or None to keep it. A folder whose driver runs is kept,
     however old; one whose driver cannot be checked (another host, or a folder made before
@@ -126,11 +140,7 @@ def _abandoned(folder: str) -> str | None:
         return f"its driver (pid {owner['pid']} on {owner['host']}) is gone"
     if gone is False:
         return None
-    newest = os.stat(folder).st_mtime
-    for parent, _dirs, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                newest = max(newest, os.stat(os.path.join(parent, name)).st_mtime)
+    newest = max([os.stat(folder).st_mtime, *(st.st_mtime for st in _file_stats(folder))])
     if time.time() - newest > STALE_SECONDS:
         return f"nothing in it changed for {STALE_SECONDS // 3600} h and its driver cannot be checked"
     return None
@@ -151,12 +161,8 @@ def sweep_staging(root: str, keep: str) -> None:
             why = _abandoned(folder)
             if why is None:
                 continue
-            files = size = 0
-            for parent, _dirs, names in os.walk(folder):
-                for name in names:
-                    with contextlib.suppress(OSError):
-                        size += os.stat(os.path.join(parent, name)).st_size
-                        files += 1
+            stats = list(_file_stats(folder))
+            files, size = len(stats), sum(st.st_size for st in stats)
             shutil.rmtree(folder)
             log.warning("removed %s (%d files, %d bytes staged): %s", folder, files, size, why)
         except OSError as exc:
