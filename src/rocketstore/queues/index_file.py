@@ -180,34 +180,31 @@ class IndexFile:
             prev[order] = prev_sorted
             last_of_slot = np.ones(n, dtype=bool)
             last_of_slot[:-1] = ~same_as_before[1:]
-        finally:
-            del slot_table
 
-        begin = self.begin_timestamp
-        diffs = np.empty(n, dtype=np.int64)
-        diffs[0] = _time_diff(int(timestamps[0]), begin)
-        if count0 <= 1:
-            self.begin_phy_offset = int(phys[0])
-            self.begin_timestamp = begin = int(timestamps[0])
-        if n > 1:
-            if begin <= 0:
-                diffs[1:] = 0
-            else:
-                delta = timestamps[1:] - begin
-                diffs[1:] = np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, INT_MAX)
+            begin = self.begin_timestamp
+            diffs = np.empty(n, dtype=np.int64)
+            diffs[0] = _time_diff(int(timestamps[0]), begin)
+            if count0 <= 1:
+                self.begin_phy_offset = int(phys[0])
+                self.begin_timestamp = begin = int(timestamps[0])
+            if n > 1:
+                if begin <= 0:
+                    diffs[1:] = 0
+                else:
+                    delta = timestamps[1:] - begin
+                    diffs[1:] = np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, INT_MAX)
 
-        entries = np.empty(n, dtype=ENTRY_DTYPE)
-        entries["hash"] = hashes
-        entries["phy"] = phys
-        entries["diff"] = diffs
-        entries["prev"] = prev
-        at = self._entries_at + count0 * INDEX_SIZE
-        self.mapped.write_at(at, entries.tobytes())
+            entries = np.empty(n, dtype=ENTRY_DTYPE)
+            entries["hash"] = hashes
+            entries["phy"] = phys
+            entries["diff"] = diffs
+            entries["prev"] = prev
+            at = self._entries_at + count0 * INDEX_SIZE
+            self.mapped.write_at(at, entries.tobytes())
 
-        self.hash_slot_count += int(np.count_nonzero(prev == INVALID_INDEX))
-        self._publish(count0 + n, int(phys[-1]), int(timestamps[-1]))
-        slot_table = np.frombuffer(self.mapped.mm, dtype=">i4", count=self.slot_num, offset=INDEX_HEADER_SIZE)
-        try:
+            self.hash_slot_count += int(np.count_nonzero(prev == INVALID_INDEX))
+            self._publish(count0 + n, int(phys[-1]), int(timestamps[-1]))
+            # the slots last: a query reading one finds its entries written and counted (``_publish``)
             slot_table[sorted_slots[last_of_slot]] = numbers[order][last_of_slot]
         finally:
             del slot_table
