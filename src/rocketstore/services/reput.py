@@ -126,10 +126,9 @@ class ReputService(Service):
         if reason == STOP_BLANK:
             new = mapped.end_offset
         elif reason == STOP_BAD:
-            skip = self._mismatched_size(mapped, stop, file_end) if file_end >= readable else 0
             if file_end < readable:  # the record runs past what may be dispatched yet: wait
                 new = mapped.file_from_offset + stop
-            elif skip:
+            elif skip := self._mismatched_size(mapped, stop, file_end):
                 log.error(
                     "reput: [BUG] the record at %d does not add up to its %d bytes; skipped",
                     mapped.file_from_offset + stop,
