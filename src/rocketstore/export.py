@@ -303,7 +303,8 @@ def _delivered(unit: StoredMessage, copies: set[int], stored: _StoredCopies) -> 
     if topic is None or topic == HALF_TOPIC:  # the schedule service skips it: nothing to deliver
         return True
     uniq = props.get(UNIQ_KEY)
-    return _copy_key(topic, uniq, unit) in copies or stored.holds(topic, uniq, unit)
+    key = _copy_key(topic, uniq, unit)
+    return key in copies or stored.holds(topic, uniq, key)
 
 
 class _StoredCopies:
@@ -314,12 +315,13 @@ class _StoredCopies:
         self.store = store
         self._scanned: dict[str, set[int]] = {}
 
-    def holds(self, topic: str, uniq: str | None, unit: StoredMessage) -> bool:
+    def holds(self, topic: str, uniq: str | None, key: int) -> bool:
+        """Whether a message of ``topic`` has the copy key ``key`` (:func:`_copy_key`)."""
         if uniq is not None and self.store.config.message_index_enable:
             found = self.store.query_message(topic, uniq).messages
-            return any(m.uniq_key == uniq and m.reconsume_times == unit.reconsume_times for m in found)
+            return any(_copy_key(topic, m.uniq_key, m) == key for m in found)
         keys = self._scanned.get(topic)
         if keys is None:
             queued = iter_queued(self.store, [topic])
             keys = self._scanned[topic] = {_copy_key(topic, m.uniq_key, m) for m, *_ in queued if m is not None}
-        return _copy_key(topic, uniq, unit) in keys
+        return key in keys
