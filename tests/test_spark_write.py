@@ -600,6 +600,27 @@ def _claim_in_child(folder: Path, part: bytes) -> None:
     subprocess.run([sys.executable, "-c", code, str(folder), part.decode()], check=True)
 
 
+def test_a_streaming_query_restarted_by_another_driver_stages_in_a_folder_of_its_own(tmp_path):
+    """A sweep removes the folder of a killed driver's query (its owner record says the driver is
+    gone): the same query restarted by a new driver must not stage in that folder meanwhile. The
+    folder is the same for every writer of one driver (Spark stages and commits a micro-batch
+    with different writers) and differs between drivers."""
+    import subprocess
+    import sys
+
+    from rocketstore.spark.sink import stream_job
+
+    store, checkpoint = str(tmp_path / "store"), str(tmp_path / "checkpoint")
+    here = stream_job(store, checkpoint)
+    assert stream_job(store, checkpoint) == here
+    code = "import sys\nfrom rocketstore.spark.sink import stream_job\nprint(stream_job(sys.argv[1], sys.argv[2]))\n"
+    other = subprocess.run(
+        [sys.executable, "-c", code, store, checkpoint], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert other.startswith("stream-") and other != here
+    assert other.split("-")[1] == here.split("-")[1]  # the query's part of the name is the same
+
+
 def test_the_next_write_removes_what_a_killed_driver_staged_and_keeps_live_jobs(spark, tmp_path):  # noqa: F811
     """A job whose driver is gone never commits nor aborts: the next write to the staging root
     removes its folder. A job whose driver runs (this process, another program) is kept, and so
