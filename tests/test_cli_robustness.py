@@ -388,3 +388,16 @@ def test_produce_checks_the_message_before_it_creates_a_store(tmp_path: Path) ->
         result = run("produce", new, *TINY_SETS, *args, "--body", "x" * 100)
         assert result.exit_code == 2 and result.stderr.startswith("error: "), args
         assert not new.exists(), args  # no store left behind for a message refused
+
+
+def test_a_store_path_with_brackets_is_shown_as_it_is(tmp_path: Path) -> None:
+    """Paths are shown as plain text: rich would read ``[/]`` in a title as markup (a traceback)
+    and drop ``[red]`` from the path shown."""
+    for name in ("a[/]b", "st[red]y"):
+        root = tmp_path / name
+        with MessageStore.open(root, StoreConfig(**TINY)) as store:
+            store.put(Message("T", b"x")).raise_for_status()
+        for command in ("verify", "inspect", "recover", "clean"):
+            result = run(command, root, *TINY_SETS)
+            assert result.exit_code == 0, (command, result.stdout, result.stderr)
+            assert str(root) in result.stdout.replace("\n", ""), (command, result.stdout)

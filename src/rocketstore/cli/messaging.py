@@ -173,7 +173,7 @@ def produce(
         raise
     if opts.as_json:
         return
-    table = Table(title=f"stored {stored} message(s) in {_place(where)}", title_justify="left")
+    table = Table(title=cell(f"stored {stored} message(s) in {_place(where)}"), title_justify="left")
     columns = ("status", "msgId", "queueOffset", "commitLogOffset", "storeTimestamp")
     id_width = max((len(str(row["msgId"])) for row in shown), default=0)
     for name in columns:

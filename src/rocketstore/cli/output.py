@@ -185,7 +185,8 @@ def cell(value: Any) -> Text:
 
 
 def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
+    """A two-column table; the title is plain text too (it names stores, whose paths may hold ``[``)."""
+    table = Table(title=cell(title), show_header=False, title_justify="left")
     table.add_column("field", style="bold")
     table.add_column("value")
     for key, value in rows:
@@ -219,7 +220,7 @@ def body_preview(msg: StoredMessage, width: int = 40) -> str:
 
 
 def message_table(messages: Iterable[StoredMessage], title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left")
+    table = Table(title=None if title is None else cell(title), title_justify="left")
     for name in MESSAGE_COLUMNS:
         justify = "right" if name in ("queueId", "queueOffset", "commitLogOffset", "storeTimestamp") else "left"
         table.add_column(name, justify=justify, overflow="fold")
