@@ -47,10 +47,13 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
         dtype=bool,
     )
     # a queue the topic has not used since it was written again has no (or an empty) consume
-    # queue: its records older than the topic's first record since then are the deleted topic's
+    # queue: its records older than the topic's first record since then are the deleted topic's.
+    # Only for a topic shown to have been deleted: one of its queues starts again from offset 0
+    # after records of its own (a queue folder of a live topic gone is damage, not a deletion)
+    recreated = _recreated_topics(log, queue_starts)
     topic_starts: dict[int, int] = {}
     for (tid, _), start in queue_starts.items():
-        if deletable[tid]:
+        if deletable[tid] and tid in recreated:
             topic_starts[tid] = min(start, topic_starts.get(tid, start))
     if topic_starts:
         pairs = np.unique((log.topic_ids.astype(np.int64) << 32) | log.queue_ids.astype(np.int64))
@@ -59,6 +62,22 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
             if tid in topic_starts and (cq is None or cq.max_offset_in_queue() == 0):
                 queue_starts[(tid, queue_id)] = topic_starts[tid]
     _check_missing(log, covered, queue_ends, report, deleted, queue_starts)
+
+
+def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int]) -> set[int]:
+    """The topic ids with a queue whose consume queue starts (unit 0) after NOT/COMMIT records of
+    that same queue in the log: the queue was removed and written again from offset 0."""
+    if not queue_starts or not len(log.offsets):
+        return set()
+    keys = np.array([(tid << 32) | queue_id for tid, queue_id in queue_starts], dtype=np.int64)
+    starts = np.array(list(queue_starts.values()), dtype=np.int64)
+    order = np.argsort(keys)
+    keys, starts = keys[order], starts[order]
+    flags = log.sys_flags & TRANSACTION_ROLLBACK_TYPE
+    record_keys = (log.topic_ids.astype(np.int64) << 32) | log.queue_ids.astype(np.int64)
+    at = np.minimum(np.searchsorted(keys, record_keys), len(keys) - 1)
+    before = (keys[at] == record_keys) & (log.offsets < starts[at]) & ((flags == 0) | (flags == 8))
+    return set(np.unique(log.topic_ids[before]).tolist())
 
 
 def _check_queue(cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport) -> int:
