@@ -315,3 +315,39 @@ def test_reput_skips_only_a_record_whose_lengths_do_not_add_up(make_store, store
         *[r.commit_log_offset for r in results[2:]],
     ]
     assert store.reput.skipped_bad_bytes == results[2].commit_log_offset - results[1].commit_log_offset
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["open", "read-only"])
+def test_records_dropped_past_a_zeroed_one_are_warned_about(
+    make_store, tmp_path, store_config, caplog, read_only
+) -> None:
+    """Zeros where a record was end the log, as in RocketMQ, and the later segments go with it:
+    recovery says so, naming them, rather than dropping written records in silence (a read-only
+    open, ``inspect``'s, warns too). Segments made ahead and never written are dropped quietly."""
+    offsets = _written(make_store, 120)
+    size = store_config.mapped_file_size_commit_log
+    cut = next(o for o in offsets if o >= 2 * size)  # in the first of the 3 segments recovery checks
+    segments = sorted((tmp_path / "store" / "commitlog").iterdir())
+    later = [p.name for p in segments if int(p.name) > cut]
+    assert later
+    with open(segments[cut // size], "r+b") as f:
+        f.seek(cut % size)
+        f.write(bytes(8))
+    with caplog.at_level("WARNING", logger="rocketstore.log.recovery"):
+        store = make_store(read_only=read_only)
+    assert store.max_phy_offset == cut
+    warned = [r.getMessage() for r in caplog.records if "later segment(s) holding records" in r.getMessage()]
+    assert len(warned) == 1 and all(name in warned[0] for name in later), warned
+
+
+def test_segments_made_ahead_are_dropped_without_a_warning(make_store, tmp_path, store_config, caplog) -> None:
+    store = make_store()
+    _put(store, 3)
+    store.shutdown()
+    ahead = tmp_path / "store" / "commitlog" / f"{store_config.mapped_file_size_commit_log:020d}"
+    ahead.write_bytes(bytes(store_config.mapped_file_size_commit_log))
+    (tmp_path / "store" / "abort").touch()
+    with caplog.at_level("WARNING", logger="rocketstore.log.recovery"):
+        store = make_store()
+    assert store.recovery.dropped_files == [ahead.name]
+    assert not [r for r in caplog.records if "later segment" in r.getMessage()]

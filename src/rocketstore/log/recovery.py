@@ -195,7 +195,16 @@ def recover(
         if again is not None:  # index entries for cut records went with their files: index the rest again
             report.reindexed_from = again
             _reindex(commit_log, index, again, process_offset, delay_millis)
-    report.dropped_files = [f.file_name for f in files if f.file_from_offset > process_offset]
+    dropped = [f for f in files if f.file_from_offset > process_offset]
+    report.dropped_files = [f.file_name for f in dropped]
+    holding = [f.file_name for f in dropped if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
+    if holding:  # not just segments made ahead: records past a zeroed or torn one go with them
+        log.warning(
+            "commit log ends at %d; %d later segment(s) holding records are dropped with it: %s",
+            process_offset,
+            len(holding),
+            ", ".join(holding),
+        )
     commit_log.queue.flushed_where = commit_log.queue.committed_where = process_offset
     commit_log.queue.truncate_dirty_files(process_offset)
     commit_log.confirm_offset = process_offset
