@@ -45,7 +45,7 @@ from rocketstore.verify.commit_log import (
 from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
 from rocketstore.verify.index import check_index
-from rocketstore.verify.layout import check_layout
+from rocketstore.verify.layout import check_layout, check_sizes
 from rocketstore.verify.report import VerifyReport, iter_problem_lines
 
 __all__ = [
@@ -70,7 +70,9 @@ def verify_store(
     """Audit the store at ``path`` without changing it; see the module docstring for what is checked.
 
     ``max_problems`` limits how many problems (and notes) are listed; all are counted. A store that
-    cannot be loaded (a stray or wrong-size file) is reported as a problem, not raised.
+    cannot be loaded (a stray or wrong-size file) is reported as a problem, not raised, but for
+    files that are all one size other than the configured one (the configuration is not the
+    store's): CorruptStoreError naming the settings to give.
     ``progress(n)`` is called as commit-log bytes are scanned (``n`` more each time).
     ``check_log`` replaces the commit-log scan (``rocketstore spark verify`` scans the segments
     as Spark tasks, then calls ``join_segments``).
@@ -78,6 +80,7 @@ def verify_store(
     root = os.path.abspath(os.fspath(path))
     config = (config or StoreConfig()).copy(storePathRootDir=root)
     require_store(root, config)
+    check_sizes(root, config)
     report = VerifyReport(store=root, abort_file=os.path.exists(os.path.join(root, "abort")), max_listed=max_problems)
     _note_in_use(report)
     reported = check_layout(root, config, report)

@@ -5,14 +5,98 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from collections.abc import Callable
 
+from rocketstore.codec.record import BLANK_MAGIC_CODE
 from rocketstore.config import StoreConfig
+from rocketstore.errors import CorruptStoreError
 from rocketstore.meta.root import misplaced_entries
-from rocketstore.queues.index_file import index_file_size
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketstore.queues.index_file import INDEX_HEADER_SIZE, index_file_size
 from rocketstore.verify.report import VerifyReport
 
 _SEGMENT_NAME = re.compile(r"\d{20}")
+_END_BLANK = struct.pack(">ii", 8, BLANK_MAGIC_CODE)  # a segment's last 8 bytes after a BLANK of 8
+
+
+def check_sizes(root: str, config: StoreConfig) -> None:
+    """Raise CorruptStoreError with the settings to give when every file of a kind (commit log,
+    consume queues, index) is one size other than the configured one: the configuration is not
+    the store's (as loading it says), not a store with every file damaged. The segment names must
+    agree with that size (multiples of it, contiguous), so that files cut short are damage."""
+    wrong = []
+    folders = [{n: os.path.join(f, n) for n in os.listdir(f)} for f in config.commit_log_folders if os.path.isdir(f)]
+    merged = {name: path for group in reversed(folders) for name, path in group.items()}
+    size = _common_size([merged] if merged else [], config.mapped_file_size_commit_log, segments=True)
+    if size is not None and all(_ends_whole(path) for path in merged.values()):
+        wrong.append(_setting_hint("commitlog/", "mappedFileSizeCommitLog", config.mapped_file_size_commit_log, size))
+    queues = []
+    cq_root = os.path.join(root, "consumequeue")
+    for topic in sorted(os.listdir(cq_root)) if os.path.isdir(cq_root) else []:
+        topic_dir = os.path.join(cq_root, topic)
+        for qid in sorted(os.listdir(topic_dir)) if os.path.isdir(topic_dir) else []:
+            queue_dir = os.path.join(topic_dir, qid)
+            if qid.isdigit() and os.path.isdir(queue_dir):
+                queues.append({n: os.path.join(queue_dir, n) for n in os.listdir(queue_dir)})
+    size = _common_size(queues, config.cq_file_size, segments=True)
+    if size is not None and size % CQ_STORE_UNIT_SIZE == 0:
+        wrong.append(_setting_hint("consumequeue/", "mappedFileSizeConsumeQueue", config.cq_file_size, size))
+    index_dir = os.path.join(root, "index")
+    if config.message_index_enable and os.path.isdir(index_dir):
+        files = {n: os.path.join(index_dir, n) for n in os.listdir(index_dir) if n.isdigit()}
+        expected = index_file_size(config.max_hash_slot_num, config.max_index_num)
+        size = _common_size([files], expected, segments=False)
+        if size is not None and size > INDEX_HEADER_SIZE and (size - INDEX_HEADER_SIZE) % 4 == 0:
+            wrong.append(
+                f"index/: every file is {size} bytes, maxHashSlotNum={config.max_hash_slot_num} and "
+                f"maxIndexNum={config.max_index_num} give {expected} (set them to the store's: "
+                f"{INDEX_HEADER_SIZE} + 4 x maxHashSlotNum + 20 x maxIndexNum = {size})"
+            )
+    if wrong:
+        raise CorruptStoreError(
+            "the files are not the configured sizes (the configuration is not the store's): " + "; ".join(wrong), root
+        )
+
+
+def _ends_whole(path: str) -> bool:
+    """A commit-log file whose data does not run into its end: its last 8 bytes are zeros (not
+    written) or a BLANK marker of 8 bytes. A file cut short in the middle of its records is damage."""
+    with open(path, "rb") as f:
+        f.seek(max(os.fstat(f.fileno()).st_size - 8, 0))
+        tail = f.read(8)
+    return tail == bytes(8) or tail == _END_BLANK
+
+
+def _setting_hint(folder: str, setting: str, configured: int, size: int) -> str:
+    return f"{folder}: every file is {size} bytes, {setting} says {configured} (--set {setting}={size})"
+
+
+def _common_size(groups: list[dict[str, str]], configured: int, *, segments: bool) -> int | None:
+    """The one size of every file in ``groups`` (name -> path) when it is not ``configured``, else
+    None; with ``segments``, 20-digit names that are contiguous multiples of that size, an empty
+    last file left out (loading drops it)."""
+    sizes = set()
+    named: list[list[tuple[int, int]]] = []
+    for group in groups:
+        files = []
+        for name, path in sorted(group.items()):
+            if not os.path.isfile(path) or (segments and not _SEGMENT_NAME.fullmatch(name)):
+                return None  # a stray entry: the layout check names it
+            files.append((int(name), os.path.getsize(path)))
+        if segments and files and files[-1][1] == 0:
+            files.pop()
+        sizes.update(size for _, size in files)
+        named.append(files)
+    if len(sizes) != 1:
+        return None
+    size = sizes.pop()
+    if size in (0, configured):
+        return None
+    for files in named if segments else []:
+        if any(offset != files[0][0] + i * size or offset % size for i, (offset, _) in enumerate(files)):
+            return None
+    return size
 
 
 def check_layout(root: str, config: StoreConfig, report: VerifyReport) -> set[str]:
