@@ -351,3 +351,35 @@ def test_segments_made_ahead_are_dropped_without_a_warning(make_store, tmp_path,
         store = make_store()
     assert store.recovery.dropped_files == [ahead.name]
     assert not [r for r in caplog.records if "later segment" in r.getMessage()]
+
+
+@pytest.mark.parametrize("value", [-1, -(2**31)])
+def test_an_empty_body_with_a_negative_length_is_an_empty_body(make_store, tmp_path, store_config, value) -> None:
+    """Java reads a body only when BODYLEN is positive and counts max(BODYLEN, 0) in the record's
+    length: an empty body whose BODYLEN reads negative is a valid record to RocketMQ, whose
+    recovery goes on past it. Every open here did the same, rather than cut the log (and the
+    records after it) there; the record reads as an empty body."""
+    root = tmp_path / "store"
+    store = make_store()
+    offsets = [
+        store.put(Message("T", b"" if i == 15 else b"m%d" % i, keys=f"k{i}")).commit_log_offset for i in range(20)
+    ]
+    store.shutdown()
+    segment = root / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(offsets[15] + 84)
+        assert f.read(4) == bytes(4)
+        f.seek(offsets[15] + 84)
+        f.write(struct.pack(">i", value))
+    shutil.copytree(root, tmp_path / "crashed")
+    (tmp_path / "crashed" / "abort").write_bytes(b"")
+    with MessageStore.open(root, store_config, read_only=True) as view:
+        assert view.max_phy_offset == offsets[-1] + view.look_message_by_offset(offsets[-1]).store_size
+    for name in ("store", "crashed"):
+        store = make_store(name)
+        assert store.get_max_offset_in_queue("T", 0) == 20
+        got = store.get_message("g", "T", 0, 15, 1).messages
+        assert [(m.commit_log_offset, m.body, m.body_len) for m in got] == [(offsets[15], b"", 0)]
+        assert _found(store, "k19") == [offsets[19]]
+        store.shutdown()
+        assert verify_store(tmp_path / name, store_config).ok

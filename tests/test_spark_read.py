@@ -338,6 +338,11 @@ def _record(
     return rec.render(prepared, 42, 0, 1_795_000_000_456)
 
 
+def _negative_body_len(record: bytes) -> bytes:
+    """An empty body's BODYLEN read as -1: Java reads no body for a length <= 0, so the record is valid."""
+    return record[:84] + (-1).to_bytes(4, "big", signed=True) + record[88:]
+
+
 def test_column_decoder_equals_record_decoder():
     """Odd records decode to exactly what ``StoredMessage.to_json_dict`` says: duplicate property
     names, bytes that are not UTF-8, 5.x trailing separators, IPv6 hosts, V2 records, empty bodies."""
@@ -358,6 +363,7 @@ def test_column_decoder_equals_record_decoder():
             _record(b"TopicV2", b"body", b"\x01v\x02n\x01\x02TAGS\x01t\x01x", v2=True, born=v6, store=v6),
         ],
         [_record(b"TopicA", b"dup", b"TAGS\x01a\x02KEYS\x01k\x02TAGS\x01b")],  # decoded record by record
+        [_negative_body_len(_record(b"TopicA", b"", b"KEYS\x01k")), _record(b"TopicA", b"after", b"")],
     ]
     for records in windows:
         buf = b"".join(records)

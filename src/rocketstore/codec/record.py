@@ -264,6 +264,8 @@ def _decode_any(raw: bytes) -> StoredMessage | None:
     try:
         hosts = (raw[39] >> 4) & 3  # the IPv6 host bits live in SYSFLAG's last byte
         h = _UNPACK[hosts](raw)
+        if h[14] < 0:  # Java reads a body only when BODYLEN is positive: a negative one is an empty body
+            h = (*h[:14], 0, *h[15:])
         body_at = _BODY_AT[hosts]
         topic_at = body_at + h[14]
         magic = h[1]
@@ -286,7 +288,7 @@ def _decode_any(raw: bytes) -> StoredMessage | None:
     if props_len > 32767:  # a negative short: no properties
         props_len = 0
     n = len(raw)
-    if props_at + props_len != n or h[0] != n or h[14] < 0:
+    if props_at + props_len != n or h[0] != n:
         return None
     return StoredMessage(h, raw, (body_at, topic_at, topic_len, props_at, props_len))
 

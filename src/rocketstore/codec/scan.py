@@ -138,7 +138,7 @@ def mismatched_size(buf: bytes | memoryview, pos: int, end: int) -> int:
     props_len = _SHORT.unpack_from(buf, at)[0]
     if at + 2 + max(props_len, 0) > end:
         return 0
-    return total if rec.record_length(sys_flag, body_len, topic_len, props_len, v2) != total else 0
+    return total if rec.record_length(sys_flag, max(body_len, 0), topic_len, max(props_len, 0), v2) != total else 0
 
 
 class _Gather:
@@ -207,7 +207,7 @@ def _columns(
     sys_flag = g.int(at + 36, 4)
     born = 8 + 12 * ((sys_flag >> 4) & 1)
     store = 8 + 12 * ((sys_flag >> 5) & 1)
-    body_len = g.int(at + 68 + born + store, 4)
+    body_len = np.maximum(g.int(at + 68 + born + store, 4), 0)  # Java reads a body only when its length is positive
     body_at = at + 72 + born + store
     ends = at + total
     topic_len_at = body_at + body_len
@@ -217,10 +217,7 @@ def _columns(
     props_len = np.maximum(g.int(props_len_at, 2), 0)  # a negative short: no properties
     props_at = props_len_at + 2
     ok = (
-        (body_len >= 0)
-        & (topic_len_at + 3 <= ends)
-        & np.where(v2, topic_len <= 32767, topic_len <= 127)
-        & (props_at + props_len == ends)
+        (topic_len_at + 3 <= ends) & np.where(v2, topic_len <= 32767, topic_len <= 127) & (props_at + props_len == ends)
     )
     n = len(starts)
     if not ok.all():

@@ -213,10 +213,11 @@ def read_headers(data: np.ndarray, pos: np.ndarray, limit: int, sizes: np.ndarra
         h.born_v6[rows] = born == 20
         h.store_v6[rows] = store == 20
         header_size[rows] = width
-    total, magic, body_len = fields["total"], fields["magic"], fields["body_len"]
+    body_len = fields["body_len"] = np.maximum(fields["body_len"], 0)  # Java reads no body for BODYLEN <= 0
+    total, magic = fields["total"], fields["magic"]
     v2 = magic == V2
     ok &= (magic == V1) | v2
-    ok &= (total > 0) & (pos + total <= limit) & (body_len >= 0)
+    ok &= (total > 0) & (pos + total <= limit)
     if sizes is not None:
         ok &= total == sizes
     body_at = pos + header_size
