@@ -383,3 +383,37 @@ def test_an_empty_body_with_a_negative_length_is_an_empty_body(make_store, tmp_p
         assert _found(store, "k19") == [offsets[19]]
         store.shutdown()
         assert verify_store(tmp_path / name, store_config).ok
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "abort"])
+def test_an_end_of_file_marker_in_the_last_segment_ends_the_log_there(
+    make_store, tmp_path, store_config, crashed
+) -> None:
+    """RocketMQ's recovery, meeting the BLANK marker with no segment after it, ends the log at the
+    marker (its queues cut there, the next record written there). The end used to be the
+    segment's end: after a clean exit the records past the marker were still served (and verify
+    found their units pointing at no record); after a crash their units were cut but the log
+    still ended at the segment's end, the next put going to a new segment."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 70)
+    size = store_config.mapped_file_size_commit_log
+    last = max(offsets) - max(offsets) % size
+    inside = [o for o in offsets if o >= last]
+    assert len(inside) >= 4
+    marker = inside[2]
+    with open(root / "commitlog" / f"{last:020d}", "r+b") as f:
+        f.seek(marker % size)
+        f.write(struct.pack(">ii", size - marker % size, -875286124))  # BLANK_MAGIC_CODE 0xCBD43194
+    if crashed:
+        (root / "abort").write_bytes(b"")
+    kept = offsets.index(marker)
+    with MessageStore.open(root, store_config, read_only=True) as view:
+        assert view.max_phy_offset == marker
+        assert view.look_message_by_offset(inside[3]) is None
+    store = make_store()
+    assert store.max_phy_offset == marker
+    assert store.get_max_offset_in_queue("T", 0) + store.get_max_offset_in_queue("T", 1) == kept
+    assert _found(store, f"k{kept + 1}") == []
+    assert store.put(Message("T", b"next")).commit_log_offset == marker
+    store.shutdown()
+    assert verify_store(root, store_config).ok

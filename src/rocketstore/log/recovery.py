@@ -181,9 +181,7 @@ def recover(
             log.warning(
                 "commit log cut at %d: the record there fails its checks (%s)", process_offset, mapped.file_name
             )
-        elif reason == STOP_BLANK:
-            process_offset = mapped.end_offset
-        break
+        break  # a BLANK in the last segment ends the log where it stands, as in RocketMQ
 
     report.process_offset = process_offset
     queues.truncate_dirty(process_offset)
