@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,9 @@ from click.testing import CliRunner
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 from rocketstore.errors import CorruptStoreError
+from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from rocketstore.verify import verify_store
-from test_verify import VECTOR_GEOMETRY, VECTORS, build_store, has, hashes, needs_vectors, tiny
+from test_verify import TINY, VECTOR_GEOMETRY, VECTORS, build_store, has, hashes, needs_vectors, patch, read, tiny
 
 
 def test_a_live_topics_queue_folder_gone_is_damage_not_a_deleted_topic(tmp_path: Path) -> None:
@@ -97,3 +100,48 @@ def test_a_rocketmq_store_verified_without_its_sizes_is_an_error_naming_them() -
     text = str(caught.value)
     assert "--set mappedFileSizeCommitLog=65536" in text and "--set mappedFileSizeConsumeQueue=2000" in text
     assert verify_store(root, StoreConfig(**VECTOR_GEOMETRY)).ok
+
+
+@pytest.mark.parametrize("file_number", [0, 1])
+def test_the_first_entry_of_an_index_file_has_its_time_diff_checked(tmp_path: Path, file_number: int) -> None:
+    """The first entry's time diff is taken against the header's begin time before the entry
+    sets it: 0 in the first file, against the previous file's end time in a later one. A wrong
+    one hides the key from a query by time range."""
+    root = build_store(tmp_path / "store")
+    files = sorted((root / "index").iterdir())
+    assert len(files) >= 2
+    entries_at = INDEX_HEADER_SIZE + TINY["maxHashSlotNum"] * HASH_SLOT_SIZE
+    diff_at = entries_at + 20 + 4 + 8  # entry 1 (entry 0 is never written), after its hash and offset
+    (diff,) = struct.unpack(">i", read(files[file_number], diff_at, 4))
+    if file_number == 0:
+        assert diff == 0
+    else:  # against the previous file's endTimestamp, the header's second long
+        (begin,) = struct.unpack(">q", read(files[1], 0, 8))
+        (previous_end,) = struct.unpack(">q", read(files[0], 8, 8))
+        assert diff == max((begin - previous_end) // 1000, 0)
+    assert verify_store(root, tiny()).ok
+    patch(files[file_number], diff_at, struct.pack(">i", diff + 99999))
+    report = verify_store(root, tiny())
+    assert report.problems == [f"index/{files[file_number].name} entry 1: time diff {diff + 99999}, expected {diff}"]
+
+
+def test_the_first_entry_of_a_later_index_file_is_timed_from_the_previous_files_end(tmp_path: Path) -> None:
+    """A file started a second after the previous one filled: its first entry's time diff is 1 or
+    more (against the previous file's endTimestamp, not 0), and verify expects just that."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, tiny()) as store:
+        for i in range(63):  # 2 keys each (the key and the UNIQ_KEY)
+            store.put(Message("TopicA", b"x", keys=f"k{i}")).raise_for_status()
+        store.put(Message("TopicA", b"x")).raise_for_status()  # the 127th entry: the first file is full
+        assert store.wait_for_dispatch()
+        time.sleep(1.2)
+        store.put(Message("TopicA", b"x", keys="late")).raise_for_status()
+        assert store.wait_for_dispatch()
+    files = sorted((root / "index").iterdir())
+    assert len(files) == 2
+    diff_at = INDEX_HEADER_SIZE + TINY["maxHashSlotNum"] * HASH_SLOT_SIZE + 20 + 4 + 8
+    (diff,) = struct.unpack(">i", read(files[1], diff_at, 4))
+    assert diff >= 1  # 1 unless the dispatch wait took a while
+    assert verify_store(root, tiny()).ok
+    patch(files[1], diff_at, struct.pack(">i", 0))
+    assert verify_store(root, tiny()).problems == [f"index/{files[1].name} entry 1: time diff 0, expected {diff}"]

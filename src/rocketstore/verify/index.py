@@ -29,7 +29,7 @@ def check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> N
     found: list[np.ndarray] = []
     below = 0
     for f in kept:
-        got, under = _check_index_file(f, log, key_of_record, report)
+        got, under = _check_index_file(f, log, key_of_record, report, _first_begin(index.files, f, log))
         found.append(got)
         below += under
     if below:
@@ -39,11 +39,24 @@ def check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> N
         _check_keys_found(store, log, kept, found_keys, report, no_files=not index.files)
 
 
+def _first_begin(files: list[IndexFile], f: IndexFile, log: LogColumns) -> int | None:
+    """The begin time ``f``'s first entry had its time diff taken against (IndexFile's constructor
+    starts a new header at the previous file's endTimestamp when that is > 0, else at 0, and
+    putKey sets it to the first entry's time only after): the previous file's end time, or 0 for
+    the first file of a log never cleaned. None when unknown (the previous file deleted with the
+    head of the log)."""
+    at = next(i for i, g in enumerate(files) if g is f)
+    if at:
+        return files[at - 1].end_timestamp
+    return 0 if log.min_offset == 0 else None
+
+
 def _check_index_file(
-    f: IndexFile, log: LogColumns, expected_keys: np.ndarray, report: VerifyReport
+    f: IndexFile, log: LogColumns, expected_keys: np.ndarray, report: VerifyReport, first_begin: int | None
 ) -> tuple[np.ndarray, int]:
     """One index file as written; returns the record keys a query finds in it, and how many entries
-    point below the log."""
+    point below the log. ``first_begin``: the begin time its first entry's time diff was taken
+    against (None: unknown)."""
     where = f"index/{f.file_name}"
     begin_ts, end_ts, begin_phy, end_phy, slot_count, raw_count = HEADER.unpack(f.mapped.read(0, INDEX_HEADER_SIZE))
     nothing = np.zeros(0, np.int64)
@@ -84,14 +97,16 @@ def _check_index_file(
         at_record & ~matched,
         lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: key hash {hashes[i]} matches no key of the record",
     )
-    if k and begin_ts > 0 and at_record.any():
-        later = at_record.copy()
-        later[0] = False  # the first entry's time is taken against the begin time before it was set
-        delta = log.store_ts[rows] - begin_ts
-        want_diff = np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, INT_MAX)
+    if k and at_record.any():
+        checked = at_record.copy()
+        want_diff = _time_diffs(log.store_ts[rows], begin_ts)
+        checked[1:] &= begin_ts > 0
+        # the first entry's time is taken against the begin time before it was set
+        checked[0] &= first_begin is not None
+        want_diff[0] = _time_diffs(log.store_ts[rows[:1]], first_begin or 0)[0]
         problems_at(
             report,
-            later & (diffs != want_diff),
+            checked & (diffs != want_diff),
             lambda i: f"{where} entry {numbers[i]}: time diff {diffs[i]}, expected {want_diff[i]}",
         )
     if k:
@@ -103,6 +118,15 @@ def _check_index_file(
                 report.problem(f"{where}: header times {begin_ts}..{end_ts}, records {first_ts}..{last_ts}")
     reachable = _found_by_query(slot_table, hashes, diffs, prevs, count, slots_n)
     return keys[matched & reachable], int(under.sum())
+
+
+def _time_diffs(store_ts: np.ndarray, begin: int) -> np.ndarray:
+    """IndexFile.putKey's timeDiff: whole seconds after ``begin`` (Java's truncating division),
+    0 when ``begin`` <= 0, clamped to [0, Integer.MAX_VALUE]."""
+    if begin <= 0:
+        return np.zeros(len(store_ts), dtype=np.int64)
+    delta = store_ts.astype(np.int64) - begin
+    return np.clip(np.sign(delta) * (np.abs(delta) // 1000), 0, INT_MAX)
 
 
 def _check_chains(
