@@ -12,6 +12,7 @@ import pytest
 from rocketstore import Message, MessageStore, PutMessageStatus
 from rocketstore.errors import (
     ConfigError,
+    ImportLineError,
     InvalidArgumentError,
     InvalidGroupError,
     InvalidMessageError,
@@ -19,7 +20,7 @@ from rocketstore.errors import (
     ReadOnlyStoreError,
     RocketStoreError,
 )
-from rocketstore.export import ImportLineError, import_jsonl
+from rocketstore.export import import_jsonl
 from rocketstore.verify import verify_store
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
@@ -384,3 +385,36 @@ def test_an_empty_body_is_not_crc_checked_on_recovery_as_in_rocketmq(make_store,
     assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"", b"after"]
     store.shutdown()
     assert verify_store(tmp_path / "store", store_config).ok
+
+
+def test_every_error_the_package_raises_on_purpose_is_in_rocketstore_errors() -> None:
+    """The README's promise: ``rocketstore.errors`` holds the errors, each a RocketStoreError
+    (ImportLineError, SinkInUseError and DataLossError lived in their modules, DataLossError a
+    bare RuntimeError). The command line's click exceptions and the import's Ctrl-C are not
+    errors of the library."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import rocketstore
+    import rocketstore.errors
+
+    outside = {}
+    for info in pkgutil.walk_packages(rocketstore.__path__, "rocketstore."):
+        if info.name == "rocketstore.errors" or info.name.startswith(("rocketstore.cli", "rocketstore.demo")):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, Exception) and value.__module__ == info.name:
+                if not name.startswith("_"):
+                    outside[f"{info.name}.{name}"] = value
+    assert outside == {}
+    for value in vars(rocketstore.errors).values():
+        if inspect.isclass(value) and issubclass(value, Exception):
+            assert issubclass(value, rocketstore.errors.RocketStoreError), value
+    from rocketstore.errors import DataLossError, ImportLineError, SinkInUseError
+    from rocketstore.export import ImportLineError as old_import
+    from rocketstore.spark.commits import SinkInUseError as old_sink
+    from rocketstore.spark.plan import DataLossError as old_loss
+
+    assert (old_import, old_sink, old_loss) == (ImportLineError, SinkInUseError, DataLossError)

@@ -218,7 +218,7 @@ def test_an_end_offset_past_the_queue_is_never_checkpointed(tmp_path):
     to its end with a warning): the batch's end offset must not pass what it reads."""
     from pyspark.sql.types import StructType
 
-    from rocketstore.spark.plan import DataLossError
+    from rocketstore.errors import DataLossError
     from rocketstore.spark.stream import StreamReader
 
     store = tmp_path / "store"

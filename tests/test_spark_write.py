@@ -223,7 +223,8 @@ def _staged(path: Path, rows: list[dict]) -> Any:
 def test_a_sink_another_query_wrote_is_refused(tmp_path):
     """Batch ids start over with a new checkpoint: the same sink from another query is refused
     under the store's lock, never taken for batches already written."""
-    from rocketstore.spark.commits import SinkInUseError, append_staged
+    from rocketstore.errors import SinkInUseError
+    from rocketstore.spark.commits import append_staged
 
     config, store = small_config(), tmp_path / "store"
     rows = [{"topic": "TopicA", "body": b"one"}]
@@ -256,7 +257,8 @@ def test_a_sink_bound_to_a_checkpoint_goes_to_that_checkpoint_s_query(tmp_path):
     """A marker bound to a checkpoint's path (an earlier version's, or tasks Spark did not give the
     query id) is the sink of the query of that checkpoint however it is written, which binds it to
     its id; a query known only by its checkpoint is refused a sink another checkpoint's query owns."""
-    from rocketstore.spark.commits import SinkInUseError, append_staged, check_owner
+    from rocketstore.errors import SinkInUseError
+    from rocketstore.spark.commits import append_staged, check_owner
 
     config, store = small_config(), tmp_path / "store"
     rows = [{"topic": "TopicA", "body": b"one"}]

@@ -86,3 +86,22 @@ class FlushError(RocketStoreError):
 
 class MessageNotFoundError(RocketStoreError, LookupError):
     """No message where one was named (a commit-log offset, a msgId)."""
+
+
+class ImportLineError(InvalidMessageError):
+    """A line ``import_jsonl`` cannot store; the ``imported`` messages of the lines before it are stored."""
+
+    def __init__(self, line: int, reason: str, imported: int) -> None:
+        done = f"{imported} message(s) before it stored" if imported else "nothing stored"
+        super().__init__(f"line {line}: {reason} (import stopped; {done})")
+        self.line = line
+        self.imported = imported
+
+
+class SinkInUseError(RocketStoreError, ValueError):
+    """A streaming sink (``sinkId``) of the store already belongs to another streaming query."""
+
+
+class DataLossError(RocketStoreError, RuntimeError):
+    """Messages a Spark query was to read are gone (removed by retention, a deleted topic or queue,
+    a record that cannot be read) and ``failOnDataLoss`` is true."""

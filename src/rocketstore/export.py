@@ -21,7 +21,7 @@ from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import InvalidMessageError, RecordError
+from rocketstore.errors import ImportLineError, InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
 from rocketstore.services.schedule import HALF_TOPIC
 from rocketstore.store import MessageStore
@@ -143,16 +143,6 @@ _INT_FIELDS = (
     ("reconsumeTimes", JAVA_INT),
     ("preparedTransactionOffset", JAVA_LONG),
 )
-
-
-class ImportLineError(InvalidMessageError):
-    """A line ``import_jsonl`` cannot store; the ``imported`` messages of the lines before it are stored."""
-
-    def __init__(self, line: int, reason: str, imported: int) -> None:
-        done = f"{imported} message(s) before it stored" if imported else "nothing stored"
-        super().__init__(f"line {line}: {reason} (import stopped; {done})")
-        self.line = line
-        self.imported = imported
 
 
 class ImportInterrupted(KeyboardInterrupt):

@@ -116,8 +116,7 @@ def json_error(exc: BaseException) -> dict[str, Any] | None:
     """The ``{"error": {...}}`` object --json writes on stdout for an error (the human ``error:``
     line still goes to stderr): its type, message and, for an import, the line and how many
     messages were stored. None for what is not an error (an exit status, a closed pipe)."""
-    from rocketstore.errors import RocketStoreError
-    from rocketstore.export import ImportLineError
+    from rocketstore.errors import ImportLineError, RocketStoreError
 
     if isinstance(exc, SystemExit | click.exceptions.Exit | BrokenPipeError):
         return None

@@ -61,7 +61,12 @@ import pyarrow.compute as pc
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidArgumentError, InvalidMessageError, RocketStoreError, StoreLockedError
+from rocketstore.errors import (
+    InvalidArgumentError,
+    InvalidMessageError,
+    SinkInUseError,
+    StoreLockedError,
+)
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store_or_new_folder
@@ -75,10 +80,6 @@ MARKER = os.path.join("config", "sparkSinkCommits.json")
 COMMIT_LOCK = os.path.join("config", "sparkCommit.lock")
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_LOCK_WAIT_MS = 60_000
-
-
-class SinkInUseError(RocketStoreError, ValueError):
-    """A streaming sink (``sinkId``) of the store already belongs to another streaming query."""
 
 
 def _split_scheme(uri: str) -> tuple[str | None, str]:

@@ -16,16 +16,13 @@ from dataclasses import dataclass, field
 from pyspark.sql.datasource import InputPartition
 
 from rocketstore.config import StoreConfig
+from rocketstore.errors import DataLossError
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, units_of, valid_prefix
 from rocketstore.spark.options import EARLIEST, LATEST, ReadOptions, Selection
 from rocketstore.store import MessageStore
 
 log = logging.getLogger(__name__)
 SIZE_SAMPLE = 64  # queue units per queue whose sizes give the average record size
-
-
-class DataLossError(RuntimeError):
-    """Messages a query was to read were removed (by retention) before it read them."""
 
 
 @dataclass

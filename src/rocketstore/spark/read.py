@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import RecordError
+from rocketstore.errors import DataLossError, RecordError
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
 from rocketstore.spark.columns import (
     STOP_BAD,
@@ -35,7 +35,7 @@ from rocketstore.spark.columns import (
     read_headers,
     walk,
 )
-from rocketstore.spark.plan import DataLossError, LogRange, QueueSlice, ReadPartition, ReadSpec
+from rocketstore.spark.plan import LogRange, QueueSlice, ReadPartition, ReadSpec
 from rocketstore.spark.schema import arrow_schema
 
 log = logging.getLogger(__name__)
