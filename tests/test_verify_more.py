@@ -16,7 +16,20 @@ from rocketstore.cli.main import cli
 from rocketstore.errors import CorruptStoreError
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, INDEX_HEADER_SIZE
 from rocketstore.verify import verify_store
-from test_verify import TINY, VECTOR_GEOMETRY, VECTORS, build_store, has, hashes, needs_vectors, patch, read, tiny
+from test_verify import (
+    TINY,
+    VECTOR_GEOMETRY,
+    VECTORS,
+    build_store,
+    has,
+    hashes,
+    needs_vectors,
+    patch,
+    read,
+    records,
+    segment,
+    tiny,
+)
 
 
 def test_a_live_topics_queue_folder_gone_is_damage_not_a_deleted_topic(tmp_path: Path) -> None:
@@ -145,3 +158,69 @@ def test_the_first_entry_of_a_later_index_file_is_timed_from_the_previous_files_
     assert verify_store(root, tiny()).ok
     patch(files[1], diff_at, struct.pack(">i", 0))
     assert verify_store(root, tiny()).problems == [f"index/{files[1].name} entry 1: time diff 0, expected {diff}"]
+
+
+def test_a_malformed_record_in_a_later_segment_is_named_by_its_own_offset(tmp_path: Path) -> None:
+    """A TOTALSIZE that fits the file but not the record's fields: the text names the record's
+    commit-log offset (the decoder saw the record alone and said 'the record at 0')."""
+    root = build_store(tmp_path / "store")
+    size = TINY["mappedFileSizeCommitLog"]
+    rows = records(root)
+    row = next(r for r in rows if r["offset"] > size and r["offset"] % size + r["size"] + 8 < size)
+    path, pos = segment(root, row["offset"])
+    patch(path, pos, struct.pack(">i", row["size"] + 6))
+    report = verify_store(root, tiny())
+    assert not report.ok
+    assert has(report.problems, f"(offset {row['offset']}): a malformed record: the record at {row['offset']} has")
+    assert not has(report.problems, "the record at 0 ")
+
+
+def test_keys_not_indexed_when_every_index_file_is_newer_than_the_checkpoint(tmp_path: Path) -> None:
+    """A crash with the only index file newer than the checkpoint: no index file counts, and the
+    note says so (it named 'the index's last entry (offset -1)')."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, tiny()) as store:
+        for i in range(5):
+            store.put(Message("TopicA", b"x", keys=f"k{i}")).raise_for_status()
+        assert store.wait_for_dispatch()
+    (index_file,) = (root / "index").iterdir()
+    end_ts = struct.unpack(">q", read(index_file, 8, 8))[0]
+    patch(root / "checkpoint", 16, struct.pack(">q", end_ts - 1000))  # indexMsgTimestamp
+    (root / "abort").touch()
+    report = verify_store(root, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, f"index/{index_file.name}: newer than the checkpoint")
+    assert has(report.notes, "10 keys of 5 records are not indexed: every index file is newer than the checkpoint")
+    assert not has(report.notes, "offset -1")
+
+
+@needs_vectors
+def test_the_rocketmq_crash_vectors_unindexed_keys_are_not_said_to_follow_offset_minus_1() -> None:
+    report = verify_store(VECTORS / "sample-crash" / "store", StoreConfig(**VECTOR_GEOMETRY))
+    assert report.ok, report.problems
+    assert has(report.notes, "2242 keys of 994 records are not indexed: every index file is newer than the checkpoint")
+    assert not has(report.notes, "offset -1")
+
+
+@pytest.mark.parametrize(
+    ("levels", "says"),
+    [
+        ("1s 7s", "they are delivered by those times"),
+        ("1s", "no level serves this queue now (level 2; messageDelayLevel has 1), so they are not delivered"),
+    ],
+)
+def test_schedule_units_of_an_earlier_delay_level_say_whether_a_level_still_serves_them(
+    tmp_path: Path, levels: str, says: str
+) -> None:
+    """Units written at level 2 = 5 s, verified with another messageDelayLevel: delivered by their
+    times while the level exists; with one level only, no timer serves queue 1 any more."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, tiny()) as store:
+        for _ in range(3):
+            store.put(Message("TopicA", b"x", properties={"DELAY": "2"})).raise_for_status()
+        assert store.wait_for_dispatch()
+    report = verify_store(root, tiny().copy(messageDelayLevel=levels))
+    assert report.ok, report.problems
+    assert has(report.notes, "consumequeue/SCHEDULE_TOPIC_XXXX/1: 3 units hold delivery times", says)
+    other = "no level serves" if "delivered by" in says else "delivered by those times"
+    assert not has(report.notes, other)

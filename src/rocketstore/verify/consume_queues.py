@@ -25,7 +25,7 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
         report.queues += 1
         tid = topic_ids.get(topic, -1)
-        end = _check_queue(cq, tid, log, covered, report)
+        end = _check_queue(cq, tid, log, covered, report, len(store.delay_millis))
         if tid >= 0:
             queue_ends[(tid, queue_id)] = end
             first = cq.get_unit(0) if cq.min_offset_in_queue() == 0 else None  # written again from 0
@@ -80,8 +80,11 @@ def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int])
     return set(np.unique(log.topic_ids[before]).tolist())
 
 
-def _check_queue(cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport) -> int:
-    """One queue's files up to the first invalid unit; returns where its last record in the log ends."""
+def _check_queue(
+    cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport, levels: int
+) -> int:
+    """One queue's files up to the first invalid unit; returns where its last record in the log ends.
+    ``levels``: how many delay levels messageDelayLevel has."""
     where = f"consumequeue/{cq.topic}/{cq.queue_id}"
     ended = seen_real = False
     queue_end = -1
@@ -110,7 +113,7 @@ def _check_queue(cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarra
             real = np.flatnonzero((units["phy"] != 0) | (units["size"] != _PRE_BLANK_SIZE))
             lead = int(real[0]) if len(real) else valid
             seen_real = len(real) > 0
-        end = _check_units(where, cq.queue_id, tid, first, units, lead, log, covered, report)
+        end = _check_units(where, cq.queue_id, tid, first, units, lead, log, covered, report, levels)
         queue_end = max(queue_end, end)
     return queue_end
 
@@ -125,6 +128,7 @@ def _check_units(
     log: LogColumns,
     covered: np.ndarray,
     report: VerifyReport,
+    levels: int,
 ) -> int:
     """Valid units (queue offsets from ``first``; the first ``lead`` are pre-blanks) against their records."""
     phy = units["phy"].astype(np.int64)
@@ -152,9 +156,15 @@ def _check_units(
         delay = tags[check] - log.store_ts[r]
         other_level = tags_bad & (delay > 0) & (delay % 1000 == 0)
         if other_level.any():
+            served = (
+                "they are delivered by those times"
+                if queue_id < levels
+                else f"no level serves this queue now (level {queue_id + 1}; messageDelayLevel has {levels}), "
+                "so they are not delivered until one does"
+            )
             report.note(
                 f"{where}: {int(other_level.sum())} units hold delivery times the current messageDelayLevel "
-                "does not give (it changed since they were written); they are delivered by those times"
+                f"does not give (it changed since they were written); {served}"
             )
             tags_bad &= ~other_level
     bad = (

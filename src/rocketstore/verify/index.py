@@ -221,6 +221,13 @@ def _check_keys_found(
             "written with messageIndexEnable=false? then give --set messageIndexEnable=false"
             + ("; else abnormal recovery indexes them" if report.abort_file else "")
         )
+    elif len(late) and index_end < 0:
+        records = len(np.unique(rows[late]))
+        why = "the index files hold no entries" if kept else "every index file is newer than the checkpoint"
+        report.damage(
+            f"index: {len(late)} keys of {records} records are not indexed: {why}"
+            + ("; abnormal recovery indexes them" if report.abort_file else "")
+        )
     elif len(late):
         records = len(np.unique(rows[late]))
         report.damage(
