@@ -454,3 +454,18 @@ def test_flush_commit_log_timed_keeps_the_flush_to_its_interval(make_store, stor
     flush.wake_event.clear()
     flush.wake()
     assert flush.wake_event.is_set() is not timed
+
+
+def test_the_flush_type_is_the_one_the_store_was_opened_with(make_store, store_config: StoreConfig) -> None:
+    """The flush service and the put's wait are chosen at the open: a flushDiskType changed on the
+    running store used to turn on only SYNC_FLUSH's rule that dispatch waits for the flush, so
+    puts were acknowledged at once but consumers saw them only after a thorough ASYNC flush."""
+    store_config.flush_interval_commit_log = 600_000
+    store_config.flush_commit_log_thorough_interval = 600_000
+    store = make_store()
+    store.put(Message("T", b"first")).raise_for_status()  # the first (thorough) flush round is behind us
+    assert store.wait_for_dispatch(timeout=10)
+    store.config.flushDiskType = "SYNC_FLUSH"
+    store.put(Message("T", b"second")).raise_for_status()
+    assert store.wait_for_dispatch(timeout=5)
+    assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"first", b"second"]

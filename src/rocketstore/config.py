@@ -4,7 +4,8 @@ Values are plain instance attributes under their snake_case names, so the hot pa
 as cheaply as any attribute (``config.max_message_size``); the RocketMQ names work too
 (``config.maxMessageSize``), for reading, setting and in ``StoreConfig(...)``. ``MessageStore.open``
 takes a copy: change ``store.config`` while the store runs (RocketMQ's ``maxMessageSize`` is
-hot-reconfigurable); the store reads the values it needs at the moment it needs them.
+hot-reconfigurable); the store reads most values when it needs them, those that choose its
+services and files (flushDiskType, readUnCommitted, the pool, file sizes) at the open only.
 
 The defaults are RocketMQ 5.3.3's (spec section 11). Keys that belong to the broker but decide
 what the store writes (``brokerIP1``, ``listenPort``, ...) are accepted as well, so a real
