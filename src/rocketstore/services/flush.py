@@ -183,6 +183,7 @@ class GroupCommitService(Service):
         self.config = config
         self._mutex = threading.Lock()
         self._flushing = False
+        self._idle = threading.Condition(self._mutex)  # told when a flush ends (the last round waits for one)
         self._waiters: collections.deque[list] = collections.deque()  # [end offset, parked lock], oldest first
         self._failed_upto = -1  # records ending at or below this offset were in a failed flush
         self.on_flushed: Callable[[], None] | None = None  # wakes the reput service
@@ -239,6 +240,7 @@ class GroupCommitService(Service):
         flushed = self.commit_log.queue.flushed_where
         with self._mutex:
             self._flushing = False
+            self._idle.notify_all()
             waiters = self._waiters
             if not waiters:
                 return
@@ -287,4 +289,18 @@ class GroupCommitService(Service):
             self._flush_done()
 
     def on_stop(self) -> None:
-        self.run_once()
+        """The last round flushes everything written: a putting thread leading a flush covers only
+        what it saw when it began, so its flush is waited for (``syncFlushTimeout`` at most) and
+        what was appended meanwhile (WAIT=false puts) flushed after it."""
+        queue = self.commit_log.queue
+        with self._mutex:
+            if not self._idle.wait_for(lambda: not self._flushing, self.config.sync_flush_timeout / 1000):
+                log.warning("group commit: a flush still runs at shutdown; the rest is left to recovery")
+                return
+            if queue.flushed_where >= queue.max_offset():
+                return
+            self._flushing = True
+        try:
+            self._flush_up_to(queue.max_offset())
+        finally:
+            self._flush_done()

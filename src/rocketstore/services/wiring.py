@@ -124,12 +124,14 @@ class StoreServices:
         self.persist = ConfigPersistService(
             (store.consumer_offsets, store.topics, store.subscription_groups), config.flush_consumer_offset_interval
         )
-        self.all = [reput, flush, self.flush_consume_queue, self.persist]
+        # the commit log's flush stops before dispatch, as in RocketMQ: under SYNC_FLUSH dispatch
+        # goes no further than the flush, so the last flush lets it finish
+        self.all = [flush, reput, self.flush_consume_queue, self.persist]
         if store.pool is not None:  # commit before flush, at run time and at shutdown
             self.commit = CommitRealTimeService(commit_log, config, flush)
             self.commit.on_committed = reput.wake  # dispatch reads committed bytes only
             commit_log.wake_event = self.commit.wake_event  # appends wake the commit instead
-            self.all.insert(1, self.commit)
+            self.all.insert(0, self.commit)
         self.clean = CleanService(commit_log, store.queues, store.index, config, store.root, store.set_running_flags)
         self.clean.dispatched = lambda: reput.reput_from  # under SYNC_FLUSH or the pool, never past flushed/committed
         self.clean.check_disk()
