@@ -1,9 +1,12 @@
-"""The ``rocketstore`` command line: inspect, export, import, query, verify, recover, produce, consume.
+"""The ``rocketstore`` command line: inspect, export, import, query, verify, recover, produce, consume,
+clean and spark (rebuild, verify, export).
 
 It uses the store's public API only (the store never imports it). The entry point is
 ``rocketstore.cli.main:main`` and the click group ``rocketstore.cli.main:cli`` (for tests with
-``click.testing.CliRunner``); ``python -m rocketstore.cli.main`` runs it too. Nothing is imported
-here, so that running the module with ``-m`` loads it only once.
+``click.testing.CliRunner``); ``python -m rocketstore.cli.main`` runs it too. Only ``os``, ``signal``
+and ``sys`` are imported here (none of the commands' modules, so that running ``main`` with ``-m``
+loads it only once), for the Ctrl-C handler below: while the command line loads, an interrupt
+prints one line and exits with status 130.
 
 One module per command group: ``common`` (options, opening the store), ``output`` (tables, JSON,
 progress), ``inspect_cmd``, ``transfer`` (export, import), ``query_cmd``, ``check`` (verify,
