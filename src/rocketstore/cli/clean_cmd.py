@@ -10,7 +10,14 @@ from rocketstore.cli.output import kv_table, out_console, print_json
 
 @click.command()
 @store_options(writes=True)
-@click.option("--delete-topic", "delete_topics", multiple=True, help="Also remove this topic's queues (repeatable).")
+@click.option(
+    "--delete-topic",
+    "delete_topics",
+    multiple=True,
+    help="Also remove this topic's queues and its topics.json entry (repeatable). Its records stay in the "
+    "commit log until retention deletes them: those past the last record the other queues hold are "
+    "dispatched again by the next open, which brings the topic back.",
+)
 def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     """Delete the commit-log files older than fileReservedTime hours now, outside deleteWhen
     (RocketMQ's deleteExpiredCommitLog), in batches of deleteFileBatchMax, never the newest file;
