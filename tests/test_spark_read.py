@@ -403,3 +403,47 @@ def test_a_record_that_fails_its_checks_fails_the_read_or_is_skipped(spark, tmp_
         with pytest.raises(Exception, match=error):
             reader(spark, mode=mode).load(str(store)).count()
         assert reader(spark, mode=mode, failOnDataLoss="false").load(str(store)).count() == 399
+
+
+# -- option checks: queues the store lacks, file: URIs, misspelt keys -----------------------------------
+
+
+def test_queues_naming_a_queue_the_store_lacks_is_refused(spark, store, everything, tmp_path, caplog):  # noqa: F811
+    """As a typo'd topic in startingOffsets or topics: a batch read of the consume queues refuses
+    a ``queues`` entry the store does not have among the topics read (it read 0 rows), naming it
+    and what the store has; commitlog mode and a stream only warn (a stream reads the queue once it
+    is created)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rocketstore import Message, MessageStore
+    from rocketstore.spark.schema import spark_schema
+    from rocketstore.spark.stream import StreamReader
+
+    def rows(**options: str) -> list[dict]:
+        return spark_rows(reader(spark, **options).load(str(store)))
+
+    has = "it has: OrderTopic 0-3, TopicA 0-3, TopicB 0-3"
+    for options, named in (
+        ({"queues": '{"TopicZ": [1], "TopicA": [1]}'}, "TopicZ/1"),
+        ({"queues": "1,9"}, "queue id 9"),
+        ({"queues": '{"TopicA": [7]}'}, "TopicA/7"),
+        ({"queues": '{"TopicA": [1]}', "topics": "TopicB"}, r"TopicA/1: .*it has: TopicB 0-3\)"),
+    ):
+        with pytest.raises(Exception, match=rf"InvalidArgumentError: option queues names {named}") as info:
+            rows(**options)
+        if "topics" not in options:
+            assert has in str(info.value)
+    assert rows(queues='{"TopicA": [1]}') == [r for r in everything if (r["topic"], r["queueId"]) == ("TopicA", 1)]
+    assert rows(queues="9", mode="commitlog") == []  # a deleted queue's records may be in the log: warned
+    # a stream warns and reads the queue once it appears
+    small = make_store(tmp_path / "small", 6)
+    options = {**SMALL_OPTIONS, "path": str(small), "queues": '{"TopicA": [9]}', "startingOffsets": "earliest"}
+    stream = StreamReader(options, spark_schema())
+    with caplog.at_level("WARNING", logger="rocketstore.spark.stream"):
+        start = stream.initialOffset()
+    assert "option queues names TopicA/9" in caplog.text
+    assert start == {}
+    with MessageStore.open(small, small_config()) as live:
+        live.put(Message("TopicA", b"new queue"), queue_id=9).raise_for_status()
+        live.wait_for_dispatch()
+    assert stream.latestOffset(start, ReadAllAvailable()) == {"TopicA": {"9": 1}}

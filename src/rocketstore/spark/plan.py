@@ -201,26 +201,73 @@ def unmatched_topics(snap: Snapshot, selection: Selection) -> str | None:
 # -- offsets ------------------------------------------------------------------------------------
 
 
+def _held(snap: Snapshot, selection: Selection) -> str:
+    """The queues of the store's topics ``topics`` selects, as ``TopicA 0-3, TopicB 0,2``."""
+    held: dict[str, list[int]] = {}
+    for topic, queue_id in sorted(snap.table):
+        if selection.topic_ok(topic):
+            held.setdefault(topic, []).append(queue_id)
+    shown = []
+    for topic, ids in list(held.items())[:30]:
+        runs: list[list[int]] = []
+        for q in ids:
+            if runs and q == runs[-1][1] + 1:
+                runs[-1][1] = q
+            else:
+                runs.append([q, q])
+        shown.append(f"{topic} " + ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs))
+    text = ", ".join(shown) or "none"
+    return text + (f", ... ({len(held)} topics in all)" if len(held) > 30 else "")
+
+
+def missing_queues(snap: Snapshot, selection: Selection) -> str | None:
+    """What the ``queues`` option names that no queue of the store among the selected topics is:
+    ``TopicA/9`` of ``{"TopicA":[9]}`` (also a topic ``topics`` leaves out), or an id of ``0,9``
+    that none of the selected topics has. None when every one is there."""
+    keys = [key for key in snap.table if selection.topic_ok(key[0])]
+    if selection.queues_by_topic is not None:
+        present = set(keys)
+        named = sorted(f"{t}/{q}" for t, ids in selection.queues_by_topic.items() for q in ids if (t, q) not in present)
+        if named:
+            return f"option queues names {', '.join(named[:20])}" + (
+                f", ... ({len(named)} in all)" if len(named) > 20 else ""
+            )
+    if selection.queues is not None:
+        ids = sorted(selection.queues - {q for _, q in keys})
+        if ids:
+            return f"option queues names queue id {', '.join(map(str, ids[:20]))}, which no topic read has"
+    return None
+
+
 def unknown_queues(snap: Snapshot, opts: ReadOptions) -> str | None:
-    """What is wrong when ``startingOffsets``/``endingOffsets`` JSON names a queue that is not
-    among the read's (no such topic or queue in the store, or one ``topics``/``queues`` leave
-    out); None when every one is."""
+    """What is wrong when the ``queues`` option, or ``startingOffsets``/``endingOffsets`` JSON,
+    names a queue that is not among the read's (no such topic or queue in the store, or one
+    ``topics``/``queues`` leave out); None when every one is.
+
+    A batch read refuses it, a stream warns (a queue created later is read once it appears).
+    ``queues`` in commitlog mode is only warned about here: a deleted topic's records stay in the
+    log without its queues, as an unmatched ``topics`` is only warned about in that mode."""
     selected = {key for key in snap.table if opts.selection.topic_ok(key[0]) and opts.selection.queue_ok(*key)}
     problems = []
+    missing = missing_queues(snap, opts.selection)
+    if missing:
+        text = f"{missing}: the store has no such queue among the topics read (it has: {_held(snap, opts.selection)})"
+        if opts.mode == "commitlog":
+            log.warning("%s; commitlog mode reads the records of such a queue that are still in the log", text)
+        else:
+            problems.append(f"{text}; a typo'd topic or queue id would silently read nothing")
     for name, offsets in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
         if not isinstance(offsets, dict):
             continue
         unknown = sorted(f"{t}/{q}" for t, per in offsets.items() for q in per if (t, q) not in selected)
         if unknown:
-            problems.append(f"option {name} names {', '.join(unknown[:20])}")
-    if not problems:
-        return None
-    shown = sorted({t for t, _ in selected})
-    listed = ", ".join(shown[:30]) or "none"
-    return (
-        f"{'; '.join(problems)}: no such queue among those the read covers (the store's selected topics: "
-        f"{listed}); a typo'd topic would silently be read from earliest"
-    )
+            shown = sorted({t for t, _ in selected})
+            listed = ", ".join(shown[:30]) or "none"
+            problems.append(
+                f"option {name} names {', '.join(unknown[:20])}: no such queue among those the read covers (the "
+                f"store's selected topics: {listed}); a typo'd topic would silently be read from earliest"
+            )
+    return "; ".join(problems) or None
 
 
 def _offset(given: int, lo: int, hi: int) -> int:
