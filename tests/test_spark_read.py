@@ -447,3 +447,26 @@ def test_queues_naming_a_queue_the_store_lacks_is_refused(spark, store, everythi
         live.put(Message("TopicA", b"new queue"), queue_id=9).raise_for_status()
         live.wait_for_dispatch()
     assert stream.latestOffset(start, ReadAllAvailable()) == {"TopicA": {"9": 1}}
+
+
+def test_a_store_given_as_a_file_uri_is_read_and_written(spark, store, everything, tmp_path):  # noqa: F811
+    """``load``/``save`` take a local store as a ``file:`` URI too (it was taken for a relative
+    path: "no store at /cwd/file:/..."); a URI of another file system or host is refused clearly."""
+    for given in (f"file://{store}", f"file:{store}", f"file://localhost{store}"):
+        assert reader(spark).load(given).count() == len(everything), given
+    for given in ("hdfs://namenode/store", "s3a://bucket/store", "file://otherhost/store"):
+        with pytest.raises(Exception, match=r"InvalidArgumentError: .*local file system only"):
+            reader(spark).load(given).count()
+    written = tmp_path / "written"
+    df = spark.createDataFrame([("TopicW", b"via a file: URI")], "topic string, body binary")
+    df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(f"file://{written}")
+    assert [r["topic"] for r in log_rows(written, small_config())] == ["TopicW"]
+    with pytest.raises(Exception, match=r"InvalidArgumentError: .*local file system only"):
+        df.write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save("hdfs://namenode/store")
+    from rocketstore.errors import InvalidArgumentError
+    from rocketstore.spark.schema import local_path
+
+    assert local_path("relative/store") == "relative/store"
+    assert local_path("file:relative/store") == "relative/store"
+    with pytest.raises(InvalidArgumentError, match="local file system only"):
+        local_path("file://otherhost/store")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from rocketstore.config import StoreConfig, snake_case
-from rocketstore.errors import ConfigError
+from rocketstore.errors import ConfigError, InvalidArgumentError
 
 # (name, Spark type name, Arrow type) in schema order
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
@@ -138,7 +138,8 @@ def config_options(config: StoreConfig) -> dict[str, str]:
 
 
 def store_path(options: Mapping[str, str]) -> str:
-    """The store folder: ``load(PATH)``/``save(PATH)`` or the ``path`` option."""
+    """The store folder: ``load(PATH)``/``save(PATH)`` or the ``path`` option, a local path or a
+    ``file:`` URI (``file:/p``, ``file:///p``, ``file://localhost/p``); see ``local_path``."""
     import json
 
     path = option(options, "path")
@@ -151,4 +152,26 @@ def store_path(options: Mapping[str, str]) -> str:
             path = listed[0]
     if not path:
         raise ValueError("no store given: use load(STORE) / save(STORE) or .option('path', STORE)")
-    return str(path)
+    return local_path(str(path))
+
+
+def local_path(given: str) -> str:
+    """The local path of a store given as a path or a ``file:`` URI. A scheme is what precedes a
+    colon that comes before any slash, as Hadoop's Path reads it; no %-escape is decoded (Hadoop
+    decodes none either). Any other scheme (``hdfs:``, ``s3a:`` ...) is refused: the store is a
+    folder of memory-mapped files that the driver and every executor open themselves."""
+    colon, slash = given.find(":"), given.find("/")
+    if colon <= 0 or (slash != -1 and slash < colon):
+        return given
+    scheme, rest = given[:colon], given[colon + 1 :]
+    if scheme.lower() == "file":
+        if not rest.startswith("//"):
+            return rest or "."
+        authority, _, path = rest[2:].partition("/")
+        if authority.lower() in ("", "localhost"):
+            return "/" + path
+    raise InvalidArgumentError(
+        f"store {given!r}: rocketstore reads and writes stores on the local file system only (a local "
+        "disk, or a shared mount such as NFS at the same path on the driver and every executor): give a "
+        "path or a file: URI (file:///path), not a URI of another file system or host"
+    )
