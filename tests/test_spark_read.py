@@ -470,3 +470,44 @@ def test_a_store_given_as_a_file_uri_is_read_and_written(spark, store, everythin
     assert local_path("file:relative/store") == "relative/store"
     with pytest.raises(InvalidArgumentError, match="local file system only"):
         local_path("file://otherhost/store")
+
+
+def test_an_option_key_neither_the_source_s_nor_a_store_setting_is_warned_about(caplog):
+    """A misspelt key (``startingOffset``) was ignored without a word: it is still ignored, as
+    Kafka's source ignores unknown keys, but with a warning and the closest key. Keys arrive
+    lower-cased from Spark; Spark's own (path, paths, checkpointLocation, queryName), store
+    settings by either name, and the sink's options are not warned about. Timestamps win over
+    offsets (as in Kafka's source) with a warning that the offsets are not used."""
+    from rocketstore.spark.options import parse_options
+    from rocketstore.spark.schema import store_config
+
+    given = {
+        **{k.lower(): v for k, v in SMALL_OPTIONS.items()},
+        "path": "/stores/a",
+        "paths": '["/stores/a"]',
+        "checkpointlocation": "/ck",
+        "queryname": "q",
+        "flush_disk_type": "SYNC_FLUSH",
+        "startingoffset": '{"TopicA": {"0": 5}}',
+        "TOPICS": "TopicA",
+        "NoSuchThing": "1",
+    }
+    with caplog.at_level("WARNING", logger="rocketstore.spark"):
+        opts = parse_options(given)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2, warned
+    assert "option 'startingoffset' is neither" in warned[0] and "did you mean 'startingOffsets'?" in warned[0]
+    assert "option 'NoSuchThing' is neither" in warned[1] and "did you mean" not in warned[1]
+    assert opts.starting == "earliest" and opts.selection.names == {"TopicA"}
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rocketstore.spark"):
+        store_config({"lockwaitms": "5", "stagingdir": "/s", "sinkid": "s", "topic": "T", "config": ""})
+        assert not caplog.records
+        store_config({"stagingDirectory": "/s", "flushDiskTyp": "SYNC_FLUSH"})
+    warned = [r.getMessage() for r in caplog.records]
+    assert "did you mean 'stagingDir'?" in warned[0] and "did you mean 'flushDiskType'?" in warned[1]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rocketstore.spark"):
+        opts = parse_options({"path": "/s", "startingTimestamp": "1000", "startingOffsets": '{"TopicA": {"0": 5}}'})
+    assert opts.starting_ts == 1000
+    assert "option startingOffsets is not used: startingTimestamp takes precedence" in caplog.text

@@ -5,7 +5,11 @@ is a regular expression matched against whole topic names (commas inside its ``(
 ``{}`` do not separate entries: ``Topic[AB]{1,2}`` is one). ``topics`` that match no topic of the
 store refuse a batch read of the consume queues (as ``rocketstore spark export --topics`` does);
 a stream or a commit-log read warns. ``queues``: ``0,2`` for every topic or JSON
-``{"TopicA":[0,1]}``. Offsets are Kafka's: ``earliest``/``latest`` or JSON
+``{"TopicA":[0,1]}``; a queue the store does not have among the topics read (``{"TopicTst":[1]}``,
+or an id of ``0,9`` that none of them has) is refused in the same way: a batch read of the
+consume queues fails with InvalidArgumentError naming it and the queues the store has, a stream
+or a commit-log read warns (a stream reads the queue once it is created; the log may still hold a
+deleted queue's records). Offsets are Kafka's: ``earliest``/``latest`` or JSON
 ``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive. A
 batch read refuses a starting offset of latest (it would read nothing), and JSON naming a queue the
 read does not cover (a typo'd topic). A starting offset after the ending offset given for the same
@@ -14,6 +18,13 @@ queue from that offset once the queue gets there). ``maxPartitionBytes``, ``minP
 ``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers. Timestamps are epoch
 milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a fraction of a
 millisecond counts from the next one).
+
+Precedence, as in Kafka's source (whose ``getKafkaOffsetRangeLimit`` takes ``startingTimestamp``
+before ``startingOffsetsByTimestamp`` before ``startingOffsets``, and refuses none of them given
+together): ``startingTimestamp`` wins over ``startingOffsets`` and ``endingTimestamp`` over
+``endingOffsets``; the offsets given with them are still checked, and a warning says they are
+not used. Option keys compare case-insensitively (Spark lower-cases them); a key that is neither
+an option above nor a store setting is ignored with a warning (``schema.warn_unknown_options``).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +41,7 @@ from rocketstore.codec.ids import java_hash
 from rocketstore.config import StoreConfig
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
 
+log = logging.getLogger(__name__)
 EARLIEST, LATEST = -2, -1
 MODES = ("consumequeue", "commitlog")
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -299,6 +312,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
         )
     if mode == "commitlog" and streaming:
         raise ValueError("streaming reads use mode=consumequeue")
+    for ts_name, off_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
+        if (option(options, ts_name) or "").strip() and (option(options, off_name) or "").strip():
+            log.warning("option %s is not used: %s takes precedence (as in Kafka's source)", off_name, ts_name)
     opts = ReadOptions(
         path=store_path(options),
         config=store_config(options),

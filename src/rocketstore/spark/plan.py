@@ -235,7 +235,7 @@ def missing_queues(snap: Snapshot, selection: Selection) -> str | None:
     if selection.queues is not None:
         ids = sorted(selection.queues - {q for _, q in keys})
         if ids:
-            return f"option queues names queue id {', '.join(map(str, ids[:20]))}, which no topic read has"
+            return f"option queues names queue id{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids[:20]))}"
     return None
 
 

@@ -6,12 +6,16 @@ timestamps become Spark TIMESTAMPs, ``body`` is BINARY and ``properties`` a MAP.
 
 from __future__ import annotations
 
+import difflib
+import logging
 from collections.abc import Mapping
 
 import pyarrow as pa
 
 from rocketstore.config import StoreConfig, snake_case
 from rocketstore.errors import ConfigError, InvalidArgumentError
+
+log = logging.getLogger(__name__)
 
 # (name, Spark type name, Arrow type) in schema order
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
@@ -115,10 +119,41 @@ _LOWER_KEYS.update(
 )
 
 
+# the data source's own options: reads (options.py), writes (sink.py), both (config, topic)
+SOURCE_OPTIONS = (
+    *("mode", "topics", "topic", "queues", "tags", "startingOffsets", "endingOffsets", "startingTimestamp"),
+    *("endingTimestamp", "maxPartitionBytes", "minPartitions", "maxRecordsPerBatch", "maxOffsetsPerTrigger"),
+    *("failOnDataLoss", "pushFilters", "config", "lockWaitMs", "stagingDir", "sinkId"),
+)
+SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")  # Spark passes these itself
+
+
+def warn_unknown_options(options: Mapping[str, str]) -> list[str]:
+    """Log a warning for every option key that is neither the data source's nor a StoreConfig
+    key (by RocketMQ or snake_case name), with the closest known key when one is close: a
+    misspelt ``startingOffset`` would otherwise be ignored without a word. Keys compare
+    case-insensitively (Spark lower-cases them). Returns the unknown keys."""
+    known = {k.lower(): k for k in (*SOURCE_OPTIONS, *SPARK_OPTIONS)}
+    unknown = [key for key in options if key.lower() not in known and key.lower() not in _LOWER_KEYS]
+    if unknown:
+        names = {**{k: v for k, v in _LOWER_KEYS.items() if not k.startswith("maped")}, **known}
+        for key in unknown:
+            close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.75)
+            hint = f"; did you mean {names[close[0]]!r}?" if close else ""
+            log.warning(
+                "rocketstore: option %r is neither an option of the data source nor a store setting: it is ignored%s",
+                key,
+                hint,
+            )
+    return unknown
+
+
 def store_config(options: Mapping[str, str]) -> StoreConfig:
     """A StoreConfig from ``config`` (a broker.conf path) and every option that is a
     MessageStoreConfig key by its RocketMQ name (``mappedFileSizeCommitLog`` ...); options
-    that are not store keys are the source's own and are left alone."""
+    that are not store keys are the source's own and are left alone (an option that is neither
+    is warned about: ``warn_unknown_options``)."""
+    warn_unknown_options(options)
     path = option(options, "config")
     config = StoreConfig.from_properties(path) if path else StoreConfig()
     for key, value in options.items():
