@@ -405,9 +405,9 @@ def test_every_error_the_package_raises_on_purpose_is_in_rocketstore_errors() ->
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            if inspect.isclass(value) and issubclass(value, Exception) and value.__module__ == info.name:
-                if not name.startswith("_"):
-                    outside[f"{info.name}.{name}"] = value
+            is_error = inspect.isclass(value) and issubclass(value, Exception)
+            if is_error and value.__module__ == info.name and not name.startswith("_"):
+                outside[f"{info.name}.{name}"] = value
     assert outside == {}
     for value in vars(rocketstore.errors).values():
         if inspect.isclass(value) and issubclass(value, Exception):

@@ -172,9 +172,7 @@ class MessageStore:
             if not self.read_only:
                 self.allocator = SegmentAllocator(warm=config.warm_maped_file_enable)
             self.pool: TransientStorePool | None = None
-            self._dispatch_to_flushed = (
-                config.is_sync_flush and not config.read_un_committed
-            )  # fixed, as the flush service
+            self._sync_flush = config.is_sync_flush  # fixed at the open, as the flush service chosen
             if config.uses_transient_store_pool and not self.read_only:
                 self.pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
             self.commit_log = CommitLog(
@@ -246,7 +244,7 @@ class MessageStore:
             raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
 
     def _dispatch_end_offset(self) -> int:
-        if self._dispatch_to_flushed:
+        if self._sync_flush and not self.config.read_un_committed:
             return self.commit_log.flushed_where
         if self.pool is not None:  # readers see committed bytes only (spec 13.3): dispatch no further
             return self.commit_log.queue.committed_where
