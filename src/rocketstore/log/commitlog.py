@@ -369,10 +369,15 @@ class CommitLog:
             left = mapped.file_size - pos
             if not _reserved(mapped, 8):
                 return None
+            # a reused buffer holds old bytes: the file gets zeros, written before the marker fills
+            # the segment (the commit may then hand a full segment's buffer back to the pool)
+            buffer = mapped.write_buffer
+            if buffer is not None:
+                buffer[pos + 8 : mapped.file_size] = bytes(left - 8)
             mapped.append(rec.blank_record(left))
-            if mapped.write_buffer is not None:  # a reused buffer holds old bytes: the file gets zeros
-                mapped.write_buffer[pos + 8 : mapped.file_size] = bytes(left - 8)
             mapped.wrote_position = mapped.file_size
+            if buffer is None:  # written straight to the file: committed as far
+                mapped.committed_position = mapped.file_size
             mapped.store_timestamp = now
             self.handoff.append((None, 0, mapped.file_from_offset + pos, left, 0, now, 0, None, None, 0))
             mapped = self._roll_to_writable()
