@@ -178,7 +178,8 @@ def store_options(
             multiple=True,
             metavar="KEY=VALUE",
             callback=_parse_settings,
-            help="Any MessageStoreConfig key by its RocketMQ name, e.g. mappedFileSizeCommitLog=65536 (repeatable).",
+            help="Any MessageStoreConfig key by its RocketMQ (or snake_case) name, e.g. mappedFileSizeCommitLog=65536, "
+            "and the broker keys brokerIP1 and listenPort (the store host of records) (repeatable).",
         )
         @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
         @functools.wraps(func)

@@ -191,8 +191,9 @@ def export(
     Refused before Spark starts: an output folder that exists (without --overwrite) or overlaps
     the store, --begin not before --end, and --topics that match no topic of the store. When the
     time range selects no message the result is 0 messages (a folder holding only _SUCCESS). A
-    message whose record cannot be read is left out with a warning, and the exit status is 1, as
-    for ``rocketstore export``."""
+    message whose consume-queue unit points at no record that decodes is left out with a warning,
+    and the exit status is 1, as for ``rocketstore export``; CRCs are not checked (``rocketstore
+    verify`` does) and damage in the last segments is cut by recovery, as there."""
     _check_store(opts, writes=False)
     _check_export(opts, out, begin, end, topics, overwrite)
     from rocketstore.spark.jobs import export_parquet

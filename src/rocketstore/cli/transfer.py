@@ -106,8 +106,11 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     The store is opened read-only: nothing on disk changes, and a store that needs recovery is
     recovered in memory. The output is JSON lines with or without --json; --output may not be
     inside the store. A --topic that is no topic of the store is warned about; when none is,
-    the export is refused (exit status 2). A message that cannot be read (a damaged record) is
-    warned about and left out, the rest is exported, and the exit status is then 1. A progress
+    the export is refused (exit status 2). A message whose consume-queue unit points at no record
+    that decodes is warned about and left out, the rest is exported, and the exit status is then
+    1. No CRC is checked, as RocketMQ's pull checks none (rocketstore verify does): a body whose
+    CRC does not match is exported as stored, and damage in the last segments, which recovery
+    checks, cuts the log there (a 'commit log cut at N' warning; exit status 0). A progress
     bar (messages) is shown on a terminal only with --output. --output is written beside the file
     and renamed over it at the end: an interrupted or failed export leaves an earlier file as it was.
     """
