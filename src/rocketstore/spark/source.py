@@ -178,9 +178,10 @@ class PushdownBatchReader(BatchReader):
     storeTimestamp ranges, become the queues and offsets read (and exact row conditions in the
     tasks).
 
-    Opt-in because PySpark 4.3 keeps the read planned with pushed filters on the relation: a
-    later query of the *same* DataFrame without those filters reuses it and misses rows. Give
-    each filtered query its own ``load()``.
+    Opt-in because PySpark 4.3 keeps the read planned with pushed filters on the relation (the
+    data source instance every scan of it shares; later Spark scopes it to one scan): a later
+    query of the *same* DataFrame reuses it and misses rows, and so does each branch of a
+    self-union, which all get the last branch's read. Give each filtered query its own ``load()``.
     """
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
