@@ -140,6 +140,8 @@ def test_look_message_by_offset_first_last_and_end(make_store):
     assert store.look_message_by_offset(end) is None
     assert store.look_message_by_offset(end + 10_000) is None
     assert store.look_message_by_msg_id(results[5].msg_id).body == b"x" * 250
+    for size in (0, -5, -(2**31)):  # no record has that size: a negative one read the map from its end
+        assert store.look_message_by_offset(results[0].commit_log_offset, size) is None
 
 
 def test_body_over_max_message_size_is_illegal_and_moves_nothing(make_store, store_config):

@@ -513,8 +513,8 @@ class CommitLog:
         """Decode the record at ``offset`` (``lookMessageByOffset``); None past the end or on bad data."""
         if size is None:
             size = self.record_size_at(offset)
-            if size <= 0:
-                return None
+        if size <= 0:  # no record has that size (a negative one sliced the map from its end)
+            return None
         data = self.get_data(offset, size)
         if data is None:
             return None
