@@ -224,3 +224,15 @@ def test_schedule_units_of_an_earlier_delay_level_say_whether_a_level_still_serv
     assert has(report.notes, "consumequeue/SCHEDULE_TOPIC_XXXX/1: 3 units hold delivery times", says)
     other = "no level serves" if "delivered by" in says else "delivered by those times"
     assert not has(report.notes, other)
+
+
+@pytest.mark.parametrize(("total", "said"), [(0, "is below the smallest record's 91 bytes"), (50, "is below")])
+def test_a_totalsize_too_small_for_a_record_is_called_so(tmp_path: Path, total: int, said: str) -> None:
+    """It was said not to 'fit in the N bytes left in the file', which is what a too large one does."""
+    root = build_store(tmp_path / "store")
+    row = records(root)[3]
+    path, pos = segment(root, row["offset"])
+    patch(path, pos, struct.pack(">i", total))
+    report = verify_store(root, tiny())
+    assert has(report.problems, f"(offset {row['offset']}): TOTALSIZE {total} {said}"), report.problems
+    assert not has(report.problems, "bytes left in the file")

@@ -329,7 +329,9 @@ def _diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str
     total, magic = struct.unpack(">ii", head)
     if magic not in (rec.MESSAGE_MAGIC_CODE, rec.MESSAGE_MAGIC_CODE_V2):
         return f"bad magic code 0x{magic & 0xFFFFFFFF:08X} (TOTALSIZE {total})", 0, False
-    if total < 91 or total > room:
+    if total < 91:
+        return f"TOTALSIZE {total} is below the smallest record's 91 bytes", 0, False
+    if total > room:
         return f"TOTALSIZE {total} does not fit in the {room} bytes left in the file", 0, False
     raw = mapped.read(pos, total)
     try:
