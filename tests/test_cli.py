@@ -457,7 +457,8 @@ def test_inspect_json_of_the_crashed_store(tmp_path: Path) -> None:
         "confirmPhyOffset": 0,
     }
     assert info["recovery"]["abnormal"] is True and info["recovery"]["processOffset"] == 897285
-    assert info["dispatchLag"] == {"bytes": 0, "recordsDispatched": 1000}
+    # the queues were whole, but no index file was (newer than the checkpoint): the whole log
+    assert info["dispatchLag"] == {"bytes": 897285, "recordsDispatched": 1000}
     assert [f["indexCount"] for f in info["indexFiles"]] == [2243]  # rebuilt in memory (2242 keys)
     assert [f["name"] for f in info["configFiles"]] == ["delayOffset.json"]
 
@@ -1037,3 +1038,15 @@ def test_produce_shows_the_whole_msg_id_on_an_80_column_terminal(tmp_path: Path)
     shown = run_on_terminal("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", columns=80)
     msg_id = jsonl(run("query", root, *TINY_SETS, "--offset", 0, "--json").stdout)[0]["msgId"]
     assert msg_id.encode() in shown, shown.decode(errors="replace")
+
+
+def test_inspect_dispatch_lag_counts_what_the_index_lacked(small_store: Path) -> None:
+    """The lag was the consume queues' alone: an index missing its last records showed 0."""
+    index_files = sorted((small_store / "index").iterdir())
+    for path in index_files:
+        path.unlink()
+    (small_store / "abort").touch()
+    info = json.loads(run("inspect", small_store, *TINY_SETS, "--json").stdout)
+    assert info["dispatchLag"]["bytes"] == info["commitLog"]["maxOffset"] - info["commitLog"]["minOffset"] > 0
+    off = json.loads(run("inspect", small_store, *TINY_SETS, "--set", "messageIndexEnable=false", "--json").stdout)
+    assert off["dispatchLag"]["bytes"] == 0  # nothing new is indexed then: the queues alone count

@@ -43,9 +43,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         queues.append(
             {"topic": topic, "queueId": queue_id, "minOffset": low, "maxOffset": high, "messages": max(0, high - low)}
         )
-    lag = 0
-    if recovery is not None:
-        lag = max(0, recovery.process_offset - max(recovery.consume_queue_end, 0))
+    lag = 0 if recovery is None else _dispatch_lag(store, recovery)
     index_files = []
     for index in store.index.files:
         index_files.append({"name": index.file_name, "onDisk": os.path.exists(index.path), **index.header_dict()})
@@ -79,6 +77,18 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "disk": store.disk_report(),
         "schedule": store.schedule_report(),
     }
+
+
+def _dispatch_lag(store: MessageStore, recovery: Any) -> int:
+    """Log bytes the consume queues or the index lacked before recovery: from the end of what
+    both held (the index's last record counted whole) to where the log ends."""
+    start = max(recovery.consume_queue_end, store.min_phy_offset)
+    if store.index is not None and store.config.message_index_enable:  # else new records are not indexed
+        indexed = recovery.index_end
+        if indexed >= 0:
+            indexed += max(0, store.commit_log.record_size_at(indexed))
+        start = min(start, max(indexed, store.min_phy_offset))
+    return max(0, recovery.process_offset - start)
 
 
 def _last_exit(info: dict[str, Any]) -> str:
