@@ -511,3 +511,15 @@ def test_an_option_key_neither_the_source_s_nor_a_store_setting_is_warned_about(
         opts = parse_options({"path": "/s", "startingTimestamp": "1000", "startingOffsets": '{"TopicA": {"0": 5}}'})
     assert opts.starting_ts == 1000
     assert "option startingOffsets is not used: startingTimestamp takes precedence" in caplog.text
+
+
+def test_every_option_the_source_reads_is_a_known_option():
+    """``warn_unknown_options`` keeps its own list of the source's options: an option read by name
+    anywhere in the Spark package and missing there would be warned about as unknown."""
+    from rocketstore.spark.schema import SOURCE_OPTIONS, SPARK_OPTIONS
+
+    package = Path(__file__).resolve().parents[1] / "src" / "rocketstore" / "spark"
+    pattern = re.compile(r"\b(?:flag_option|int_option|option|_positive)\([a-z_.]+, \"([A-Za-z]+)\"")
+    read = {name for path in package.glob("*.py") for name in pattern.findall(path.read_text())}
+    assert {"maxPartitionBytes", "startingOffsets", "lockWaitMs"} <= read
+    assert read - set(SOURCE_OPTIONS) - set(SPARK_OPTIONS) == set()
