@@ -352,6 +352,8 @@ def test_uniq_key_generator_format():
     assert len(set(keys)) == 3
     counters = [int(k[-4:], 16) for k in keys]
     assert counters[1] == (counters[0] + 1) & 0xFFFF
+    # the pid as Java's (short) cast writes it: its low 16 bits (the high one was dropped)
+    assert UniqKeyGenerator(bytes.fromhex("7F000001"), pid=0x1F123).next(now).startswith("7F000001F123")
     # the time part: milliseconds since the start of the month (local time)
     t = time.localtime(now / 1000)
     month_start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)

@@ -213,7 +213,7 @@ class UniqKeyGenerator:
     def __init__(self, ip: bytes = b"\x7f\x00\x00\x01", pid: int | None = None) -> None:
         pid = os.getpid() if pid is None else pid
         seed = int.from_bytes(os.urandom(4), "big", signed=True)
-        self._prefix = (ip + struct.pack(">hi", pid & 0x7FFF, seed)).hex().upper()
+        self._prefix = (ip + struct.pack(">Hi", pid & 0xFFFF, seed)).hex().upper()  # Java's (short) pid
         self._counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
         self._month_start = 0
         self._next_month = 0
