@@ -248,7 +248,9 @@ class ScheduleMessageService(Service):
         return now + DELAY_FOR_A_WHILE_MS
 
     def _set_offset(self, level: int, offset: int) -> None:
-        if self.offsets.get(level) != offset:
+        """Record a level's next offset; a level first met holding a message not yet due gets its
+        entry too (RocketMQ's updateOffset when the countdown is not over)."""
+        if level not in self.offsets.offset_table or self.offsets.get(level) != offset:
             self.offsets.set(level, offset)
             self._dirty = True
 
