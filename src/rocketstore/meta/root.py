@@ -12,6 +12,7 @@ import os
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError, StoreNotFoundError
+from rocketstore.files.syscalls import fsync_dir
 
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
 FILE_ENTRIES = ("checkpoint", "abort", "lock")
@@ -75,9 +76,12 @@ def check_entries(root: str, config: StoreConfig) -> None:
 
 
 def write_abort(root: str) -> None:
-    """The marker of a store in use: left behind by a crash, it makes the next open recover."""
+    """The marker of a store in use: left behind by a crash, it makes the next open recover. Its
+    name is made durable too (the folder synced): a power cut must not take the marker and leave
+    the data written after it, which only a crash recovery checks."""
     with open(os.path.join(root, "abort"), "wb") as f:
         os.fsync(f.fileno())
+    fsync_dir(root)
 
 
 def remove_abort(root: str) -> None:
