@@ -495,22 +495,65 @@ def test_topics_533_file_read_by_498_manager(tmp_path) -> None:
     assert mgr.data_version["counter"] == 3 and mgr.data_version["stateVersion"] == 0
 
 
-def test_consumer_offset_533_file_written_back_as_498(tmp_path) -> None:
+def test_consumer_offset_533_file_keeps_its_top_level_fields(tmp_path) -> None:
+    """A 5.x file is written back with its dataVersion and other fields as read; its groupTopicMap
+    also gets the groups and topics of new offsets (it stays what the offset table says)."""
     path = tmp_path / "consumerOffset.json"
     _write(path, CONSUMER_OFFSET_533)
     mgr = ConsumerOffsetManager(path)
     assert mgr.load() is True
     assert mgr.query(GROUP, "TopicTest", 0) == 250
-    assert mgr.encode() == CONSUMER_OFFSET_498
+    assert mgr.encode() == CONSUMER_OFFSET_533
+    mgr.persist()
+    assert _read(path) == CONSUMER_OFFSET_533
+    mgr.commit(GROUP, "TopicTest", 0, 251)
+    mgr.commit("g2", "T2", 0, 1)
+    mgr.commit(GROUP, "T3", 0, 1)
+    mgr.persist()
+    written = fastjson.loads(_read(path))
+    assert written["dataVersion"] == {"counter": 0, "stateVersion": 0, "timestamp": TS}
+    assert written["groupTopicMap"] == {GROUP: ["TopicTest", "T3"], "g2": ["T2"]}
+    assert written["offsetTable"][f"TopicTest@{GROUP}"] == {0: 251, 1: 248}
+    assert list(written) == ["dataVersion", "groupTopicMap", "offsetTable"]
 
 
-def test_delay_offset_533_file_written_back_as_498(tmp_path) -> None:
+def test_consumer_offset_unknown_top_level_fields_are_kept_sorted(tmp_path) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _write(path, '{"pullOffsetTable":{},"offsetTable":{"T@g":{0:1}},"lmqOffsetTable":{"%LMQ%x@g":{0:2}}}')
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.encode() == (
+        '{\n\t"lmqOffsetTable":{\n\t\t"%LMQ%x@g":{0:2\n\t\t}\n\t},\n'
+        '\t"offsetTable":{\n\t\t"T@g":{0:1\n\t\t}\n\t},\n\t"pullOffsetTable":{}\n}'
+    )
+    assert "groupTopicMap" not in mgr.encode()  # not added to a file that had none
+
+
+@pytest.mark.parametrize(
+    "text", ['{"dataVersion":[],"offsetTable":{}}', '{"groupTopicMap":{"g":"T"},"offsetTable":{}}']
+)
+def test_consumer_offset_bad_top_level_fields_are_undecodable(tmp_path, text: str) -> None:
+    path = tmp_path / "consumerOffset.json"
+    _write(path, text)
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is False and mgr.load_problem is not None
+
+
+def test_delay_offset_533_file_keeps_its_data_version(tmp_path) -> None:
     path = tmp_path / "delayOffset.json"
     _write(path, DELAY_OFFSET_533)
     mgr = DelayOffsetManager(path)
     assert mgr.load() is True
     assert mgr.offset_table == {1: 5, 3: 12}
-    assert mgr.encode() == DELAY_OFFSET_498
+    assert mgr.encode() == DELAY_OFFSET_533
+    mgr.set(2, 7)
+    mgr.persist()
+    written = fastjson.loads(_read(path))
+    assert written == {
+        "dataVersion": {"counter": 0, "stateVersion": 0, "timestamp": TS},
+        "offsetTable": {1: 5, 2: 7, 3: 12},
+    }
+    assert _read(str(path) + ".bak") == DELAY_OFFSET_533
 
 
 def test_quoted_queue_ids_are_read_as_ints(tmp_path) -> None:
@@ -702,6 +745,37 @@ def test_a_damaged_file_never_replaces_a_good_backup(tmp_path) -> None:
     write_json_file(path, '{"v":3}')
     assert _read(path) == '{"v":3}'
     assert _read(str(path) + ".bak") == '{"v":1}'
+
+
+def test_a_main_file_of_the_wrong_shape_never_replaces_a_good_backup(tmp_path) -> None:
+    """Valid JSON that the manager's decoder refuses (the store loaded the backup) is damage too:
+    it is kept aside, and the good backup stays as it was (bak_overwrite.sh of the review)."""
+    path = tmp_path / "consumerOffset.json"
+    _write(path, '{"offsetTable":{"T@g":{0:"x"}}}')
+    _write(str(path) + ".bak", '{"offsetTable":{"T@g":{0:7}}}')
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is True and mgr.query("g", "T", 0) == 7 and mgr.load_problem is not None
+    mgr.commit("g2", "T", 0, 1)
+    mgr.persist()
+    assert _read(str(path) + ".bak") == '{"offsetTable":{"T@g":{0:7}}}'
+    (aside,) = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    assert _read(aside) == '{"offsetTable":{"T@g":{0:"x"}}}'
+    mgr.persist()  # now the main file is good: it becomes the backup
+    assert _read(str(path) + ".bak") == _read(path)
+
+
+def test_write_json_file_checks_the_previous_content_with_convert(tmp_path) -> None:
+    path = tmp_path / "x.json"
+    write_json_file(path, '{"v":1}')
+    write_json_file(path, '{"w":2}')
+
+    def convert(obj: dict) -> int:
+        return int(obj["v"])
+
+    write_json_file(path, '{"v":3}', convert)  # {"w":2} has no "v": kept aside, not the backup
+    assert _read(str(path) + ".bak") == '{"v":1}'
+    write_json_file(path, '{"v":4}', convert)
+    assert _read(str(path) + ".bak") == '{"v":3}'
 
 
 def test_bak_fallback_when_main_is_corrupt(tmp_path) -> None:

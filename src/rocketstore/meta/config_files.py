@@ -124,6 +124,15 @@ def _decode_int_map(value: Any, what: str) -> dict[int, int]:
     return {_as_int(k, f"{what} key"): _as_int(v, f"{what} value") for k, v in table.items()}
 
 
+def _decode_extra(obj: dict[Any, Any]) -> dict[Any, Any]:
+    """The top-level fields of an offset file besides ``offsetTable``, kept as read (a
+    ``dataVersion`` must still be one)."""
+    extra = {key: value for key, value in obj.items() if key != "offsetTable"}
+    if "dataVersion" in extra:
+        _decode_data_version(extra["dataVersion"])
+    return extra
+
+
 class ConfigFile(abc.ABC):
     """Shared load/persist plumbing (``ConfigManager``); each file's manager supplies the codec."""
 
@@ -170,7 +179,7 @@ class ConfigFile(abc.ABC):
         with self._persist_lock:
             with self._lock:
                 text = self.encode()
-            write_json_file(self.path, text)
+            write_json_file(self.path, text, self._decode)
             self._written = text
 
     def persist_if_changed(self) -> bool:
@@ -308,29 +317,52 @@ class TopicConfigManager(ConfigFile):
 class ConsumerOffsetManager(ConfigFile):
     """``consumerOffset.json``: ``offset_table["topic@group"][queue_id] = next offset to consume``.
 
-    Written in the 4.9.8 form ``{"offsetTable":{...}}`` (queue ids ascending, bare integer keys);
-    5.x files (``dataVersion``, ``groupTopicMap``) are read, their extra fields dropped.
+    Written in the 4.9.8 form ``{"offsetTable":{...}}`` (queue ids ascending, bare integer keys).
+    Other top-level fields of a 5.x file (``dataVersion``, ``groupTopicMap``, ``lmqOffsetTable``,
+    ...) are written back as read, except ``groupTopicMap`` (group -> topics), which also gets
+    every group and topic of the offset table so that it stays consistent with it.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
         super().__init__(path, writable=writable)
         self.offset_table: dict[str, dict[int, int]] = {}
+        self._extra: dict[str, Any] = {}
 
     def _reset(self) -> None:
         self.offset_table = {}
+        self._extra = {}
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table = _as_dict(obj.get("offsetTable"), "offsetTable")
-        return {str(key): _decode_int_map(value, f"offsetTable[{key}]") for key, value in table.items()}
+        offsets = {str(key): _decode_int_map(value, f"offsetTable[{key}]") for key, value in table.items()}
+        extra = _decode_extra(obj)
+        group_topics = _as_dict(extra.get("groupTopicMap"), "groupTopicMap")
+        if any(not isinstance(topics, list) for topics in group_topics.values()):
+            raise ValueError("groupTopicMap values are not JSON arrays")
+        return offsets, extra
 
     def _apply(self, state: Any) -> None:
-        self.offset_table = state
+        self.offset_table, self._extra = state
 
     def encode(self) -> str:
-        """consumerOffset.json text, 4.9.8 form."""
+        """consumerOffset.json text, 4.9.8 form (with the top-level fields a 5.x file had)."""
         with self._lock:
-            table = {key: dict(sorted(queues.items())) for key, queues in self.offset_table.items()}
-            return fastjson.dumps({"offsetTable": table})
+            top: dict[str, Any] = dict(self._extra)
+            if "groupTopicMap" in top:
+                top["groupTopicMap"] = self._group_topic_map(top["groupTopicMap"])
+            top["offsetTable"] = {key: dict(sorted(queues.items())) for key, queues in self.offset_table.items()}
+            return fastjson.dumps(_sorted_bean(top))
+
+    def _group_topic_map(self, read: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """The ``groupTopicMap`` read, with every group and topic of the offset table added."""
+        out = {group: list(topics) for group, topics in read.items()}
+        for key in self.offset_table:
+            parts = key.split(TOPIC_GROUP_SEPARATOR)
+            if len(parts) == 2:
+                topics = out.setdefault(parts[1], [])
+                if parts[0] not in topics:
+                    topics.append(parts[0])
+        return out
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes from ``topic``/``queue_id``."""
@@ -369,27 +401,31 @@ class ConsumerOffsetManager(ConfigFile):
 class DelayOffsetManager(ConfigFile):
     """``delayOffset.json``: delay level -> next consume-queue offset of ``SCHEDULE_TOPIC_XXXX``.
 
-    Written in the 4.9.8 form ``{"offsetTable":{1:5,3:12\\n\\t}}`` (levels ascending); a 5.x
-    ``dataVersion`` is read and dropped.
+    Written in the 4.9.8 form ``{"offsetTable":{1:5,3:12\\n\\t}}`` (levels ascending); other
+    top-level fields (a 5.x ``dataVersion``) are written back as read.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
         super().__init__(path, writable=writable)
         self.offset_table: dict[int, int] = {}
+        self._extra: dict[str, Any] = {}
 
     def _reset(self) -> None:
         self.offset_table = {}
+        self._extra = {}
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
-        return _decode_int_map(obj.get("offsetTable"), "offsetTable")
+        return _decode_int_map(obj.get("offsetTable"), "offsetTable"), _decode_extra(obj)
 
     def _apply(self, state: Any) -> None:
-        self.offset_table = state
+        self.offset_table, self._extra = state
 
     def encode(self) -> str:
-        """delayOffset.json text, 4.9.8 form."""
+        """delayOffset.json text, 4.9.8 form (with the top-level fields a 5.x file had)."""
         with self._lock:
-            return fastjson.dumps({"offsetTable": dict(sorted(self.offset_table.items()))})
+            top: dict[str, Any] = dict(self._extra)
+            top["offsetTable"] = dict(sorted(self.offset_table.items()))
+            return fastjson.dumps(_sorted_bean(top))
 
     def get(self, level: int) -> int:
         """Next offset of ``level``; 0 if unknown (ScheduleMessageService starts there)."""

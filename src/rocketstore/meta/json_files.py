@@ -64,9 +64,9 @@ def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, A
         raise _Undecodable(f"unexpected content: {exc}") from exc
 
 
-def _readable_config(path: str) -> bool:
+def _readable_config(path: str, convert: Callable[[Any], Any] | None) -> bool:
     try:
-        _read_config(path, None)
+        _read_config(path, convert)
     except _Undecodable:
         return False
     return True
@@ -121,11 +121,12 @@ def _write_synced(path: str, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_json_file(path: str | os.PathLike[str], text: str) -> None:
+def write_json_file(path: str | os.PathLike[str], text: str, convert: Callable[[Any], Any] | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
 
     ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any, and if it
-    reads as a config file: a damaged one must not replace a good backup) is copied to
+    reads as a config file: a damaged one must not replace a good backup; ``convert``, the
+    decoder the file is loaded with, also checks its shape, as :func:`load_json_file` does) is copied to
     ``path + ".bak"`` and fsynced (content that does not read as one is kept as
     ``path + ".corrupt-<time>"`` instead, so that no text is lost unseen); then ``.tmp`` replaces
     ``path`` atomically and the directory is fsynced. The parent directory is created when missing.
@@ -141,7 +142,7 @@ def write_json_file(path: str | os.PathLike[str], text: str) -> None:
     except FileNotFoundError:
         previous = None
     if previous is not None:
-        if _readable_config(path):
+        if _readable_config(path, convert):
             _write_synced(path + ".bak", previous)
         else:
             _keep_aside(path, previous)
