@@ -25,6 +25,8 @@ def _other_value(name: str, value: object) -> object:
         return "10.0.0.7"
     if name == "messageDelayLevel":
         return "1s 2s"
+    if name == "deleteWhen":
+        return "03;15"
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
@@ -211,10 +213,44 @@ def test_config_error_is_a_value_error():
 
 
 def test_old_spellings_are_accepted():
-    config = StoreConfig(mapedFileSizeCommitLog=4096, mapedFileSizeConsumeQueue=200, haSlaveFallbehindMax=5)
-    assert config.mappedFileSizeCommitLog == 4096
-    assert config.mapped_file_size_consume_queue == 200
+    config = StoreConfig(haSlaveFallbehindMax=5)  # 4.x MessageStoreConfig's name
     assert config.haMaxGapNotInSync == 5
+
+
+OLD_TEMPLATE = """\
+brokerName=broker-a
+mappedFileSizeCommitLog=65536
+mappedFileSizeConsumeQueue=2000
+# left over from a 4.3 template: RocketMQ >= 4.5 has no such keys (apache/rocketmq#1560)
+mapedFileSizeConsumeQueue=300000
+mapedFileSizeCommitLog=131072
+"""
+
+
+def test_pre_45_maped_keys_are_ignored_with_a_warning(tmp_path):
+    """RocketMQ 4.5+ ignores mapedFileSize*: the operator's mappedFileSize* values hold, and
+    each ignored key is named with the key to use instead."""
+    path = tmp_path / "broker.conf"
+    path.write_text(OLD_TEMPLATE, encoding="utf-8")
+    warnings: list[str] = []
+    config = StoreConfig.from_properties(path, warn=warnings.append)
+    assert config.mappedFileSizeConsumeQueue == 2000 and config.mappedFileSizeCommitLog == 65536
+    assert len(warnings) == 2
+    assert "mapedFileSizeConsumeQueue" in warnings[0] and "set mappedFileSizeConsumeQueue instead" in warnings[0]
+    assert "mapedFileSizeCommitLog" in warnings[1] and "set mappedFileSizeCommitLog instead" in warnings[1]
+    path.write_text("mapedFileSizeCommitLog=65536\n", encoding="utf-8")
+    assert StoreConfig.from_properties(path, warn=warnings.append).changed() == {}  # the default stays
+    with pytest.raises(ConfigError, match="set mappedFileSizeCommitLog instead"):
+        StoreConfig.from_properties(path, strict=True)
+
+
+@pytest.mark.parametrize("name", ["mapedFileSizeCommitLog", "mapedFileSizeConsumeQueue"])
+def test_pre_45_maped_keys_are_refused_by_name(name):
+    """In code (and ``--set``) an old name is an error naming the key to use, not a silent no-op."""
+    with pytest.raises(ConfigError, match=f"set {name.replace('maped', 'mapped')} instead"):
+        StoreConfig(**{name: 4096})
+    with pytest.raises(ConfigError, match="instead"):
+        StoreConfig().set(name, "4096")
 
 
 @pytest.mark.parametrize(("size", "rounded"), [(200, 200), (2000, 2000), (2001, 2020), (1, 20), (19, 20), (21, 40)])
@@ -342,9 +378,13 @@ def test_store_open_takes_settings_and_sets_the_root(tmp_path):
 BAD_HOST_OR_DELAY = [
     {"listenPort": 99999},
     {"listenPort": -1},
-    {"brokerIP1": "not-an-ip"},
+    {"brokerIP1": "not an ip"},
     {"brokerIP1": "10.0.0.256"},
-    {"brokerIP1": "[fd00::a]"},
+    {"brokerIP1": "1.2.3.4.5"},
+    {"brokerIP1": "0x7f.1"},  # the C resolver's hex; Java looks it up as a name
+    {"brokerIP1": "[fd00::g]"},
+    {"brokerIP1": "[fd00::a"},
+    {"deleteWhen": "4am"},
     {"messageDelayLevel": "1s 5x"},
     {"messageDelayLevel": " "},
 ]
@@ -382,6 +422,7 @@ def test_a_bad_store_host_or_delay_table_changes_nothing_on_open(tmp_path, store
 
 def test_good_store_hosts_and_delay_tables():
     assert StoreConfig(brokerIP1="fd00::a", listenPort=0).store_host == "[fd00::a]:0"
+    assert StoreConfig(brokerIP1="[fd00::a]", listenPort=1).store_host == "[fd00::a]:1"
     assert StoreConfig(brokerIP1="10.0.0.1", listenPort="65535").store_host == "10.0.0.1:65535"
     assert StoreConfig(brokerIP1="").brokerIP1 == ""  # unset: the host's own address
     assert StoreConfig(messageDelayLevel="1s 2m 3h 4d").messageDelayLevel == "1s 2m 3h 4d"
@@ -585,3 +626,130 @@ def test_trailing_whitespace_kept_by_the_parser_is_stripped_from_values(tmp_path
     path.write_text("flushDiskType=SYNC_FLUSH  \nmaxMessageSize=1024\t\ncheckCRCOnRecover=false \n", encoding="utf-8")
     config = StoreConfig.from_properties(path)
     assert (config.flushDiskType, config.maxMessageSize, config.checkCRCOnRecover) == ("SYNC_FLUSH", 1024, False)
+
+
+# -- brokerIP1: an IP literal as Java reads it, or a host name looked up only for the store host ----
+@pytest.fixture
+def lookups(monkeypatch):
+    """socket.getaddrinfo answering for a few names only, recording what was looked up."""
+    import socket
+
+    asked: list[str] = []
+    table = {
+        "broker-a.example": [(socket.AF_INET6, "fd00::7"), (socket.AF_INET, "10.9.8.7")],
+        "v6only.example": [(socket.AF_INET6, "fd00::8")],
+    }
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        asked.append(host)
+        if host not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(fam, socket.SOCK_STREAM, 6, "", (addr, 0)) for fam, addr in table[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return asked
+
+
+@pytest.mark.parametrize(
+    ("ip", "host"),
+    [
+        ("010.0.0.1", "10.0.0.1:10911"),  # Java: decimal, not octal
+        ("1.2.3", "1.2.0.3:10911"),  # Java: the last part fills the bytes left
+        ("167772161", "10.0.0.1:10911"),
+        ("::ffff:10.0.0.1", "10.0.0.1:10911"),
+        ("[FD00:0:0:0:0:0:0:A]", "[fd00::a]:10911"),
+        ("broker-a.example", "10.9.8.7:10911"),  # IPv4 first, as Java's InetAddress.getByName
+        ("v6only.example", "[fd00::8]:10911"),
+    ],
+)
+def test_broker_ip1_literals_and_host_names(lookups, ip, host):
+    config = StoreConfig(brokerIP1=ip)
+    assert config.brokerIP1 == ip
+    assert config.store_host == host
+
+
+def test_a_broker_ip1_host_name_is_not_looked_up_until_the_store_host_is_needed(lookups, tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("brokerIP1=nowhere.invalid\n", encoding="utf-8")
+    config = StoreConfig.from_properties(path)
+    assert config.brokerIP1 == "nowhere.invalid" and config.copy() == config
+    assert lookups == []
+    with pytest.raises(ConfigError, match=r"brokerIP1 'nowhere\.invalid'.*does not resolve"):
+        _ = config.store_host
+    assert StoreConfig(brokerIP1="localhost").brokerIP1 == "localhost"
+
+
+def test_a_broker_ip1_that_does_not_resolve_refuses_a_writable_open(lookups, tmp_path, store_config):
+    root = tmp_path / "s"
+    with MessageStore.open(root, store_config) as store:
+        assert store.put(Message("T", b"x")).ok
+    before = tree_hashes(root)
+    with pytest.raises(ConfigError, match=r"nowhere\.invalid"):
+        MessageStore.open(root, store_config, brokerIP1="nowhere.invalid")
+    assert not (root / "abort").exists()
+    assert tree_hashes(root) == before
+    with MessageStore.open(root, store_config, brokerIP1="broker-a.example") as store:
+        result = store.put(Message("T", b"y"))
+        assert result.ok
+        assert store.look_message_by_offset(result.commit_log_offset).store_host == "10.9.8.7:10911"
+
+
+# -- numbers as Java parses them (MixAll.properties2Object: parseInt/parseDouble of the trimmed text)
+@pytest.mark.parametrize("text", ["1_024", "0x100", "1024L", "1 024", "1e3", "+", "-", "\u00a0"])
+def test_an_integer_is_what_integer_parse_int_reads(text):
+    with pytest.raises(ConfigError, match="maxMessageSize must be an integer"):
+        StoreConfig(maxMessageSize=text)
+
+
+@pytest.mark.parametrize(("text", "value"), [("+1024", 1024), ("\t77 ", 77), ("0100", 100), ("\u0661\u0662", 12)])
+def test_integers_java_reads(text, value):
+    assert StoreConfig(maxMessageSize=text).maxMessageSize == value
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        *[("0.5", 0.5), ("0.5d", 0.5), ("0.25F", 0.25), ("1e-1", 0.1), (".5", 0.5), ("5.", 5.0), ("+.5", 0.5)],
+        *[("0x1p-1", 0.5), ("0x.8P0d", 0.5), (" 0.5 ", 0.5), ("1", 1.0), (0.75, 0.75), (1, 1.0)],
+    ],
+)
+def test_doubles_java_reads(text, value):
+    config = StoreConfig(logicalDiskSpaceCleanForciblyThreshold=text)
+    assert config.logicalDiskSpaceCleanForciblyThreshold == value
+    assert type(config.logicalDiskSpaceCleanForciblyThreshold) is float
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        *["1_0", "nan", "inf", "0x10", "0.5dd", "1,5", "0.5L", "e3", ".", "", "\u0661"],
+        *["NaN", "Infinity", "-Infinity", "1e999", float("nan"), float("inf"), True],
+    ],
+)
+def test_doubles_java_refuses_or_that_mean_nothing(value):
+    with pytest.raises(ConfigError, match="logicalDiskSpaceCleanForciblyThreshold must be a"):
+        StoreConfig(logicalDiskSpaceCleanForciblyThreshold=value)
+
+
+# -- deleteWhen: hours 0..23 separated by ";" (UtilAll.isItTimeToDo) --------------------------------
+@pytest.mark.parametrize(
+    ("text", "hours"), [("04", {4}), ("04;05", {4, 5}), ("4", {4}), ("0;23", {0, 23}), ("04;", {4})]
+)
+def test_delete_when_hours(text, hours):
+    from rocketstore.services.clean import delete_hours
+
+    config = StoreConfig(deleteWhen=text)
+    assert config.deleteWhen == text
+    assert delete_hours(config) == hours
+
+
+@pytest.mark.parametrize("text", ["04,05", "4am", "04 # 4 am", "", " ", "24", "-1", "04; 05", ";04", "04;;05", "4.0"])
+def test_a_delete_when_rocketmq_cannot_read_is_refused(tmp_path, text):
+    """RocketMQ's Integer.parseInt throws on such a value at every check (or never matches an
+    hour): files would never be deleted by time, without a word. Refused when the key is set."""
+    with pytest.raises(ConfigError, match="deleteWhen"):
+        StoreConfig(deleteWhen=text)
+    path = tmp_path / "broker.conf"
+    path.write_text(f"deleteWhen={text}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="deleteWhen"):
+        StoreConfig.from_properties(path)

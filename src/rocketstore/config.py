@@ -18,14 +18,21 @@ import difflib
 import logging
 import os
 import re
-import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from rocketstore.broker_conf import BROKER_KEYS, JAVA_LONG_KEYS, parse_properties
-from rocketstore.codec.hosts import parse_host
-from rocketstore.errors import ConfigError, InvalidMessageError
+from rocketstore.config_values import (
+    check_broker_ip,
+    delay_level_millis,
+    delete_hours,
+    finite_double,
+    java_int,
+    local_address,
+    resolve_broker_ip,
+)
+from rocketstore.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -248,11 +255,16 @@ _KEYS: tuple[tuple[str, Any], ...] = (
     ("brokerId", 0),
 )
 
-# Older spellings RocketMQ used for the same keys.
+# Older spellings RocketMQ still reads for the same keys (4.x MessageStoreConfig's setter).
 _ALIASES = {
+    "haSlaveFallbehindMax": "haMaxGapNotInSync",
+}
+
+# Pre-4.5 spellings RocketMQ 4.5 and later have no setter for and so ignore (apache/rocketmq#1560):
+# a broker.conf template still carrying them must not change the file sizes. Ignored with a warning.
+OBSOLETE_KEYS = {
     "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
     "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
-    "haSlaveFallbehindMax": "haMaxGapNotInSync",
 }
 
 _ENUMS = {"flushDiskType": FLUSH_DISK_TYPES, "brokerRole": BROKER_ROLES}
@@ -311,7 +323,7 @@ _CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
 _BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
 _BY_ANY_NAME.update({old: snake_case(new) for old, new in _ALIASES.items()})
 _ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
-_FOLDED = {name.lower(): name for name in (*_CAMEL.values(), *_ALIASES)}
+_FOLDED = {name.lower(): name for name in (*_CAMEL.values(), *_ALIASES, *OBSOLETE_KEYS)}
 _LONG_SNAKE = frozenset(snake_case(k) for k in JAVA_LONG_KEYS)
 _RANGE_SNAKE = {snake_case(k): v for k, v in _RANGES.items()}
 _MINIMUM_SNAKE = {snake_case(k): v for k, v in _MINIMUM.items()}
@@ -333,10 +345,12 @@ def _coerce(snake: str, value: Any) -> Any:
     if kind is int:
         if isinstance(value, bool):
             raise ConfigError(f"{name} must be an integer, not {value!r}")
-        try:
-            number = int(str(value).strip()) if isinstance(value, str) else int(value)
+        try:  # a string as Java's Integer.parseInt reads it: no 1_024, 0x100 or 1024L
+            number = java_int(value) if isinstance(value, str) else int(value)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{name} must be an integer, not {value!r}") from None
+            number = None
+        if number is None:
+            raise ConfigError(f"{name} must be an integer, not {value!r}")
         if not isinstance(value, str) and number != value:  # 0.5 hours is not 0 hours
             raise ConfigError(f"{name} must be a whole number, not {value!r}")
         minimum, what = _MINIMUM_SNAKE.get(snake, (None, ""))
@@ -348,10 +362,7 @@ def _coerce(snake: str, value: Any) -> Any:
             raise ConfigError(f"{name} is {java}: it must be from {low} to {high}, not {value!r}")
         return number
     if kind is float:
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be a number, not {value!r}") from None
+        return finite_double(name, value)
     value = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(value, str | int | float):  # a list of paths is "a;b", as in broker.conf
         raise ConfigError(f"{name} is text, not {type(value).__name__} {value!r}")
@@ -360,17 +371,25 @@ def _coerce(snake: str, value: Any) -> Any:
     if allowed and value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
     if snake == "broker_ip1" and value:
-        try:
-            parse_host(f"[{value}]:0" if ":" in value else f"{value}:0")
-        except InvalidMessageError:
-            raise ConfigError(f"brokerIP1 must be an IPv4 or IPv6 address (the store host), not {value!r}") from None
+        check_broker_ip(value)  # a host name is looked up only when the store host is needed
     elif snake == "message_delay_level":
         delay_level_millis(value)
+    elif snake == "delete_when":
+        delete_hours(value)
     return value
+
+
+def _obsolete(name: str) -> str:
+    return (
+        f"{name} is the pre-4.5 name of {OBSOLETE_KEYS[name]}, which RocketMQ 4.5 and later ignore "
+        f"(apache/rocketmq#1560): set {OBSOLETE_KEYS[name]} instead"
+    )
 
 
 def _resolve(name: str) -> str:
     snake = _BY_ANY_NAME.get(name)
+    if snake is None and name in OBSOLETE_KEYS:
+        raise ConfigError(_obsolete(name))
     if snake is None:
         close = difflib.get_close_matches(name, list(_BY_ANY_NAME), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -483,6 +502,10 @@ class StoreConfig:
         for key, value in parse_properties(text).items():
             if key in _BY_ANY_NAME:
                 config.set(key, value)
+            elif key in OBSOLETE_KEYS:  # RocketMQ ignores it: so does the store, with a word
+                if strict:
+                    raise ConfigError(f"{os.fspath(path)}: {_obsolete(key)}")
+                (warn or log.warning)(f"{os.fspath(path)}: ignoring {key}={value}: {_obsolete(key)}")
             elif strict:
                 _resolve(key)
             elif key not in BROKER_KEYS:
@@ -550,8 +573,9 @@ class StoreConfig:
 
     @property
     def store_host(self) -> str:
-        """``brokerIP1:listenPort``, the store host written into every record."""
-        ip = self.broker_ip1 or local_address()
+        """``brokerIP1:listenPort``, the store host written into every record (a host name in
+        ``brokerIP1`` is looked up now: ConfigError naming it when it does not resolve)."""
+        ip = resolve_broker_ip(self.broker_ip1) if self.broker_ip1 else local_address()
         return f"[{ip}]:{self.listen_port}" if ":" in ip else f"{ip}:{self.listen_port}"
 
 
@@ -565,37 +589,10 @@ _UNSUPPORTED = {
 
 def refuse_unsupported(config: StoreConfig) -> None:
     """ConfigError for a RocketMQ feature this store does not have and a writable open would get
-    wrong rather than refuse (reading such a store is fine)."""
+    wrong rather than refuse (reading such a store is fine), and for a ``brokerIP1`` host name that
+    does not resolve (a writable store writes its address into every record)."""
     for key, what in _UNSUPPORTED.items():
         if config.get(key):
             raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
-
-
-def delay_level_millis(levels: str) -> tuple[int, ...]:
-    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
-    units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
-    try:
-        millis = tuple(int(item[:-1]) * units[item[-1]] for item in levels.split())
-    except (KeyError, ValueError, IndexError):
-        raise ConfigError(f"messageDelayLevel {levels!r}: levels are numbers with a unit s, m, h or d") from None
-    if not millis:
-        raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
-    return millis
-
-
-_local_address: str | None = None
-
-
-def local_address() -> str:
-    """The host's primary IPv4 address, as RocketMQ picks ``brokerIP1``; 127.0.0.1 if none."""
-    global _local_address
-    if _local_address is None:
-        address = "127.0.0.1"
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
-                address = s.getsockname()[0]
-        except OSError:
-            pass
-        _local_address = address
-    return _local_address
+    if config.broker_ip1:
+        resolve_broker_ip(config.broker_ip1)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rocketstore.config import StoreConfig
+from rocketstore.config_values import delete_hours as parse_delete_when
 from rocketstore.errors import StoreClosedError
 from rocketstore.files.disk import used_ratio
 from rocketstore.log.commitlog import CommitLog
@@ -249,13 +250,8 @@ def measure_disk(config: StoreConfig, root: str) -> DiskCheck:
 
 
 def delete_hours(config: StoreConfig) -> set[int]:
-    """The hours ``deleteWhen`` names ("04", "04;05")."""
-    hours = set()
-    for part in str(config.delete_when).split(";"):
-        part = part.strip()
-        if part.lstrip("-").isdigit():
-            hours.add(int(part))
-    return hours
+    """The hours ``deleteWhen`` names ("04", "04;05"); StoreConfig refuses any other value."""
+    return set(parse_delete_when(config.delete_when))
 
 
 def next_deletion(files: list, config: StoreConfig, now: float | None = None) -> dict[str, object]:

@@ -1,0 +1,193 @@
+"""Value checks of :mod:`rocketstore.config` that follow what RocketMQ's Java does with a value.
+
+* :func:`java_int` and :func:`java_double`: ``Integer.parseInt``/``Long.parseLong`` and
+  ``Double.parseDouble`` after ``String.trim`` (``MixAll.properties2Object``), not Python's more
+  lenient ``int``/``float`` (``1_024``, ``nan``).
+* :func:`delete_hours`: ``deleteWhen`` as ``UtilAll.isItTimeToDo`` reads it.
+* :func:`check_broker_ip` and :func:`resolve_broker_ip`: ``brokerIP1`` as
+  ``new InetSocketAddress(brokerIP1, port)`` takes it: an IPv4 or IPv6 literal or a host name.
+* :func:`delay_level_millis` and :func:`local_address`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import socket
+
+from rocketstore.errors import ConfigError
+
+_JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim: every char <= U+0020
+
+_INT = re.compile(r"[+-]?\d+")  # Character.digit(c, 10): any Unicode decimal digit
+_DOUBLE = re.compile(
+    r"[+-]?(?:NaN|Infinity|(?:(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<hex>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+))[fFdD]?)"
+)
+
+
+def java_trim(text: str) -> str:
+    return text.strip(_JAVA_TRIM)
+
+
+def java_int(text: str) -> int | None:
+    """``Integer.parseInt(text.trim())`` without the range check: None where Java throws."""
+    text = java_trim(text)
+    return int(text) if _INT.fullmatch(text) else None
+
+
+def java_double(text: str) -> float | None:
+    """``Double.parseDouble(text)`` (``0.5``, ``.5``, ``1e3``, ``0.5d``, ``0x1p3``, ``NaN``,
+    ``Infinity``): None where Java throws (``nan``, ``1_0``, ``0x10``)."""
+    text = java_trim(text)
+    match = _DOUBLE.fullmatch(text)
+    if match is None:
+        return None
+    body = re.sub(r"[fFdD]$", "", text)  # Java's float/double suffix (a hex body ends in its exponent)
+    if match["hex"]:
+        return float.fromhex(body)
+    return float(body.replace("Infinity", "inf").replace("NaN", "nan"))
+
+
+def finite_double(name: str, value: object) -> float:
+    """A double key's value: Java's syntax, and a finite number (NaN or Infinity mean nothing as
+    a ratio or threshold)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number, not {value!r}")
+    if isinstance(value, str):
+        number = java_double(value)
+    elif isinstance(value, int | float):
+        number = float(value)
+    else:
+        number = None
+    if number is None:
+        raise ConfigError(f"{name} must be a number (as Java's Double.parseDouble reads it), not {value!r}")
+    if not math.isfinite(number):
+        raise ConfigError(f"{name} must be a finite number, not {value!r}")
+    return number
+
+
+# -- deleteWhen ------------------------------------------------------------------------------
+
+
+def delete_hours(value: str) -> tuple[int, ...]:
+    """``deleteWhen`` ("04", "04;05") -> its hours, as ``UtilAll.isItTimeToDo`` parses it:
+    ``split(";")`` (trailing empty parts dropped) and ``Integer.parseInt`` of each part, which
+    must be an hour 0..23. ConfigError otherwise: RocketMQ would throw at every check (or never
+    match an hour) and files would never be deleted by time."""
+    parts = value.split(";")
+    while parts and parts[-1] == "":  # Java's String.split drops trailing empty strings
+        parts.pop()
+    hours = []
+    for part in parts:
+        hour = int(part) if _INT.fullmatch(part) else None
+        if hour is None or not 0 <= hour <= 23:
+            raise ConfigError(
+                f"deleteWhen {value!r}: {part!r} is not an hour; deleteWhen lists hours 0 to 23 "
+                'separated by ";" (e.g. "04" or "04;16"), as RocketMQ reads it'
+            )
+        hours.append(hour)
+    if not hours:
+        raise ConfigError('deleteWhen is empty: it lists hours 0 to 23 separated by ";" (e.g. "04")')
+    return tuple(hours)
+
+
+# -- brokerIP1 -------------------------------------------------------------------------------
+
+_HOST_NAME = re.compile(r"[\w-]+(?:\.[\w-]+)*\.?")
+
+
+def _java_ipv4(text: str) -> str | None:
+    """``IPAddressUtil.textToNumericFormatV4``: 1 to 4 decimal parts (leading zeros are decimal,
+    not octal: ``010.0.0.1`` is 10.0.0.1); the last part fills the bytes left (``1.2.3`` is
+    1.2.0.3). None when ``text`` is not such a literal."""
+    if not text or len(text) > 15:
+        return None
+    parts = text.split(".")
+    if len(parts) > 4 or not all(p.isdecimal() for p in parts):
+        return None
+    numbers = [int(p) for p in parts]
+    if any(n > 0xFF for n in numbers[:-1]) or numbers[-1] >= 1 << (8 * (5 - len(parts))):
+        return None
+    packed = bytes(numbers[:-1]) + numbers[-1].to_bytes(5 - len(parts), "big")
+    return str(ipaddress.IPv4Address(packed))
+
+
+def _ip_literal(text: str) -> str | None:
+    """The address an IP literal names (IPv6 with or without brackets), None for a host name;
+    ConfigError for text that is neither."""
+    ipv4 = _java_ipv4(text)
+    if ipv4 is not None:
+        return ipv4
+    if text.startswith("[") or ":" in text:
+        inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+        try:
+            address = ipaddress.IPv6Address(inner)
+        except ValueError:
+            raise ConfigError(f"brokerIP1 {text!r} is not an IPv6 address") from None
+        if address.ipv4_mapped is not None:  # Java's InetAddress makes it an Inet4Address
+            return str(address.ipv4_mapped)
+        return str(address)
+    if not _HOST_NAME.fullmatch(text) or text.replace(".", "").isdecimal():
+        raise ConfigError(f"brokerIP1 must be an IP address or a host name (the store host), not {text!r}")
+    try:  # a name the C resolver reads as a number (0x7f.1, 0177.1) that Java would look up by name
+        socket.inet_aton(text)
+    except OSError:
+        return None
+    raise ConfigError(f"brokerIP1 {text!r}: not an IP address as RocketMQ (Java) reads one, nor a host name")
+
+
+def check_broker_ip(text: str) -> None:
+    """ConfigError unless ``text`` is an IP literal or could be a host name (not looked up)."""
+    _ip_literal(text)
+
+
+def resolve_broker_ip(text: str) -> str:
+    """The address of ``brokerIP1``: the literal, else the name looked up as Java's
+    ``InetAddress.getByName`` does (IPv4 preferred). ConfigError naming a name that does not resolve."""
+    literal = _ip_literal(text)
+    if literal is not None:
+        return literal
+    try:
+        infos = socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"brokerIP1 {text!r} (the store host) does not resolve to an address: {exc}") from None
+    addresses = [info[4][0] for info in infos if info[0] == socket.AF_INET]
+    addresses += [info[4][0].partition("%")[0] for info in infos if info[0] == socket.AF_INET6]
+    if not addresses:
+        raise ConfigError(f"brokerIP1 {text!r} (the store host) does not resolve to an IPv4 or IPv6 address")
+    return _ip_literal(addresses[0]) or addresses[0]
+
+
+# -- messageDelayLevel and the local address ------------------------------------------------
+
+
+def delay_level_millis(levels: str) -> tuple[int, ...]:
+    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
+    units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+    try:
+        millis = tuple(int(item[:-1]) * units[item[-1]] for item in levels.split())
+    except (KeyError, ValueError, IndexError):
+        raise ConfigError(f"messageDelayLevel {levels!r}: levels are numbers with a unit s, m, h or d") from None
+    if not millis:
+        raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
+    return millis
+
+
+_local_address: str | None = None
+
+
+def local_address() -> str:
+    """The host's primary IPv4 address, as RocketMQ picks ``brokerIP1``; 127.0.0.1 if none."""
+    global _local_address
+    if _local_address is None:
+        address = "127.0.0.1"
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect(("192.0.2.1", 9))  # no packet is sent for a UDP connect
+                address = s.getsockname()[0]
+        except OSError:
+            pass
+        _local_address = address
+    return _local_address
