@@ -523,3 +523,14 @@ def test_every_option_the_source_reads_is_a_known_option():
     read = {name for path in package.glob("*.py") for name in pattern.findall(path.read_text())}
     assert {"maxPartitionBytes", "startingOffsets", "lockWaitMs"} <= read
     assert read - set(SOURCE_OPTIONS) - set(SPARK_OPTIONS) == set()
+
+
+def test_a_pre_45_file_size_option_is_ignored_as_rocketmq_ignores_it(caplog):
+    """``mapedFileSizeCommitLog`` (RocketMQ before 4.5) set the size as the store's options did not:
+    a read would then refuse a good store. Ignored, with a warning naming the key to use."""
+    from rocketstore.spark.schema import store_config
+
+    with caplog.at_level("WARNING", logger="rocketstore.spark"):
+        config = store_config({"mapedfilesizecommitlog": "65536", "mappedfilesizeconsumequeue": "2000"})
+    assert config.mapped_file_size_commit_log == 1 << 30 and config.mapped_file_size_consume_queue == 2000
+    assert "set 'mappedFileSizeCommitLog' instead" in caplog.text

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from rocketstore.config import StoreConfig, snake_case
+from rocketstore.config import OBSOLETE_KEYS, StoreConfig, snake_case
 from rocketstore.errors import ConfigError, InvalidArgumentError
 
 log = logging.getLogger(__name__)
@@ -114,9 +114,7 @@ def int_option(options: Mapping[str, str], name: str, default: int | None) -> in
 
 
 _LOWER_KEYS = {k.lower(): k for name, _ in StoreConfig().items() for k in (name, snake_case(name))}
-_LOWER_KEYS.update(
-    {"mapedfilesizecommitlog": "mappedFileSizeCommitLog", "mapedfilesizeconsumequeue": "mappedFileSizeConsumeQueue"}
-)
+_OBSOLETE = {k.lower(): v for k, v in OBSOLETE_KEYS.items()}  # pre-4.5 names RocketMQ ignores: ignored too
 
 
 # the data source's own options: reads (options.py), writes (sink.py), both (config, topic)
@@ -136,10 +134,12 @@ def warn_unknown_options(options: Mapping[str, str]) -> list[str]:
     known = {k.lower(): k for k in (*SOURCE_OPTIONS, *SPARK_OPTIONS)}
     unknown = [key for key in options if key.lower() not in known and key.lower() not in _LOWER_KEYS]
     if unknown:
-        names = {**{k: v for k, v in _LOWER_KEYS.items() if not k.startswith("maped")}, **known}
+        names = {**_LOWER_KEYS, **known}
         for key in unknown:
             close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.75)
             hint = f"; did you mean {names[close[0]]!r}?" if close else ""
+            if key.lower() in _OBSOLETE:
+                hint = f" (RocketMQ 4.5 and later ignore this pre-4.5 name); set {_OBSOLETE[key.lower()]!r} instead"
             log.warning(
                 "rocketstore: option %r is neither an option of the data source nor a store setting: it is ignored%s",
                 key,
