@@ -753,3 +753,18 @@ def test_a_delete_when_rocketmq_cannot_read_is_refused(tmp_path, text):
     path.write_text(f"deleteWhen={text}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="deleteWhen"):
         StoreConfig.from_properties(path)
+
+
+def test_a_broker_ip1_that_does_not_resolve_neither_makes_a_store_nor_stops_a_read(lookups, tmp_path, store_config):
+    """A new store is refused before its folder is made (it was made, lock file and all), and a
+    read-only open, which writes no record, does not look the name up (it was refused too)."""
+    with pytest.raises(ConfigError, match=r"nowhere\.invalid"):
+        MessageStore.open(tmp_path / "new", store_config, brokerIP1="nowhere.invalid")
+    assert not (tmp_path / "new").exists()
+    root = tmp_path / "s"
+    with MessageStore.open(root, store_config) as store:
+        store.put(Message("T", b"x")).raise_for_status()
+    del lookups[:]
+    with MessageStore.open(root, store_config, read_only=True, brokerIP1="nowhere.invalid") as view:
+        assert view.get_max_offset_in_queue("T", 0) == 1
+    assert lookups == []

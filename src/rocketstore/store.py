@@ -131,6 +131,8 @@ class MessageStore:
         config.store_path_root_dir = root
         if read_only or not create:
             require_store(root, config)
+        else:
+            _ = config.store_host  # a brokerIP1 name that does not resolve: refused before a folder is made
         check_entries(root, config)
         for attempt in (1, 2, 3):
             store = cls(root, config, read_only)
@@ -220,7 +222,7 @@ class MessageStore:
                 for topic, queue_ids in self.queues.topics().items():
                     if self.topics.find(topic) is None:  # every queue found, not only the first
                         self.topics.ensure(topic, max(queue_ids))
-            self.writer = MessageWriter(self.commit_log, config, self._on_new_queue)
+            self.writer = None if self.read_only else MessageWriter(self.commit_log, config, self._on_new_queue)
             self.reader = MessageReader(self.commit_log, self.queues, self.index, config)
             self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)
             self.reput.reput_from = self.commit_log.max_offset()
