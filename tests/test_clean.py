@@ -757,3 +757,28 @@ def test_a_first_segment_held_during_cleanup_is_deleted_by_shutdown(tmp_path: Pa
     with MessageStore.open(path, config) as store:
         assert (store.min_phy_offset, store.get_min_offset_in_queue("T", 0)) == (min_phy, min_queue)
     assert verify_store(path, config).ok
+
+
+def test_the_log_minimum_skips_every_segment_a_cleanup_round_has_deleted_so_far(tmp_path: Path) -> None:
+    """A round destroys its segments one by one, ``deleteCommitLogFilesInterval`` apart, and drops
+    them from the list at its end: meanwhile the minimum named the second one, already unmapped
+    (a lookup at the minimum found nothing, a pull skipped its units)."""
+    import threading
+
+    store = MessageStore.open(tmp_path / "s", clean_config(deleteCommitLogFilesInterval=400))
+    try:
+        offsets = fill(store, 6)
+        age(segment_files(store)[:4], hours=2)
+        files = list(store.commit_log.queue.files)
+        cleaning = threading.Thread(target=store.clean_expired_files)
+        cleaning.start()
+        deadline = time.monotonic() + 10
+        while files[1].available and time.monotonic() < deadline:
+            time.sleep(0.001)  # the second destroy shows only in this flag; 400 ms follow it
+        assert not files[1].available and files[2].available
+        assert store.min_phy_offset == offsets[2]
+        assert store.look_message_by_offset(store.min_phy_offset).keys == "k-2"
+        cleaning.join()
+        assert store.min_phy_offset == offsets[4]
+    finally:
+        store.shutdown()

@@ -420,13 +420,16 @@ class CommitLog:
 
     # -- offsets -------------------------------------------------------------------------------
     def min_offset(self) -> int:
-        """First readable offset (-1 when empty); a first segment being deleted does not count."""
-        first = self.queue.first
-        if first is None:
+        """First readable offset (-1 when empty). Segments being deleted do not count: a cleanup
+        round destroys up to ``deleteFileBatchMax`` of them before it drops them from the list
+        (RocketMQ's getMinOffset skips only the first, naming a deleted one for a second)."""
+        files = self.queue.files  # a snapshot: the list is replaced, never changed in place
+        if not files:
             return -1
-        if first.available:
-            return first.file_from_offset
-        return self.roll_next_file(first.file_from_offset)
+        for mapped in files:
+            if mapped.available:
+                return mapped.file_from_offset
+        return self.roll_next_file(files[-1].file_from_offset)
 
     def max_offset(self) -> int:
         return self.queue.max_offset()
