@@ -143,7 +143,7 @@ def test_wait_for_dispatch_waits_for_what_was_written_before_the_call(make_store
         target = store.max_phy_offset
         assert store.wait_for_dispatch(30)
         assert store.positions()["dispatched"] >= target
-        assert producer.is_alive()  # the log was still growing while we waited
+        assert store.max_phy_offset > target  # the log grew while we waited (the producer may be done by now)
     finally:
         stop.set()
         producer.join()
