@@ -105,6 +105,23 @@ def test_a_segment_cut_short_is_still_a_problem_not_a_size_hint(tmp_path: Path) 
     assert has(report.problems, "300 bytes, the configured size is 4096")
 
 
+def test_a_lone_consume_queue_or_index_file_cut_short_is_a_problem_not_a_size_hint(tmp_path: Path) -> None:
+    """One queue of one file, one index file: cut short, each was every file of its kind at one
+    other size, and verify called the configuration wrong (exit 2, a --set hint). It takes two
+    files to say so; one is damage."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, tiny()) as store:
+        for i in range(5):
+            store.put(Message("TopicA", b"x", keys=f"k{i}")).raise_for_status()
+        assert store.wait_for_dispatch()
+    (index_file,) = (root / "index").iterdir()
+    os.truncate(root / "consumequeue" / "TopicA" / "0" / f"{0:020d}", 60)
+    os.truncate(index_file, 1000)
+    report = verify_store(root, tiny())
+    assert has(report.problems, "60 bytes"), report.problems
+    assert has(report.problems, "1000 bytes"), report.problems
+
+
 @needs_vectors
 def test_a_rocketmq_store_verified_without_its_sizes_is_an_error_naming_them() -> None:
     root = VECTORS / "sample-clean" / "store"

@@ -39,14 +39,15 @@ def check_sizes(root: str, config: StoreConfig) -> None:
             queue_dir = os.path.join(topic_dir, qid)
             if qid.isdigit() and os.path.isdir(queue_dir):
                 queues.append({n: os.path.join(queue_dir, n) for n in os.listdir(queue_dir)})
-    size = _common_size(queues, config.cq_file_size, segments=True)
+    # one file alone of another size may as well be a file cut short: it takes two to say so
+    size = _common_size(queues, config.cq_file_size, segments=True) if sum(map(len, queues)) > 1 else None
     if size is not None and size % CQ_STORE_UNIT_SIZE == 0:
         wrong.append(_setting_hint("consumequeue/", "mappedFileSizeConsumeQueue", config.cq_file_size, size))
     index_dir = os.path.join(root, "index")
     if config.message_index_enable and os.path.isdir(index_dir):
         files = {n: os.path.join(index_dir, n) for n in os.listdir(index_dir) if n.isdigit()}
         expected = index_file_size(config.max_hash_slot_num, config.max_index_num)
-        size = _common_size([files], expected, segments=False)
+        size = _common_size([files], expected, segments=False) if len(files) > 1 else None
         if size is not None and size > INDEX_HEADER_SIZE and (size - INDEX_HEADER_SIZE) % 4 == 0:
             wrong.append(
                 f"index/: every file is {size} bytes, maxHashSlotNum={config.max_hash_slot_num} and "
