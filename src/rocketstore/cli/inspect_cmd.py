@@ -81,13 +81,15 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
 
 def _dispatch_lag(store: MessageStore, recovery: Any) -> int:
     """Log bytes the consume queues or the index lacked before recovery: from the end of what
-    both held (the index's last record counted whole) to where the log ends."""
+    both held to where the log ends. The index counts only when recovery indexed records past
+    its last one (records without keys are never indexed: a tail of them is no lag)."""
     start = max(recovery.consume_queue_end, store.min_phy_offset)
-    if store.index is not None and store.config.message_index_enable:  # else new records are not indexed
-        indexed = recovery.index_end
-        if indexed >= 0:
-            indexed += max(0, store.commit_log.record_size_at(indexed))
-        start = min(start, max(indexed, store.min_phy_offset))
+    index = store.index
+    if index is not None and index.files and store.config.message_index_enable:
+        before = recovery.index_end
+        if index.files[-1].end_phy_offset > before:
+            indexed = before + max(0, store.commit_log.record_size_at(before)) if before >= 0 else -1
+            start = min(start, max(indexed, store.min_phy_offset))
     return max(0, recovery.process_offset - start)
 
 
