@@ -768,3 +768,22 @@ def test_a_broker_ip1_that_does_not_resolve_neither_makes_a_store_nor_stops_a_re
     with MessageStore.open(root, store_config, read_only=True, brokerIP1="nowhere.invalid") as view:
         assert view.get_max_offset_in_queue("T", 0) == 1
     assert lookups == []
+
+
+def test_a_broker_conf_number_or_boolean_with_trailing_blanks_is_warned_about(tmp_path):
+    """Properties.load keeps trailing blanks and properties2Object trims only strings: RocketMQ
+    keeps the default for ``4096 `` (Integer.parseInt refuses it) and reads ``true `` as false.
+    rocketstore takes the trimmed value, and says RocketMQ would not."""
+    path = tmp_path / "broker.conf"
+    path.write_text(
+        "mappedFileSizeCommitLog=4096 \nmessageIndexEnable=false\t\nwarmMapedFileEnable=true \n"
+        "diskMaxUsedSpaceRatio=80 \nbrokerClusterName=c \nflushDiskType=SYNC_FLUSH \n",
+        encoding="utf-8",
+    )
+    warnings: list[str] = []
+    config = StoreConfig.from_properties(path, warn=warnings.append)
+    assert config.mapped_file_size_commit_log == 4096 and config.warm_maped_file_enable is True
+    assert len(warnings) == 3, warnings  # 'false\t' is false to Java too; strings are trimmed
+    assert "mappedFileSizeCommitLog='4096 ': RocketMQ reads the default 1073741824" in warnings[0]
+    assert "warmMapedFileEnable='true ': RocketMQ reads false" in warnings[1]
+    assert "diskMaxUsedSpaceRatio='80 ': RocketMQ reads the default 75" in warnings[2]

@@ -31,6 +31,7 @@ from rocketstore.config_values import (
     java_int,
     local_address,
     resolve_broker_ip,
+    untrimmed,
 )
 from rocketstore.errors import ConfigError
 
@@ -502,6 +503,8 @@ class StoreConfig:
         for key, value in parse_properties(text).items():
             if key in _BY_ANY_NAME:
                 config.set(key, value)
+                if differs := untrimmed(key, value, _DEFAULTS[_resolve(key)]):
+                    (warn or log.warning)(f"{os.fspath(path)}: {differs}")
             elif key in OBSOLETE_KEYS:  # RocketMQ ignores it: so does the store, with a word
                 if strict:
                     raise ConfigError(f"{os.fspath(path)}: {_obsolete(key)}")

@@ -1,8 +1,10 @@
 """Value checks of :mod:`rocketstore.config` that follow what RocketMQ's Java does with a value.
 
 * :func:`java_int` and :func:`java_double`: ``Integer.parseInt``/``Long.parseLong`` and
-  ``Double.parseDouble`` after ``String.trim`` (``MixAll.properties2Object``), not Python's more
-  lenient ``int``/``float`` (``1_024``, ``nan``).
+  ``Double.parseDouble``, not Python's more lenient ``int``/``float`` (``1_024``, ``nan``). The
+  text is trimmed first; ``MixAll.properties2Object`` trims only strings (``Double.parseDouble``
+  trims itself), so a broker.conf number or boolean with trailing blanks reads otherwise in
+  RocketMQ: :func:`untrimmed` words the warning the loader gives.
 * :func:`delete_hours`: ``deleteWhen`` as ``UtilAll.isItTimeToDo`` reads it.
 * :func:`check_broker_ip` and :func:`resolve_broker_ip`: ``brokerIP1`` as
   ``new InetSocketAddress(brokerIP1, port)`` takes it: an IPv4 or IPv6 literal or a host name.
@@ -48,6 +50,23 @@ def java_double(text: str) -> float | None:
     if match["hex"]:
         return float.fromhex(body)
     return float(body.replace("Infinity", "inf").replace("NaN", "nan"))
+
+
+def untrimmed(name: str, text: str, default: object) -> str | None:
+    """The warning for a broker.conf value RocketMQ reads otherwise because of the blanks around
+    it (``Properties.load`` keeps trailing ones): ``Integer.parseInt``/``Long.parseLong`` refuse
+    them (``properties2Object`` then keeps the default) and ``Boolean.parseBoolean`` reads
+    false; rocketstore takes the trimmed value. None when RocketMQ reads it as rocketstore does."""
+    if java_trim(text) == text or type(default) not in (int, bool):
+        return None
+    if type(default) is bool:
+        java = "false" if java_trim(text).lower() == "true" else None
+    else:
+        java = f"the default {default}"
+    if java is None:
+        return None
+    ours = java_trim(text)
+    return f"{name}={text!r}: RocketMQ reads {java} here (it does not trim this value); rocketstore reads {ours!r}"
 
 
 def finite_double(name: str, value: object) -> float:
