@@ -418,3 +418,8 @@ def test_every_error_the_package_raises_on_purpose_is_in_rocketstore_errors() ->
     from rocketstore.spark.plan import DataLossError as old_loss
 
     assert (old_import, old_sink, old_loss) == (ImportLineError, SinkInUseError, DataLossError)
+    import pickle  # they cross from Spark's workers to the driver
+
+    for error in (ImportLineError(3, "bad body", 2), SinkInUseError("query:a"), DataLossError("gone")):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)

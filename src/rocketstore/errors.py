@@ -95,7 +95,11 @@ class ImportLineError(InvalidMessageError):
         done = f"{imported} message(s) before it stored" if imported else "nothing stored"
         super().__init__(f"line {line}: {reason} (import stopped; {done})")
         self.line = line
+        self.reason = reason
         self.imported = imported
+
+    def __reduce__(self) -> tuple:  # pickled (to a Spark driver, say) by its own arguments
+        return type(self), (self.line, self.reason, self.imported)
 
 
 class SinkInUseError(RocketStoreError, ValueError):

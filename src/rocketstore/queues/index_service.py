@@ -304,8 +304,10 @@ class IndexService:
             try:
                 if index.is_time_matched(begin, end):
                     index.select_phy_offsets(key_hash, max_num, begin, end, out)
-            except ValueError:  # the mapping closed under the query: the store is shutting down
-                break
+            except ValueError:
+                if not index.mapped.mm.closed:
+                    raise
+                break  # the mapping closed under the query: the store is shutting down
             finally:
                 index.mapped.release()
             if index.begin_timestamp < begin or len(out) >= max_num:
