@@ -547,3 +547,19 @@ def test_a_put_racing_shutdown_is_stored_and_flushed_or_refused(make_store, stor
         assert late.status == PutMessageStatus.PUT_OK and stored == [b"first", b"late"]
         mapped = store.commit_log.queue.files[-1]
         assert mapped.flushed_position >= late.commit_log_offset + late.wrote_bytes - mapped.file_from_offset
+
+
+def test_a_commit_after_the_last_write_of_the_offsets_is_refused_not_lost(tmp_path, store_config) -> None:
+    """shutdown() writes consumerOffset.json once more at its end: a commit_offset that passed the
+    store's check before the shutdown began and lands after that write was kept in memory only,
+    lost without a word. The last write seals the offsets: such a commit is StoreClosedError."""
+    from rocketstore.errors import StoreClosedError
+
+    store = MessageStore.open(tmp_path / "s", store_config)
+    store.commit_offset("g", "T", 0, 5)
+    offsets = store.consumer_offsets  # what a commit already past the store's check writes into
+    store.shutdown()
+    with pytest.raises(StoreClosedError):
+        offsets.commit("g", "T", 0, 9)
+    with MessageStore.open(tmp_path / "s", store_config) as again:
+        assert again.query_offset("g", "T", 0) == 5

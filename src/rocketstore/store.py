@@ -573,7 +573,7 @@ class MessageStore:
         step(self.index.flush, "flushing the index")
         step(self.checkpoint.flush, "flushing the checkpoint")
         for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
-            step(manager.persist, f"writing {os.path.basename(manager.path)}")
+            step(lambda m=manager: m.persist(last=True), f"writing {os.path.basename(manager.path)}")
         behind = self.reput.behind() if self.reput else 0
         if step.clean and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
             step(lambda: remove_abort(self.root), "removing abort")

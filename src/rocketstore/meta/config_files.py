@@ -19,6 +19,7 @@ import time
 from typing import Any, TypeVar
 
 from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.errors import StoreClosedError
 from rocketstore.meta import fastjson
 from rocketstore.meta.json_files import load_json_file, read_json_file, write_json_file
 
@@ -143,6 +144,7 @@ class ConfigFile(abc.ABC):
         self._persist_lock = threading.Lock()
         self.load_problem: str | None = None  # what the last load found wrong (``read_json_file``)
         self._written: str | None = None  # the content last loaded or written
+        self.sealed = False  # written for the last time (shutdown): later changes would be lost
 
     @abc.abstractmethod
     def _decode(self, obj: dict[Any, Any]) -> Any:
@@ -172,13 +174,15 @@ class ConfigFile(abc.ABC):
             self._written = self.encode()
             return True
 
-    def persist(self) -> None:
-        """Write the state to the file (no-op when the manager is not writable)."""
+    def persist(self, *, last: bool = False) -> None:
+        """Write the state to the file (no-op when the manager is not writable); ``last`` (the
+        store's shutdown) seals the state as it is encoded, so that no change slips in after."""
         if not self.writable:
             return
         with self._persist_lock:
             with self._lock:
                 text = self.encode()
+                self.sealed = self.sealed or last
             write_json_file(self.path, text, self._decode)
             self._written = text
 
@@ -368,6 +372,8 @@ class ConsumerOffsetManager(ConfigFile):
         """Record ``offset`` as the next offset ``group`` consumes from ``topic``/``queue_id``."""
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
+            if self.sealed:  # a commit that raced the shutdown's last write: it would be lost
+                raise StoreClosedError(f"{self.path} was written for the last time: the store is shut down")
             queues = self.offset_table.get(key)
             if queues is None:
                 queues = self.offset_table[key] = {}
