@@ -107,6 +107,31 @@ def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # no
         require_store_or_new_folder(str(tmp_path / "file"), small_config())
 
 
+def test_a_body_its_sysflag_column_marks_compressed_is_written_decompressed():
+    """A DataFrame read from a store holds compressed bodies as stored, with a sysFlag saying so;
+    a write takes no sysFlag, so such a body reached consumers as zlib bytes. It is written as its
+    producer wrote it; one that does not decompress is refused by name."""
+    import zlib
+
+    import pyarrow as pa
+
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.sink import _normalize
+
+    plain = b"hello " * 50
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": ["T", "T", "T"],
+            "body": pa.array([zlib.compress(plain), b"as is", None], pa.binary()),
+            "sysFlag": pa.array([0x301, 0x2, None], pa.int32()),
+        }
+    )
+    assert _normalize(batch, None).column("body").to_pylist() == [plain, b"as is", None]
+    bad = pa.RecordBatch.from_pydict({"topic": ["T"], "body": [b"not zlib"], "sysFlag": pa.array([1], pa.int32())})
+    with pytest.raises(InvalidMessageError, match="sysFlag marks it compressed"):
+        _normalize(bad, None)
+
+
 def test_column_types_are_checked_on_the_driver(spark, tmp_path):  # noqa: F811
     """A column of a type the sink cannot write is refused by name before any task runs; the
     null elements of a keys array are dropped; a queueId past an int is refused by name."""

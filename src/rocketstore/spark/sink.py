@@ -47,8 +47,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from rocketstore.codec.message import Message
+from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidMessageError
+from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import int_option, option, store_config, store_path
@@ -182,6 +183,7 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatc
     body = column("body")
     if body is None:
         raise ValueError("writing to rocketstore needs a body column (binary or string)")
+    body = _decompressed(body, column("sysFlag"))
     keys = column("keys")
     if keys is not None and pa.types.is_list(keys.type):
         joined = (None if k is None else " ".join(x for x in k if x is not None) or None for k in keys.to_pylist())
@@ -198,6 +200,25 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatc
                 raise InvalidMessageError(f"column {field.name!r}: {exc}") from None
         out.append(value)
     return pa.RecordBatch.from_arrays(out, schema=STAGED)
+
+
+def _decompressed(body: pa.Array, sys_flag: pa.Array | None) -> pa.Array:
+    """The bodies a ``sysFlag`` column (a DataFrame read from a store) marks compressed, as their
+    producer wrote them: a write stores the body it is given without that flag, so a compressed
+    one reached consumers as compressed bytes."""
+    if sys_flag is None or not pa.types.is_integer(sys_flag.type) or pa.types.is_string(body.type):
+        return body
+    marked = pc.not_equal(pc.bit_wise_and(sys_flag, pa.scalar(COMPRESSED_FLAG, sys_flag.type)), 0)
+    if not pc.any(marked).as_py():
+        return body
+    try:
+        out = [
+            decompress(b, f) if b is not None and f is not None and f & COMPRESSED_FLAG else b
+            for b, f in zip(body.to_pylist(), sys_flag.to_pylist(), strict=True)
+        ]
+    except RecordError as exc:
+        raise InvalidMessageError(f"column body (sysFlag marks it compressed): {exc}") from None
+    return pa.array(out, body.type)
 
 
 def messages_of(batch: pa.RecordBatch) -> Iterator[tuple[Message, int | None]]:
