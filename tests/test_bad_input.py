@@ -423,3 +423,27 @@ def test_every_error_the_package_raises_on_purpose_is_in_rocketstore_errors() ->
     for error in (ImportLineError(3, "bad body", 2), SinkInUseError("query:a"), DataLossError("gone")):
         again = pickle.loads(pickle.dumps(error))
         assert type(again) is type(error) and str(again) == str(error)
+
+
+def test_an_import_line_with_fields_the_export_does_not_write_is_warned_about(make_store, caplog) -> None:
+    """``bornhost`` for ``bornHost``: the field is ignored and the message stored without the host
+    it meant, which went without a word. A warning, once per name, with the closest field; the
+    export's own fields (cqTagsCode and cqSize too) and the JSON_FIELDS list agree."""
+    from rocketstore.export import export_row, import_jsonl
+
+    store = make_store()
+    lines = [
+        json.dumps({"topic": "T", "body": "aGk=", "bornhost": "10.9.9.9:1", "cqSize": 20}),
+        json.dumps({"topic": "T", "body": "aGk=", "bornhost": "10.9.9.9:1", "tag": "X"}),
+    ]
+    with caplog.at_level("WARNING", logger="rocketstore.export"):
+        assert import_jsonl(store, lines) == 2
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert "line 1: field 'bornhost'" in warned[0] and "did you mean 'bornHost'?" in warned[0]
+    assert "line 2: field 'tag'" in warned[1] and "did you mean 'tags'?" in warned[1]
+    from rocketstore.codec.message import JSON_FIELDS
+
+    assert store.wait_for_dispatch()
+    stored = store.get_message("g", "T", 0, 0).messages[0]
+    assert tuple(export_row(stored)) == JSON_FIELDS

@@ -8,6 +8,7 @@ itself. The JSON shape is rocketmq-vectors' ``expected.jsonl``.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import logging
 from collections.abc import Iterable, Iterator
@@ -16,7 +17,15 @@ from typing import IO, Any, NamedTuple
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import body_crc
-from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage, check_range, message_from_json
+from rocketstore.codec.message import (
+    JAVA_INT,
+    JAVA_LONG,
+    JSON_FIELDS,
+    Message,
+    StoredMessage,
+    check_range,
+    message_from_json,
+)
 from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
@@ -170,6 +179,19 @@ def _check_int_fields(obj: dict[str, Any]) -> None:
         check_range(name, number, bounds, value)
 
 
+_FIELDS = frozenset((*JSON_FIELDS, "cqTagsCode", "cqSize"))
+
+
+def _warn_unknown_fields(obj: dict[str, Any], warned: set[str], line: int) -> None:
+    """Warn, once per name, about a field the export does not write (``bornhost`` for
+    ``bornHost``): it is ignored, and the message stored without what it meant to say."""
+    for name in obj.keys() - _FIELDS - warned:
+        warned.add(name)
+        close = difflib.get_close_matches(name, _FIELDS, n=1, cutoff=0.7)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        log.warning("import: line %d: field %r is not one of the export's: ignored%s", line, name, hint)
+
+
 def import_jsonl(
     store: MessageStore,
     lines: Iterable[str | bytes],
@@ -196,6 +218,7 @@ def import_jsonl(
     resume = 1  # the first line not stored (nor blank)
     read_all = False
     copies: set[int] = set()  # _copy_key of every non-schedule line
+    warned: set[str] = set()  # unknown fields already warned about
     try:
         for number, line in enumerate(lines, 1):
             size = len(line)
@@ -208,6 +231,7 @@ def import_jsonl(
                 if not isinstance(obj, dict):
                     raise InvalidMessageError("each line is a JSON object")
                 _check_int_fields(obj)
+                _warn_unknown_fields(obj, warned, number)
                 message = message_from_json(obj)
                 queue_id = int(obj.get("queueId") or 0)
                 with guard:

@@ -444,7 +444,8 @@ class StoredMessage:
         )
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The export's JSON object (field names and order of rocketmq-vectors' expected.jsonl)."""
+        """The export's JSON object (field names and order of rocketmq-vectors' expected.jsonl:
+        ``JSON_FIELDS``; a literal, the fastest way to build it)."""
         props = self.properties
         return {
             "topic": self.topic,
@@ -483,6 +484,15 @@ class StoredMessage:
         return isinstance(other, StoredMessage) and self._raw == other._raw
 
     __hash__ = None  # type: ignore[assignment]
+
+
+# the export's fields (StoredMessage.to_json_dict), in order; an export through the consume queues
+# adds cqTagsCode and cqSize
+JSON_FIELDS = (
+    *("topic", "queueId", "queueOffset", "commitLogOffset", "storeSize", "sysFlag", "flag", "tags", "keys"),
+    *("properties", "bodyCRC", "bodyLen", "body", "bornTimestamp", "bornHost", "storeTimestamp", "storeHost"),
+    *("reconsumeTimes", "preparedTransactionOffset", "msgId", "uniqKey"),
+)
 
 
 def message_from_json(obj: dict[str, Any]) -> Message:
