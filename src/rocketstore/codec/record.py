@@ -196,7 +196,7 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) ->
     message = decode_record(buf)
     if message is None:
         raise RecordError(_what_is_wrong(buf, pos))
-    if check_crc and not message.body_crc_ok():
+    if check_crc and message.body_len and not message.body_crc_ok():  # RocketMQ checks no empty body
         raise RecordError(f"body CRC mismatch in the record at {pos}")
     return message
 
