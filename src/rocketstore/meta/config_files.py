@@ -183,18 +183,24 @@ class ConfigFile(abc.ABC):
             with self._lock:
                 text = self.encode()
                 self.sealed = self.sealed or last
-            write_json_file(self.path, text, self._decode)
-            self._written = text
+            self._write(text)
 
     def persist_if_changed(self) -> bool:
-        """``persist`` when the state differs from what was last loaded or written; True if written."""
+        """``persist`` when the state differs from what was last loaded or written; True if written
+        (the state is encoded once)."""
         if not self.writable:
             return False
-        with self._lock:
-            changed = self.encode() != self._written
-        if changed:
-            self.persist()
-        return changed
+        with self._persist_lock:
+            with self._lock:
+                text = self.encode()
+            if text == self._written:
+                return False
+            self._write(text)
+            return True
+
+    def _write(self, text: str) -> None:
+        write_json_file(self.path, text, self._decode, known=self._written)
+        self._written = text
 
 
 # ----------------------------------------------------------------------------------------- managers

@@ -121,7 +121,9 @@ def _write_synced(path: str, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_json_file(path: str | os.PathLike[str], text: str, convert: Callable[[Any], Any] | None = None) -> None:
+def write_json_file(
+    path: str | os.PathLike[str], text: str, convert: Callable[[Any], Any] | None = None, known: str | None = None
+) -> None:
     """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
 
     ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any, and if it
@@ -130,6 +132,8 @@ def write_json_file(path: str | os.PathLike[str], text: str, convert: Callable[[
     ``path + ".bak"`` and fsynced (content that does not read as one is kept as
     ``path + ".corrupt-<time>"`` instead, so that no text is lost unseen); then ``.tmp`` replaces
     ``path`` atomically and the directory is fsynced. The parent directory is created when missing.
+    ``known``: what this process last loaded or wrote there; a file holding exactly that is known
+    to read and is not parsed again (a large consumerOffset.json took seconds).
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -142,7 +146,7 @@ def write_json_file(path: str | os.PathLike[str], text: str, convert: Callable[[
     except FileNotFoundError:
         previous = None
     if previous is not None:
-        if _readable_config(path, convert):
+        if (known is not None and previous == known.encode("utf-8")) or _readable_config(path, convert):
             _write_synced(path + ".bak", previous)
         else:
             _keep_aside(path, previous)
