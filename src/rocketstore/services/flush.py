@@ -278,24 +278,22 @@ class GroupCommitService(Service):
 
     def run_once(self) -> None:
         """Flush what nobody is waiting for (puts with WAIT=false), unless a waiter is at it."""
-        queue = self.commit_log.queue
-        with self._mutex:
-            if self._flushing or queue.flushed_where >= queue.max_offset():
-                return
-            self._flushing = True
-        try:
-            self._flush_up_to(queue.max_offset())
-        finally:
-            self._flush_done()
+        self._flush_all(0)
 
     def on_stop(self) -> None:
         """The last round flushes everything written: a putting thread leading a flush covers only
         what it saw when it began, so its flush is waited for (``syncFlushTimeout`` at most) and
         what was appended meanwhile (WAIT=false puts) flushed after it."""
+        self._flush_all(self.config.sync_flush_timeout / 1000)
+
+    def _flush_all(self, wait_s: float) -> None:
+        """Lead a flush of everything written; a flush already running is waited for up to
+        ``wait_s`` seconds (0: it is left to cover what it can)."""
         queue = self.commit_log.queue
         with self._mutex:
-            if not self._idle.wait_for(lambda: not self._flushing, self.config.sync_flush_timeout / 1000):
-                log.warning("group commit: a flush still runs at shutdown; the rest is left to recovery")
+            if self._flushing and not (wait_s > 0 and self._idle.wait_for(lambda: not self._flushing, wait_s)):
+                if wait_s > 0:
+                    log.warning("group commit: a flush still runs at shutdown; the rest is left to recovery")
                 return
             if queue.flushed_where >= queue.max_offset():
                 return
