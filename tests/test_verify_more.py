@@ -73,6 +73,15 @@ def test_a_deleted_topic_written_again_in_another_queue_keeps_its_old_records_ex
     assert has(report.notes, "6 records of deleted topics (TopicQ")
 
 
+def five_keyed(root: Path, body: bytes = b"x") -> Path:
+    """A tiny store of five TopicA messages keyed k0..k4, dispatched and shut down."""
+    with MessageStore.open(root, tiny()) as store:
+        for i in range(5):
+            store.put(Message("TopicA", body, keys=f"k{i}")).raise_for_status()
+        assert store.wait_for_dispatch()
+    return root
+
+
 def test_a_store_verified_without_its_file_sizes_is_an_error_naming_them(tmp_path: Path) -> None:
     """Every commit-log, consume-queue and index file one size other than the configured one: the
     configuration is not the store's. An error (exit 2) giving the settings, as loading the store
@@ -95,11 +104,7 @@ def test_a_store_verified_without_its_file_sizes_is_an_error_naming_them(tmp_pat
 def test_a_segment_cut_short_is_still_a_problem_not_a_size_hint(tmp_path: Path) -> None:
     """One commit-log segment cut in the middle of its records is damage, even when it is the
     only one (the hint is for files whose data does not run into their end)."""
-    root = tmp_path / "store"
-    with MessageStore.open(root, tiny()) as store:
-        for i in range(5):
-            store.put(Message("TopicA", b"x" * 100, keys=f"k{i}")).raise_for_status()
-        assert store.wait_for_dispatch()
+    root = five_keyed(tmp_path / "store", body=b"x" * 100)
     os.truncate(root / "commitlog" / f"{0:020d}", 300)
     report = verify_store(root, tiny())
     assert has(report.problems, "300 bytes, the configured size is 4096")
@@ -109,11 +114,7 @@ def test_a_lone_consume_queue_or_index_file_cut_short_is_a_problem_not_a_size_hi
     """One queue of one file, one index file: cut short, each was every file of its kind at one
     other size, and verify called the configuration wrong (exit 2, a --set hint). It takes two
     files to say so; one is damage."""
-    root = tmp_path / "store"
-    with MessageStore.open(root, tiny()) as store:
-        for i in range(5):
-            store.put(Message("TopicA", b"x", keys=f"k{i}")).raise_for_status()
-        assert store.wait_for_dispatch()
+    root = five_keyed(tmp_path / "store")
     (index_file,) = (root / "index").iterdir()
     os.truncate(root / "consumequeue" / "TopicA" / "0" / f"{0:020d}", 60)
     os.truncate(index_file, 1000)
@@ -195,11 +196,7 @@ def test_a_malformed_record_in_a_later_segment_is_named_by_its_own_offset(tmp_pa
 def test_keys_not_indexed_when_every_index_file_is_newer_than_the_checkpoint(tmp_path: Path) -> None:
     """A crash with the only index file newer than the checkpoint: no index file counts, and the
     note says so (it named 'the index's last entry (offset -1)')."""
-    root = tmp_path / "store"
-    with MessageStore.open(root, tiny()) as store:
-        for i in range(5):
-            store.put(Message("TopicA", b"x", keys=f"k{i}")).raise_for_status()
-        assert store.wait_for_dispatch()
+    root = five_keyed(tmp_path / "store")
     (index_file,) = (root / "index").iterdir()
     end_ts = struct.unpack(">q", read(index_file, 8, 8))[0]
     patch(root / "checkpoint", 16, struct.pack(">q", end_ts - 1000))  # indexMsgTimestamp
