@@ -131,8 +131,8 @@ class MessageStore:
         config.store_path_root_dir = root
         if read_only or not create:
             require_store(root, config)
-        else:
-            _ = config.store_host  # a brokerIP1 name that does not resolve: refused before a folder is made
+        if not read_only:  # settings a writable store would get wrong: refused before a folder is made
+            refuse_unsupported(config)
         check_entries(root, config)
         for attempt in (1, 2, 3):
             store = cls(root, config, read_only)
@@ -169,8 +169,8 @@ class MessageStore:
             )
             for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
                 manager.load()
-            if writable:
-                self._refuse_unsupported()  # before recovery changes anything
+            if writable and (batch := self.topics.batch_cq_topics()):  # before recovery changes anything
+                raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
             if not self.read_only:
                 self.allocator = SegmentAllocator(warm=config.warm_maped_file_enable)
             self.pool: TransientStorePool | None = None
@@ -236,14 +236,6 @@ class MessageStore:
             if not self.read_only:
                 self._lock.release()
             raise
-
-    def _refuse_unsupported(self) -> None:
-        """ConfigError for RocketMQ features a writable store would get wrong rather than refuse
-        (reading such a store is fine)."""
-        refuse_unsupported(self.config)
-        batch = self.topics.batch_cq_topics()
-        if batch:
-            raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
 
     def _dispatch_end_offset(self) -> int:
         if self._sync_flush and not self.config.read_un_committed:
