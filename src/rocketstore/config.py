@@ -580,22 +580,3 @@ class StoreConfig:
         ``brokerIP1`` is looked up now: ConfigError naming it when it does not resolve)."""
         ip = resolve_broker_ip(self.broker_ip1) if self.broker_ip1 else local_address()
         return f"[{ip}]:{self.listen_port}" if ":" in ip else f"{ip}:{self.listen_port}"
-
-
-_UNSUPPORTED = {
-    "enableLmq": "light message queues (INNER_MULTI_DISPATCH to %LMQ% queues)",
-    "enableMultiDispatch": "multi-dispatch (INNER_MULTI_DISPATCH)",
-    "enableDLegerCommitLog": "a DLedger commit log (its entries are framed differently)",
-    "duplicationEnable": "duplication mode (DUP_INFO checks)",
-}
-
-
-def refuse_unsupported(config: StoreConfig) -> None:
-    """ConfigError for a RocketMQ feature this store does not have and a writable open would get
-    wrong rather than refuse (reading such a store is fine), and for a ``brokerIP1`` host name that
-    does not resolve (a writable store writes its address into every record)."""
-    for key, what in _UNSUPPORTED.items():
-        if config.get(key):
-            raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
-    if config.broker_ip1:
-        resolve_broker_ip(config.broker_ip1)

@@ -9,6 +9,7 @@
 * :func:`check_broker_ip` and :func:`resolve_broker_ip`: ``brokerIP1`` as
   ``new InetSocketAddress(brokerIP1, port)`` takes it: an IPv4 or IPv6 literal or a host name.
 * :func:`delay_level_millis` and :func:`local_address`.
+* :func:`refuse_unsupported`: the settings a writable store refuses.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ import ipaddress
 import math
 import re
 import socket
+from typing import TYPE_CHECKING
 
 from rocketstore.errors import ConfigError
+
+if TYPE_CHECKING:  # config imports this module
+    from rocketstore.config import StoreConfig
 
 _JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim: every char <= U+0020
 
@@ -210,3 +215,22 @@ def local_address() -> str:
             pass
         _local_address = address
     return _local_address
+
+
+_UNSUPPORTED = {
+    "enableLmq": "light message queues (INNER_MULTI_DISPATCH to %LMQ% queues)",
+    "enableMultiDispatch": "multi-dispatch (INNER_MULTI_DISPATCH)",
+    "enableDLegerCommitLog": "a DLedger commit log (its entries are framed differently)",
+    "duplicationEnable": "duplication mode (DUP_INFO checks)",
+}
+
+
+def refuse_unsupported(config: StoreConfig) -> None:
+    """ConfigError for a RocketMQ feature this store does not have and a writable open would get
+    wrong rather than refuse (reading such a store is fine), and for a ``brokerIP1`` host name that
+    does not resolve (a writable store writes its address into every record)."""
+    for key, what in _UNSUPPORTED.items():
+        if config.get(key):
+            raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
+    if config.broker_ip1:
+        resolve_broker_ip(config.broker_ip1)

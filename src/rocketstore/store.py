@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 
 from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names, validate_group, validate_topic
-from rocketstore.config import StoreConfig, delay_level_millis, refuse_unsupported
+from rocketstore.config import StoreConfig, delay_level_millis
+from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     InvalidArgumentError,
