@@ -71,7 +71,7 @@ from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.results import PutResult
-from rocketstore.spark.schema import option
+from rocketstore.spark.schema import option, split_scheme
 from rocketstore.store import MessageStore
 from rocketstore.writer import MessagePreparer
 
@@ -80,15 +80,6 @@ MARKER = os.path.join("config", "sparkSinkCommits.json")
 COMMIT_LOCK = os.path.join("config", "sparkCommit.lock")
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_LOCK_WAIT_MS = 60_000
-
-
-def _split_scheme(uri: str) -> tuple[str | None, str]:
-    """(scheme, rest) as Hadoop's Path splits them: a scheme is what precedes a colon that comes
-    before any slash."""
-    colon, slash = uri.find(":"), uri.find("/")
-    if colon > 0 and (slash == -1 or colon < slash):
-        return uri[:colon].lower(), uri[colon + 1 :]
-    return None, uri
 
 
 def _normal_path(path: str) -> str:
@@ -103,7 +94,7 @@ def local_checkpoint(checkpoint: str) -> str | None:
     ``file:///p``; no %-escape is decoded, Hadoop decodes none either); None for a checkpoint on
     another file system. A relative path is the JVM's, whose working folder the Python workers
     share."""
-    scheme, rest = _split_scheme(checkpoint)
+    scheme, rest = split_scheme(checkpoint)
     if scheme is None:
         return os.path.abspath(checkpoint)
     if scheme != "file":
@@ -121,7 +112,7 @@ def checkpoint_binding(checkpoint: str) -> str:
     path = local_checkpoint(checkpoint)
     if path is not None:
         return f"checkpoint:{_normal_path(path)}"
-    scheme, rest = _split_scheme(checkpoint)
+    scheme, rest = split_scheme(checkpoint)
     authority = ""
     if rest.startswith("//"):
         authority, _, path = rest[2:].partition("/")

@@ -190,16 +190,24 @@ def store_path(options: Mapping[str, str]) -> str:
     return local_path(str(path))
 
 
+def split_scheme(uri: str) -> tuple[str | None, str]:
+    """(scheme, rest) as Hadoop's Path splits them: a scheme is what precedes a colon that comes
+    before any slash."""
+    colon, slash = uri.find(":"), uri.find("/")
+    if colon > 0 and (slash == -1 or colon < slash):
+        return uri[:colon].lower(), uri[colon + 1 :]
+    return None, uri
+
+
 def local_path(given: str) -> str:
-    """The local path of a store given as a path or a ``file:`` URI. A scheme is what precedes a
-    colon that comes before any slash, as Hadoop's Path reads it; no %-escape is decoded (Hadoop
-    decodes none either). Any other scheme (``hdfs:``, ``s3a:`` ...) is refused: the store is a
-    folder of memory-mapped files that the driver and every executor open themselves."""
-    colon, slash = given.find(":"), given.find("/")
-    if colon <= 0 or (slash != -1 and slash < colon):
+    """The local path of a store given as a path or a ``file:`` URI (``split_scheme``); no
+    %-escape is decoded (Hadoop decodes none either). Any other scheme (``hdfs:``, ``s3a:`` ...)
+    is refused: the store is a folder of memory-mapped files that the driver and every executor
+    open themselves."""
+    scheme, rest = split_scheme(given)
+    if scheme is None:
         return given
-    scheme, rest = given[:colon], given[colon + 1 :]
-    if scheme.lower() == "file":
+    if scheme == "file":
         if not rest.startswith("//"):
             return rest or "."
         authority, _, path = rest[2:].partition("/")
