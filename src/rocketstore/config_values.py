@@ -62,15 +62,12 @@ def untrimmed(name: str, text: str, default: object) -> str | None:
     it (``Properties.load`` keeps trailing ones): ``Integer.parseInt``/``Long.parseLong`` refuse
     them (``properties2Object`` then keeps the default) and ``Boolean.parseBoolean`` reads
     false; rocketstore takes the trimmed value. None when RocketMQ reads it as rocketstore does."""
-    if java_trim(text) == text or type(default) not in (int, bool):
-        return None
-    if type(default) is bool:
-        java = "false" if java_trim(text).lower() == "true" else None
-    else:
-        java = f"the default {default}"
-    if java is None:
-        return None
     ours = java_trim(text)
+    if ours == text or type(default) not in (int, bool):
+        return None
+    if type(default) is bool and ours.lower() != "true":  # Java reads anything else as false too
+        return None
+    java = "false" if type(default) is bool else f"the default {default}"
     return f"{name}={text!r}: RocketMQ reads {java} here (it does not trim this value); rocketstore reads {ours!r}"
 
 
