@@ -7,7 +7,12 @@ import os
 
 import numpy as np
 
-from rocketstore.codec.sysflag import TRANSACTION_ROLLBACK_TYPE
+from rocketstore.codec.sysflag import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    goes_to_consume_queue,
+)
 from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
 from rocketstore.store import MessageStore
@@ -64,6 +69,12 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
     _check_missing(log, covered, queue_ends, report, deleted, queue_starts)
 
 
+def _queued(sys_flags: np.ndarray) -> np.ndarray:
+    """Which records a consume queue holds: NOT and COMMIT ones (``sysflag.goes_to_consume_queue``)."""
+    kind = sys_flags & TRANSACTION_ROLLBACK_TYPE
+    return (kind == TRANSACTION_NOT_TYPE) | (kind == TRANSACTION_COMMIT_TYPE)
+
+
 def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int]) -> set[int]:
     """The topic ids with a queue whose consume queue starts (unit 0) after NOT/COMMIT records of
     that same queue in the log: the queue was removed and written again from offset 0."""
@@ -73,10 +84,9 @@ def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int])
     starts = np.array(list(queue_starts.values()), dtype=np.int64)
     order = np.argsort(keys)
     keys, starts = keys[order], starts[order]
-    flags = log.sys_flags & TRANSACTION_ROLLBACK_TYPE
     record_keys = (log.topic_ids.astype(np.int64) << 32) | log.queue_ids.astype(np.int64)
     at = np.minimum(np.searchsorted(keys, record_keys), len(keys) - 1)
-    before = (keys[at] == record_keys) & (log.offsets < starts[at]) & ((flags == 0) | (flags == 8))
+    before = (keys[at] == record_keys) & (log.offsets < starts[at]) & _queued(log.sys_flags)
     return set(np.unique(log.topic_ids[before]).tolist())
 
 
@@ -148,7 +158,7 @@ def _check_units(
     problems_at(report, check & ~hit, lambda i: f"{where} unit {index[i]} -> {phy[i]}: no record starts there")
     check &= hit
     r = rows[check]
-    flags = log.sys_flags[r] & TRANSACTION_ROLLBACK_TYPE
+    not_queued = ~_queued(log.sys_flags[r])
     tags_bad = log.tags[r] != tags[check]
     if tid >= 0 and log.topics[tid] == SCHEDULE_TOPIC:
         # a delivery time from an earlier messageDelayLevel: RocketMQ delivers by the unit's time.
@@ -173,7 +183,7 @@ def _check_units(
         | (log.topic_ids[r] != tid)
         | (log.queue_ids[r] != queue_id)
         | (log.queue_offsets[r] != index[check])
-        | ((flags != 0) & (flags != 8))
+        | not_queued
     )
     covered[r[~bad]] = True
     unit = (index, phy, size, tags, rows)
@@ -197,8 +207,7 @@ def _unit_mismatch(log: LogColumns, where: str, tid: int, queue_id: int, unit: t
         diffs.append(f"the record is in {record_topic}/{int(log.queue_ids[row])}")
     if int(log.queue_offsets[row]) != index:
         diffs.append(f"the record's queue offset is {int(log.queue_offsets[row])}")
-    flags = int(log.sys_flags[row]) & TRANSACTION_ROLLBACK_TYPE
-    if flags not in (0, 8):
+    if not goes_to_consume_queue(int(log.sys_flags[row])):
         diffs.append("the record is a prepared or rollback one")
     return f"{where} unit {index} -> {phy}: " + "; ".join(diffs)
 
@@ -215,8 +224,7 @@ def _check_missing(
     topics (by topic id), and records older than their queue's first unit where the topic was
     deleted and written again (``queue_starts``: the commit-log offset each queue starts at), are
     noted instead."""
-    flags = log.sys_flags & TRANSACTION_ROLLBACK_TYPE
-    missing = np.flatnonzero(((flags == 0) | (flags == 8)) & ~covered)
+    missing = np.flatnonzero(_queued(log.sys_flags) & ~covered)
     if len(missing) and len(deleted):
         earlier = np.array(
             [
