@@ -18,12 +18,10 @@ from typing import IO, Any, NamedTuple
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import body_crc
 from rocketstore.codec.message import (
-    JAVA_INT,
-    JAVA_LONG,
     JSON_FIELDS,
     Message,
     StoredMessage,
-    check_range,
+    check_int_fields,
     message_from_json,
 )
 from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
@@ -143,17 +141,6 @@ def export_jsonl(store: MessageStore, out: IO[str], progress: Any = None) -> int
     return count
 
 
-# Export fields stored in fixed-width record fields: (name, (lowest, highest)); JSON allows any number.
-_INT_FIELDS = (
-    ("queueId", (0, JAVA_INT[1])),
-    ("flag", JAVA_INT),
-    ("sysFlag", JAVA_INT),
-    ("bornTimestamp", JAVA_LONG),
-    ("reconsumeTimes", JAVA_INT),
-    ("preparedTransactionOffset", JAVA_LONG),
-)
-
-
 class ImportInterrupted(KeyboardInterrupt):
     """Ctrl-C during ``import_jsonl``: the ``imported`` messages of the lines before ``line`` are
     stored, and nothing of ``line`` or after it."""
@@ -162,21 +149,6 @@ class ImportInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted at line {line} ({imported} message(s) before it stored)")
         self.line = line
         self.imported = imported
-
-
-def _check_int_fields(obj: dict[str, Any]) -> None:
-    """InvalidMessageError unless every integer field is an integer that fits its record field."""
-    for name, bounds in _INT_FIELDS:
-        value = obj.get(name)
-        if value is None:
-            continue
-        try:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            number = int(value)
-        except (ValueError, TypeError, OverflowError):
-            raise InvalidMessageError(f"{name} must be an integer, not {value!r}") from None
-        check_range(name, number, bounds, value)
 
 
 _FIELDS = frozenset((*JSON_FIELDS, "cqTagsCode", "cqSize"))
@@ -217,7 +189,7 @@ def import_jsonl(
     count = 0
     resume = 1  # the first line not stored (nor blank)
     read_all = False
-    copies: set[int] = set()  # _copy_key of every non-schedule line
+    copies: set[int] = set()  # copy_key of every non-schedule line
     warned: set[str] = set()  # unknown fields already warned about
     try:
         for number, line in enumerate(lines, 1):
@@ -230,7 +202,7 @@ def import_jsonl(
                 obj = json.loads(text)
                 if not isinstance(obj, dict):
                     raise InvalidMessageError("each line is a JSON object")
-                _check_int_fields(obj)
+                check_int_fields(obj)
                 _warn_unknown_fields(obj, warned, number)
                 message = message_from_json(obj)
                 queue_id = int(obj.get("queueId") or 0)
@@ -248,7 +220,7 @@ def import_jsonl(
             if not result.ok:
                 raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
             if message.topic != SCHEDULE_TOPIC:
-                copies.add(_copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
+                copies.add(copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
             if progress is not None:
                 progress(size)
         read_all = True
@@ -266,7 +238,7 @@ def import_jsonl(
     return count
 
 
-def _copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage) -> int:
+def copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage) -> int:
     """A delivered copy's identity, kept small (an import may hold millions): its topic, UNIQ_KEY
     and reconsumeTimes, which delivery keeps (the retries of one message share its UNIQ_KEY and
     differ in reconsumeTimes); for a message without a UNIQ_KEY (a client that sets none), its
@@ -279,7 +251,7 @@ def _copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage
 
 def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int, int]]:
     """Move each delay level's offset past the units at its start that were delivered: a unit is
-    delivered when its delivered copy (real topic and UNIQ_KEY, :func:`_copy_key`) is in
+    delivered when its delivered copy (real topic and UNIQ_KEY, :func:`copy_key`) is in
     ``copies`` or already in the store (an earlier run of an import resumed or split in parts),
     or when delivery would store nothing for it (no REAL_TOPIC, a half message). Delivery goes in
     queue order, so the walk stops at the first unit not delivered; an offset never moves back.
@@ -317,7 +289,7 @@ def _delivered(unit: StoredMessage, copies: set[int], stored: _StoredCopies) -> 
     if topic is None or topic == HALF_TOPIC:  # the schedule service skips it: nothing to deliver
         return True
     uniq = props.get(UNIQ_KEY)
-    key = _copy_key(topic, uniq, unit)
+    key = copy_key(topic, uniq, unit)
     return key in copies or stored.holds(topic, uniq, key)
 
 
@@ -330,12 +302,12 @@ class _StoredCopies:
         self._scanned: dict[str, set[int]] = {}
 
     def holds(self, topic: str, uniq: str | None, key: int) -> bool:
-        """Whether a message of ``topic`` has the copy key ``key`` (:func:`_copy_key`)."""
+        """Whether a message of ``topic`` has the copy key ``key`` (:func:`copy_key`)."""
         if uniq is not None and self.store.config.message_index_enable:
             found = self.store.query_message(topic, uniq).messages
-            return any(_copy_key(topic, m.uniq_key, m) == key for m in found)
+            return any(copy_key(topic, m.uniq_key, m) == key for m in found)
         keys = self._scanned.get(topic)
         if keys is None:
             queued = iter_queued(self.store, [topic])
-            keys = self._scanned[topic] = {_copy_key(topic, m.uniq_key, m) for m, *_ in queued if m is not None}
+            keys = self._scanned[topic] = {copy_key(topic, m.uniq_key, m) for m, *_ in queued if m is not None}
         return key in keys

@@ -495,12 +495,44 @@ JSON_FIELDS = (
 )
 
 
+# Export fields stored in fixed-width record fields: (name, (lowest, highest)); JSON allows any number.
+INT_FIELDS = (
+    ("queueId", (0, JAVA_INT[1])),
+    ("flag", JAVA_INT),
+    ("sysFlag", JAVA_INT),
+    ("bornTimestamp", JAVA_LONG),
+    ("reconsumeTimes", JAVA_INT),
+    ("preparedTransactionOffset", JAVA_LONG),
+)
+
+
+def check_int_fields(obj: dict[str, Any]) -> None:
+    """InvalidMessageError unless every integer field is an integer that fits its record field."""
+    for name, bounds in INT_FIELDS:
+        value = obj.get(name)
+        if value is None:
+            continue
+        try:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            number = int(value)
+        except (ValueError, TypeError, OverflowError):
+            raise InvalidMessageError(f"{name} must be an integer, not {value!r}") from None
+        check_range(name, number, bounds, value)
+
+
 def message_from_json(obj: dict[str, Any]) -> Message:
     """An export JSON object -> a Message keeping what the store does not assign."""
     try:
         body = base64.b64decode(obj.get("body") or "", validate=True)
     except (ValueError, TypeError) as exc:
         raise InvalidMessageError(f"body is not base64: {exc}") from None
+    return message_from_fields(obj, body)
+
+
+def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
+    """An export JSON object whose body is given decoded (a Spark row written ``asIs``) -> a
+    Message keeping what the store does not assign, as :func:`message_from_json` builds it."""
     sys_flag = int(obj.get("sysFlag") or 0) & sf.PRODUCER_BITS
     properties = obj.get("properties") or {}
     if not isinstance(properties, dict):
