@@ -37,11 +37,12 @@ from rocketstore.errors import (
     StoreClosedError,
     StoreLockedError,
     StoreNotFoundError,
+    StoreNotReadableError,
 )
 from rocketstore.export import export_row, iter_log, iter_queued
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
-from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
+from rocketstore.running_flags import NOT_READABLE, WRITE_LOGICS_QUEUE_ERROR
 from rocketstore.verify import verify_store
 
 CL_SIZE = 4096
@@ -929,6 +930,38 @@ def test_tag_filter(make_store):
     store.flush()
     units = specreader.read_consume_queue(store.root, "TagTopic", 0)
     assert [u[2] for u in units] == [java_hash(t) if t else 0 for t in tags]
+
+
+def test_tag_filter_trims_as_java_trims(make_store):
+    """FilterAPI trims each tag with String.trim: control characters go, a no-break space or an
+    em space stays part of the tag."""
+    store = make_store()
+    for i, t in enumerate(["TagA", "\u00a0TagA", "TagA\u2003"]):
+        put_ok(store, Message("TrimTopic", b"%d" % i, tags=t))
+    assert store.wait_for_dispatch()
+
+    def bodies(expression: str) -> list[bytes]:
+        return [m.body for m in store.get_message("g", "TrimTopic", 0, 0, 32, tags=expression).messages]
+
+    assert bodies("TagA\x01") == [b"0"]
+    assert bodies("\u00a0TagA") == [b"1"]
+    assert bodies("TagA\u2003") == [b"2"]
+    assert bodies("\tTagA\n || \x1fTagA\u2003") == [b"0", b"2"]
+
+
+def test_pulls_refused_while_not_readable(make_store):
+    """getMessage returns nothing while NOT_READABLE is set; puts and lookups go on."""
+    store = make_store()
+    first = put_ok(store, Message("FlagTopic", b"x"))
+    assert store.wait_for_dispatch()
+    store.set_running_flags(set_bits=NOT_READABLE)
+    with pytest.raises(StoreNotReadableError, match="NOT_READABLE"):
+        store.get_message("g", "FlagTopic", 0, 0)
+    put_ok(store, Message("FlagTopic", b"y"))
+    assert store.look_message_by_offset(first.commit_log_offset).body == b"x"
+    store.set_running_flags(clear_bits=NOT_READABLE)
+    assert store.wait_for_dispatch()
+    assert [m.body for m in store.get_message("g", "FlagTopic", 0, 0).messages] == [b"x", b"y"]
 
 
 def test_consume_queue_units_on_disk(make_store, tmp_path):

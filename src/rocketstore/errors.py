@@ -43,6 +43,11 @@ class StoreClosedError(RocketStoreError):
     """The store was shut down."""
 
 
+class StoreNotReadableError(RocketStoreError):
+    """Pulls are refused while the NOT_READABLE running flag is set (RocketMQ's getMessage
+    returns null then)."""
+
+
 class ReadOnlyStoreError(RocketStoreError):
     """A write was attempted on a store opened read-only."""
 

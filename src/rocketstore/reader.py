@@ -13,6 +13,7 @@ from rocketstore.codec.ids import decode_offset_msg_id, java_hash
 from rocketstore.codec.message import StoredMessage, as_int, plain_str
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
+from rocketstore.config_values import java_trim
 from rocketstore.errors import InvalidArgumentError
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
@@ -54,10 +55,11 @@ def tag_hashes(tags: str | None) -> frozenset[int] | None:
     """A subscription expression -> the tag hashes it accepts; None means every message.
 
     As RocketMQ's FilterAPI: only None, ``""`` and ``"*"`` mean every message; each tag between
-    ``||`` is trimmed, and an expression of blanks accepts no tag at all."""
+    ``||`` is trimmed as Java's ``String.trim`` trims (characters up to U+0020 only), and an
+    expression of blanks accepts no tag at all."""
     if tags is None or tags == "" or tags == "*":
         return None
-    return frozenset(java_hash(t.strip()) for t in tags.split("||") if t.strip())
+    return frozenset(java_hash(t) for t in map(java_trim, tags.split("||")) if t)
 
 
 class MessageReader:

@@ -28,6 +28,7 @@ from rocketstore.errors import (
     RocketStoreError,
     StoreClosedError,
     StoreFileError,
+    StoreNotReadableError,
 )
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
@@ -48,7 +49,7 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader, check_arguments
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
 from rocketstore.retry import send_back
-from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
@@ -348,8 +349,11 @@ class MessageStore:
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None
     ) -> GetResult:
-        """Pull up to ``max_nums`` messages of a queue from ``offset`` (tags: ``"*"`` or ``"a || b"``)."""
+        """Pull up to ``max_nums`` messages of a queue from ``offset`` (tags: ``"*"`` or ``"a || b"``).
+        StoreNotReadableError while the NOT_READABLE running flag is set."""
         self._readable()
+        if self.running_flags & NOT_READABLE:
+            raise StoreNotReadableError(f"{self.root} is not readable (running flag NOT_READABLE): no pulls")
         return self.reader.get_message(group, topic, queue_id, offset, max_nums, tags)
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
