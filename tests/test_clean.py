@@ -183,6 +183,19 @@ def test_young_files_stay_and_the_newest_file_always_stays(tmp_path: Path) -> No
         assert store.clean_expired_files().commit_log_files == 0  # the new ones are young
 
 
+def test_a_reopen_keeps_the_newest_segments_age(tmp_path: Path) -> None:
+    """Recovery cuts the newest segment at the end of its data (zeros after it) on every open; the
+    file keeps its modification time, so retention still ages it from its last write."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        fill(store, 3)
+        files = segment_files(store)
+    age(files, hours=5)
+    before = [os.stat(f).st_mtime for f in files]
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        assert segment_files(store) == files
+        assert [os.stat(f).st_mtime for f in files] == before
+
+
 # -- manual delete -----------------------------------------------------------------------------------
 def test_manual_delete_outside_delete_when(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", clean_config()) as store:
@@ -349,7 +362,9 @@ def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -
         assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert store.running_flags & DISK_FULL
         assert fs.usage() > 0.9
-        assert store.put(Message("FullTopic", b"again")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        again = store.put(Message("FullTopic", b"again"))
+        assert again.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "DISK_FULL" in again.detail and "diskSpaceWarningLevelRatio" in again.detail
         assert store.put_batch([Message("FullTopic", b"b")]).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
 
         # every acknowledged message is there and readable

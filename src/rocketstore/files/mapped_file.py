@@ -278,10 +278,16 @@ class MappedFile:
         Stale bytes must not survive a truncation: a record written at ``pos`` later may be
         shorter than the one it replaces, and a later recovery must not read on into old data.
         (In copy-on-write mode nothing reaches the file; the positions bound every read.)
+        The file keeps its modification time: retention ages a segment by its last write
+        (RocketMQ's recovery only moves positions), not by the last open that cut it.
         """
         self.set_positions(pos)
         if self.mode != "rw" or pos >= self.file_size or not self.hold():
             return
+        try:
+            written = os.fstat(self.fd)
+        except OSError:
+            written = None
         try:
             # zeros keeping the blocks (a fully allocated file); else zeros giving them back, which
             # needs no disk (a file given disk as written, or a range with holes on a full disk)
@@ -296,6 +302,9 @@ class MappedFile:
                 end = min(self.file_size, at + len(zeros))
                 self.mm[at:end] = zeros[: end - at]
         finally:
+            if written is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(self.fd, ns=(written.st_atime_ns, written.st_mtime_ns))
             self.release()
 
     @property
