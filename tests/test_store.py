@@ -1464,7 +1464,9 @@ def test_shutdown_with_a_running_flag_error_keeps_abort(make_store, tmp_path):
     store = make_store()
     put_ok(store, Message("TopicTest", b"x"))
     store.set_running_flags(WRITE_LOGICS_QUEUE_ERROR)
-    assert store.put(Message("TopicTest", b"y")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    refused = store.put(Message("TopicTest", b"y"))
+    assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert refused.detail == "the store is not writeable: WRITE_LOGICS_QUEUE_ERROR"
     store.shutdown()
     assert (tmp_path / "store" / "abort").exists()
 

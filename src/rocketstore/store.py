@@ -49,7 +49,7 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader, check_arguments
 from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
 from rocketstore.retry import send_back
-from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import DISK_FULL, NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
@@ -269,10 +269,11 @@ class MessageStore:
                     PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts"
                 )
             elif self.running_flags & NOT_WRITEABLE_BITS:
-                flags = self.running_flags
-                writer.refusal = lambda: PutResult.refused(
-                    PutMessageStatus.SERVICE_NOT_AVAILABLE, f"the store is not writeable (running flags {flags})"
-                )
+                names = ", ".join(describe_flags(self.running_flags & NOT_WRITEABLE_BITS))
+                why = f"the store is not writeable: {names}"
+                if self.running_flags & DISK_FULL:
+                    why += " (the disk is past diskSpaceWarningLevelRatio: puts resume once cleanup frees space)"
+                writer.refusal = lambda: PutResult.refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
             else:
                 writer.refusal = None
 
