@@ -534,3 +534,13 @@ def test_a_pre_45_file_size_option_is_ignored_as_rocketmq_ignores_it(caplog):
         config = store_config({"mapedfilesizecommitlog": "65536", "mappedfilesizeconsumequeue": "2000"})
     assert config.mapped_file_size_commit_log == 1 << 30 and config.mapped_file_size_consume_queue == 2000
     assert "set 'mappedFileSizeCommitLog' instead" in caplog.text
+
+
+def test_the_tags_option_trims_as_java_trims():
+    """Each tag of the ``tags`` option is trimmed as RocketMQ's FilterAPI trims it (String.trim:
+    characters up to U+0020), so a read selects what a pull with the same expression gets."""
+    from rocketstore.spark.options import parse_options
+
+    opts = parse_options({"path": "/s", "tags": "TagA\x01 || \u00a0TagB || TagC\u2003 ||\t"})
+    assert opts.tags == {"TagA", "\u00a0TagB", "TagC\u2003"}
+    assert parse_options({"path": "/s", "tags": "\x1f*\x00"}).tags is None

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
 from rocketstore.config import StoreConfig
+from rocketstore.config_values import java_trim
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
 
 log = logging.getLogger(__name__)
@@ -292,8 +293,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     queues, by_topic = parse_queues(option(options, "queues"))
     tags_text = option(options, "tags")
     tags = None
-    if tags_text and tags_text.strip() not in ("", "*"):
-        tags = frozenset(t.strip() for t in tags_text.split("||") if t.strip())
+    if tags_text and java_trim(tags_text) not in ("", "*"):
+        tags = frozenset(t for t in map(java_trim, tags_text.split("||")) if t)  # FilterAPI's trim
     starting = parse_offsets(
         option(options, "startingOffsets"),
         "startingOffsets",
