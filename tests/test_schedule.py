@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -478,3 +479,61 @@ def test_a_crash_in_a_long_backlog_redelivers_only_what_came_after_the_last_pers
     assert all(n <= 2 for n in copies.values())
     assert twice == list(range(persisted, persisted + len(twice)))  # exactly those after the persisted offset
     assert len(twice) <= 2 * UNITS_PER_ROUND
+
+
+def test_a_clock_stepping_back_does_not_hold_a_level(make_store, store_config) -> None:
+    """The wall clock steps back an hour: a level is still looked at within its usual 100 ms (its
+    next look was set by the old clock), and a message whose delivery time is now more than its
+    delay ahead is due at once, as RocketMQ's correctDeliverTimestamp has it."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1s 10s"))
+    service = _stopped(store)
+    put = store.put(_delayed(level="2"), 1)
+    assert put.ok and store.wait_for_dispatch()
+    back = put.store_timestamp / 1000 - 3600
+    service.clock = lambda: back
+    assert service.run_once() == 1
+    assert [m.body for m in _real(store).messages] == [b"later"]
+    assert _delay_offsets(Path(store.root)) == {2: 1}  # persisted: the interval is not an hour longer either
+    # a level waiting on a message looks at it again within 100 ms, whatever the clock does
+    second = store.put(_delayed(level="2"), 1)
+    assert second.ok and store.wait_for_dispatch()
+    service.clock = lambda: second.store_timestamp / 1000
+    assert service.run_once() == 0
+    assert service.levels[2].due_at <= second.store_timestamp + 100
+
+
+class _PutDuringTurn:
+    """The store's consume queues, putting ``message`` just before level ``level``'s turn finds its
+    queue: a producer storing a delayed message while the round goes on."""
+
+    def __init__(self, store: MessageStore, level: int, message: Message) -> None:
+        self._store, self._level, self._message = store, level, message
+        self.stored_at = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store.queues, name)
+
+    def find(self, topic: str, queue_id: int):
+        if topic == SCHEDULE_TOPIC and queue_id == self._level - 1 and not self.stored_at:
+            started = int(time.time() * 1000)
+            while int(time.time() * 1000) == started:  # the message is stored after the round began
+                pass
+            result = self._store.put(self._message, 1)
+            assert result.ok and self._store.wait_for_dispatch()
+            self.stored_at = result.store_timestamp
+        return self._store.queues.find(topic, queue_id)
+
+
+def test_a_message_stored_during_a_round_waits_its_whole_delay(make_store, store_config) -> None:
+    """Each unit is judged by the clock read for it: a level-2 message stored while an earlier
+    level took its turn is not taken for a delivery time 'too far ahead' and delivered at once."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1s 10s"))
+    service = _stopped(store)
+    hook = _PutDuringTurn(store, 2, _delayed(level="2"))
+    service.queues = hook
+    for stats in service.levels.values():
+        stats.due_at = 0
+    assert service.run_once() == 0 and hook.stored_at
+    assert _real(store).messages == []
+    assert service.run_once(now=hook.stored_at + 9_999) == 0
+    assert service.run_once(now=hook.stored_at + 10_000) == 1

@@ -169,9 +169,12 @@ class ScheduleMessageService(Service):
             for level, stats in self.levels.items():
                 if self._stopping():
                     return count
-                if forced or stats.due_at <= at:
+                # a level is never set due more than FIRST_DELAY_MS ahead: further ahead, the
+                # clock stepped back since, and the level is looked at now (as RocketMQ's 100 ms
+                # timer would)
+                if forced or stats.due_at <= at or stats.due_at - at > FIRST_DELAY_MS:
                     before = stats.delivered
-                    stats.due_at = self._deliver_level(level, stats, at)
+                    stats.due_at = self._deliver_level(level, stats, now)
                     more |= stats.due_at <= at  # the turn ended with units still due
                     if stats.delivered > before:
                         count += stats.delivered - before
@@ -191,12 +194,15 @@ class ScheduleMessageService(Service):
         if not self._dirty:
             return
         at = self._now() if now is None else max(now, self._now())
-        if at - self._last_persist >= self.flush_interval_ms:
+        if at - self._last_persist >= self.flush_interval_ms or at < self._last_persist:  # (the clock stepped back)
             self.persist()
 
-    def _deliver_level(self, level: int, stats: LevelStats, now: int) -> int:
-        """One turn of level ``level``: deliver what is due at ``now``, at most ``units_per_round``
-        units; when to look at it again (epoch ms; ``now`` when units are left for the next turn)."""
+    def _deliver_level(self, level: int, stats: LevelStats, given: int | None) -> int:
+        """One turn of level ``level``: deliver what is due, at most ``units_per_round`` units;
+        when to look at it again (epoch ms; now when units are left for the next turn). Due is
+        judged by the clock read for each unit, as RocketMQ reads it (a unit stored during the
+        turn is not "too far ahead"), or by ``given``, a test's time."""
+        now = self._now() if given is None else given
         cq = self.queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None:
             return now + DELAY_FOR_A_WHILE_MS
@@ -215,14 +221,16 @@ class ScheduleMessageService(Service):
                     self._set_offset(level, first + i)
                     return now
                 stored = None
+                if given is None:
+                    now = self._now()
                 if deliver <= _MAX_EXT_ADDR:  # not a delivery time: take it from the message
                     stored = self.read(phy, size)
                     deliver = deliver_timestamp(level, stored.store_timestamp, self.delay_millis) if stored else now
                 if deliver > now + delay:  # correctDeliverTimestamp: a time too far ahead means now
                     deliver = now
-                if deliver > now:
+                if deliver > now:  # looked at again within 100 ms, as RocketMQ: a clock stepping back is met soon
                     self._set_offset(level, first + i)
-                    return deliver
+                    return min(deliver, now + DELAY_FOR_A_WHILE_MS)
                 stored = stored or self.read(phy, size)
                 try:
                     target = redelivered(stored) if stored is not None else None
