@@ -338,6 +338,29 @@ def test_level_table(levels: str) -> None:
     assert millis[-1] in (7_200_000, 500_000)
 
 
+@pytest.mark.parametrize("levels", ["1_0s 5s", "1s  5s", "1s\t5s", "-1s", "5", "s", "99999999999999999999s"])
+def test_a_level_table_java_refuses_is_refused(levels: str) -> None:
+    """parseDelayLevel splits at single spaces and reads each number with Long.parseLong: what it
+    fails on fails here too (and a negative delay, which it would take)."""
+    from rocketstore.config import delay_level_millis
+    from rocketstore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="messageDelayLevel"):
+        delay_level_millis(levels)
+    with pytest.raises(ConfigError, match="messageDelayLevel"):
+        StoreConfig(messageDelayLevel=levels)
+
+
+def test_a_level_table_as_java_reads_it() -> None:
+    from rocketstore.config import delay_level_millis
+    from rocketstore.errors import ConfigError
+
+    assert delay_level_millis("1s 2m ") == (1000, 120_000)  # a trailing space: split drops it
+    assert delay_level_millis("+3s 0s") == (3000, 0)
+    with pytest.raises(ConfigError, match="level ''"):  # a leading space is an empty level (a setting is trimmed first)
+        delay_level_millis(" 1s")
+
+
 def test_an_offset_past_the_queue_end_goes_back_to_it(make_store, store_config) -> None:
     """A level's offset past its queue's end (the queue made again: rebuilt, say) is reset to the
     end, as RocketMQ's executeOnTimeup does, and the messages put after it are delivered."""

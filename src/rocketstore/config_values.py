@@ -184,16 +184,33 @@ def resolve_broker_ip(text: str) -> str:
 # -- messageDelayLevel and the local address ------------------------------------------------
 
 
+_DELAY_UNITS = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+_DELAY_LEVEL = re.compile(r"([+-]?\d+)([smhd])")  # Long.parseLong of all but the unit, which is one letter
+
+
 def delay_level_millis(levels: str) -> tuple[int, ...]:
-    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first)."""
-    units = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
-    try:
-        millis = tuple(int(item[:-1]) * units[item[-1]] for item in levels.split())
-    except (KeyError, ValueError, IndexError):
-        raise ConfigError(f"messageDelayLevel {levels!r}: levels are numbers with a unit s, m, h or d") from None
-    if not millis:
+    """``messageDelayLevel`` ("1s 5s ... 2h") -> milliseconds per level (level 1 first).
+
+    Read as RocketMQ's parseDelayLevel reads it: the levels are split at each single space (a
+    second space, or a leading one, is an empty level, which fails its load), and each number is
+    Java's ``Long.parseLong``, which takes no ``1_0`` and no blanks. A negative delay, which Java
+    would take, is refused too."""
+    items = levels.split(" ")
+    while items and not items[-1]:  # String.split drops trailing empty strings
+        items.pop()
+    if not items:
         raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
-    return millis
+    millis = []
+    for item in items:
+        match = _DELAY_LEVEL.fullmatch(item)
+        number = int(match[1]) if match else -1
+        if not 0 <= number < 1 << 63:  # (a long)
+            raise ConfigError(
+                f"messageDelayLevel {levels!r}: level {item!r} is not a number of 0 or more with a unit s, m, h "
+                "or d; levels are separated by single spaces"
+            )
+        millis.append(number * _DELAY_UNITS[match[2]])
+    return tuple(millis)
 
 
 _local_address: str | None = None
