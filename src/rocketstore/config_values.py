@@ -185,7 +185,6 @@ def resolve_broker_ip(text: str) -> str:
 
 
 _DELAY_UNITS = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
-_DELAY_LEVEL = re.compile(r"([+-]?\d+)([smhd])")  # Long.parseLong of all but the unit, which is one letter
 
 
 def delay_level_millis(levels: str) -> tuple[int, ...]:
@@ -202,14 +201,14 @@ def delay_level_millis(levels: str) -> tuple[int, ...]:
         raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
     millis = []
     for item in items:
-        match = _DELAY_LEVEL.fullmatch(item)
-        number = int(match[1]) if match else -1
+        unit, text = item[-1:], item[:-1]  # Long.parseLong of all but the unit, which is one letter
+        number = int(text) if unit in _DELAY_UNITS and _INT.fullmatch(text) else -1
         if not 0 <= number < 1 << 63:  # (a long)
             raise ConfigError(
                 f"messageDelayLevel {levels!r}: level {item!r} is not a number of 0 or more with a unit s, m, h "
                 "or d; levels are separated by single spaces"
             )
-        millis.append(number * _DELAY_UNITS[match[2]])
+        millis.append(number * _DELAY_UNITS[unit])
     return tuple(millis)
 
 
