@@ -1063,3 +1063,37 @@ def test_inspect_shows_no_lag_for_a_tail_the_index_never_holds(tmp_path: Path) -
     info = json.loads(run("inspect", root, *TINY_SETS, "--json").stdout)
     assert info["lastExitOk"] is True
     assert info["dispatchLag"]["bytes"] == 0
+
+
+BUSY_SETS = [*TINY_SETS, "--set", "maxIndexNum=1000"]
+
+
+@pytest.fixture(scope="module")
+def busy_key_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]]:
+    """200 messages of T with key tk, 10 ms apart (about 100 in an index second), and their store times."""
+    root = tmp_path_factory.mktemp("busy") / "store"
+    times = []
+    with MessageStore.open(root, StoreConfig(**{**TINY, "maxIndexNum": 1000})) as store:
+        for i in range(200):
+            times.append(store.put(Message("T", f"m{i}", keys="tk")).raise_for_status().store_timestamp)
+            time.sleep(0.01)
+        assert store.wait_for_dispatch()
+    return root, times
+
+
+def _bodies(result: Result) -> list[str]:
+    return [base64.b64decode(m["body"]).decode() for m in jsonl(result.stdout)]
+
+
+def test_query_end_is_not_crowded_out_by_the_keys_stored_just_after_it(busy_key_store: tuple[Path, list[int]]) -> None:
+    """The index keeps whole seconds and gives at most maxMsgsNumBatch hits a query, newest first:
+    the messages in the second after --end must not hide the ones before it."""
+    root, times = busy_key_store
+    result = run("query", root, *BUSY_SETS, "--topic", "T", "--key", "tk", "--json", "--end", times[19])
+    assert result.exit_code == 0, result.stderr
+    assert _bodies(result) == [f"m{i}" for i in range(20)]
+    result = run("query", root, *BUSY_SETS, "--topic", "T", "--key", "tk", "--json", "--end", times[99], "--max", 5)
+    assert _bodies(result) == [f"m{i}" for i in range(95, 100)]  # the newest in range
+    begin, end = times[40], times[59]
+    result = run("query", root, *BUSY_SETS, "--topic", "T", "--key", "tk", "--json", "--begin", begin, "--end", end)
+    assert _bodies(result) == [f"m{i}" for i in range(40, 60)]

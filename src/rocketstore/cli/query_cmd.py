@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import click
@@ -14,6 +15,7 @@ from rocketstore.store import MessageStore
 
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 EXIT_NOT_FOUND = 1
+_UNCAPPED = 2**31 - 1  # maxMsgsNumBatch for the store a key query opens: _by_key sets its batches
 
 
 def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -35,19 +37,25 @@ def _at(store: MessageStore, offset: int) -> StoredMessage | None:
 
 
 def _by_key(
-    store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int | None
+    store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int | None, batch: int
 ) -> list[StoredMessage]:
     """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms).
     The index keeps times in whole seconds from its file's start, so it is asked a second wider
-    on each side (and for as many hits as one query gives), then the store times decide. As in
-    RocketMQ, the first entry of an index file made after a full one has an index time late by
-    the pause before it (its time is counted from the previous file's last entry): an ``end``
-    before that index time misses it, as RocketMQ's own query does."""
+    on each side, then the store times decide. It gives the newest hits first, and the second
+    after ``end`` may hold more of them than a query asks for (``batch`` at first): while the hits
+    fill the query and fewer than ``max_num`` are in range, it is asked again for four times as
+    many (``store`` is opened with a maxMsgsNumBatch that lets it give them). As in RocketMQ, the
+    first entry of an index file made after a full one has an index time late by the pause
+    before it (its time is counted from the previous file's last entry): an ``end`` before that
+    index time misses it, as RocketMQ's own query does."""
     wide_end = None if end is None else end + 1000
-    batch = max(max_num, store.config.max_msgs_num_batch)
-    found = store.query_message(topic, key, batch, max(0, begin - 1000), wide_end).messages
-    inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
-    return inside[-max_num:]
+    limit = max(max_num, batch)
+    while True:
+        found = store.query_message(topic, key, limit, max(0, begin - 1000), wide_end).messages
+        inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
+        if len(inside) >= max_num or len(found) < limit:  # fewer than asked: the index has no more
+            return inside[-max_num:]
+        limit *= 4
 
 
 @click.command()
@@ -86,12 +94,14 @@ def query(
         raise click.UsageError("give exactly one of --key, --msg-id and --offset")
     if key is not None and not topic:
         raise click.UsageError("--key needs --topic")
-    store = open_store(opts, read_only=True)
+    cap = opts.config.max_msgs_num_batch  # as RocketMQ, a query gives at most maxMsgsNumBatch messages
+    want = min(max_num, cap)
+    store = open_store(dataclasses.replace(opts, config=opts.config.copy(maxMsgsNumBatch=_UNCAPPED)), read_only=True)
     try:
         messages: list[StoredMessage] = []
         if key is not None:
             assert topic is not None
-            messages = _by_key(store, topic, key, max_num, begin, end)
+            messages = _by_key(store, topic, key, want, begin, end, cap)
             what = f"no message of topic {topic!r} with key {key!r}"
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
@@ -99,7 +109,7 @@ def query(
             if found is not None and found.msg_id == msg_id:
                 messages = [found]
             elif topic:
-                messages = [m for m in store.query_message(topic, msg_id, max_num).messages if m.uniq_key == msg_id]
+                messages = [m for m in store.query_message(topic, msg_id, want).messages if m.uniq_key == msg_id]
             what = f"no message with msgId {msg_id}"
             if not topic:
                 what += (
