@@ -401,3 +401,37 @@ def test_a_store_path_with_brackets_is_shown_as_it_is(tmp_path: Path) -> None:
             result = run(command, root, *TINY_SETS)
             assert result.exit_code == 0, (command, result.stdout, result.stderr)
             assert str(root) in result.stdout.replace("\n", ""), (command, result.stdout)
+
+
+def test_produce_of_a_body_that_is_not_utf8_text_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    """argv bytes that are not UTF-8 reach --body surrogate-escaped (b'\\xff' is '\\udcff')."""
+    new = tmp_path / "new"
+    args = ["produce", new, *TINY_SETS, "--topic", "T", "--body", "\udcff\udcfe"]
+    result = run(*args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == "error: --body is not UTF-8 text (use --body-file for bytes)\n"
+    result = run(*args, "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"] == {
+        "type": "CommandError",
+        "message": "--body is not UTF-8 text (use --body-file for bytes)",
+    }
+    assert not new.exists()
+    proc = subprocess.run(  # through a real argv
+        [
+            sys.executable,
+            "-m",
+            "rocketstore.cli.main",
+            "produce",
+            os.fsencode(new),
+            "--topic",
+            "T",
+            "--body",
+            b"\xff\xfe",
+        ],
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=120,
+    )
+    assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"--body is not UTF-8 text" in proc.stderr

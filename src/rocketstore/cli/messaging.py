@@ -136,7 +136,10 @@ def produce(
     """
     if (body is None) == (body_file is None):
         raise click.UsageError("give exactly one of --body and --body-file")
-    data = body.encode("utf-8") if body is not None else body_file.read()  # type: ignore[union-attr]
+    try:
+        data = body.encode("utf-8") if body is not None else body_file.read()  # type: ignore[union-attr]
+    except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped
+        raise CommandError("--body is not UTF-8 text (use --body-file for bytes)") from None
     key_list = [k for item in keys for k in item.split(" ") if k]
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
