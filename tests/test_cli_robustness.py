@@ -435,3 +435,31 @@ def test_produce_of_a_body_that_is_not_utf8_text_is_an_error_not_a_traceback(tmp
     )
     assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr
     assert b"--body is not UTF-8 text" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    ],
+)
+def test_produce_refuses_the_topics_rocketmq_forbids_sending_to_and_import_takes_them(
+    tmp_path: Path, topic: str
+) -> None:
+    """TopicValidator's NOT_ALLOWED_SEND_TOPIC_SET: a SCHEDULE_TOPIC_XXXX message without
+    REAL_TOPIC was stored and never delivered. An export holds schedule units: import takes them."""
+    new = tmp_path / "new"
+    result = run("produce", new, *TINY_SETS, "--topic", topic, "--body", "x")
+    assert result.exit_code == 2 and result.stderr == f"error: Sending message to topic[{topic}] is forbidden.\n"
+    result = run("produce", new, *TINY_SETS, "--topic", topic, "--body", "x", "--json")
+    assert result.exit_code == 2 and json.loads(result.stdout)["error"]["type"] == "CommandError"
+    assert not new.exists()
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(json.dumps({"topic": topic, "body": ""}) + "\n")
+    assert run("import", new, *TINY_SETS, "-i", lines).exit_code == 0
+    assert [m["topic"] for m in jsonl(run("export", new, *TINY_SETS).stdout)] == [topic]

@@ -12,7 +12,7 @@ from rocketstore.cli.common import CommandError, Common, DeferInterrupts, open_s
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
-from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.codec.topic import SCHEDULE_TOPIC, is_not_allowed_send_topic
 from rocketstore.results import GetMessageStatus, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.writer import MessagePreparer
@@ -133,9 +133,15 @@ def produce(
     names where the messages are stored; with --json one line per message as it is stored
     (topic and queueId where it is stored; realTopic, realQueueId, delayLevel and delay for a
     delayed one).
+
+    As RocketMQ's broker refuses a send to them, topics only the store writes are refused
+    (SCHEDULE_TOPIC_XXXX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT); `import` takes them.
     """
     if (body is None) == (body_file is None):
         raise click.UsageError("give exactly one of --body and --body-file")
+    if is_not_allowed_send_topic(topic):  # as the broker refuses a send (import takes them: exports hold them)
+        raise CommandError(f"Sending message to topic[{topic}] is forbidden.")
     try:
         data = body.encode("utf-8") if body is not None else body_file.read()  # type: ignore[union-attr]
     except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped

@@ -39,6 +39,20 @@ SYSTEM_TOPICS = frozenset(
 # cleanUnusedTopic never removes these queues: they hold delayed and transaction messages
 NEVER_REMOVED = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 
+# TopicValidator's NOT_ALLOWED_SEND_TOPIC_SET (4.9.8): the broker refuses a client's send to these
+# ("Sending message to topic[...] is forbidden."); only the store writes them (a delayed message's
+# schedule unit, transaction half and op messages). An import of an export may hold them.
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+
 
 def validate_topic(topic: object) -> str:
     """Return ``topic`` if RocketMQ accepts it as a topic name, else raise InvalidTopicError."""
@@ -82,6 +96,11 @@ def topic_names(call: str, topics: Iterable[str]) -> Iterable[str]:
 
 def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
+
+
+def is_not_allowed_send_topic(topic: str) -> bool:
+    """TopicValidator.isNotAllowedSendTopic: whether a producer's send to ``topic`` is refused."""
+    return topic in NOT_ALLOWED_SEND_TOPICS
 
 
 _topic_cache: dict[bytes, str] = {}
