@@ -26,7 +26,8 @@ appended and flushed, it becomes ``committed``. A batch id at or below a committ
 skipped (Spark replays the last batch after a restart when the crash came between the sink's
 commit and the checkpoint's). A ``pending`` entry for the same batch means a crash during the
 append: the records after ``logStart`` that match the batch's messages in order, as a put
-stores them (a delayed one in SCHEDULE_TOPIC_XXXX), are its first messages, and only the rest
+stores them (a delayed one in SCHEDULE_TOPIC_XXXX; an ``asIs`` one as ``put_as_is`` stores it, DELAY
+kept, in its own topic), are its first messages, and only the rest
 is appended. The store's lock is held throughout.
 
 Rows without a queue id go round-robin over their topic's write queues, going on from where the
@@ -59,7 +60,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.properties import DELAY, REAL_QID
+from rocketstore.codec.properties import DELAY, REAL_QID, UNIQ_KEY
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig
 from rocketstore.errors import (
     InvalidArgumentError,
@@ -67,10 +69,12 @@ from rocketstore.errors import (
     SinkInUseError,
     StoreLockedError,
 )
+from rocketstore.export import copy_key, skip_delivered
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.results import PutResult
+from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.spark.schema import option, split_scheme
 from rocketstore.store import MessageStore
 from rocketstore.writer import MessagePreparer
@@ -198,11 +202,11 @@ def _staged_batches(staged: list[Any]) -> Iterator[pa.RecordBatch]:
                 yield reader.get_batch(i)
 
 
-def _messages(staged: list[Any]) -> Iterator[tuple[Message, int | None]]:
+def _messages(staged: list[Any], as_is: bool = False) -> Iterator[tuple[Message, int | None]]:
     from rocketstore.spark.sink import messages_of
 
     for batch in _staged_batches(staged):
-        yield from messages_of(batch)
+        yield from messages_of(batch, as_is)
 
 
 class QueueChooser:
@@ -307,11 +311,11 @@ def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
         raise OSError(f"{root}: {free} bytes free, the staged messages need about {need}")
 
 
-def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueChooser) -> None:
+def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueChooser, as_is: bool = False) -> None:
     """Refuse the batch, before anything is appended, if a message is refused with the queue
     chosen for it here. The tasks checked every message, those without a queueId as queue 0;
     only a delayed one can differ: its queue id goes into ``REAL_QID``, and a longer one may not
-    fit."""
+    fit (``as_is``: none is delayed, so none differs; the queues are only chosen)."""
     from rocketstore.spark.sink import messages_of
 
     for batch in _staged_batches(staged):
@@ -323,7 +327,7 @@ def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueCho
         topics = batch.column("topic").to_pylist()
         for row in np.flatnonzero(unassigned).tolist():
             queue_id = choose(topics[row])
-            if not delayed[row]:
+            if as_is or not delayed[row]:
                 continue
             ((message, _),) = messages_of(batch.slice(row, 1))
             refused = store.writer.check(message, queue_id)
@@ -334,15 +338,23 @@ def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueCho
                 )
 
 
-def _stored_as(msg: StoredMessage, message: Message, queue_id: int | None, writer: MessagePreparer) -> bool:
+def _stored_as(
+    msg: StoredMessage, message: Message, queue_id: int | None, writer: MessagePreparer, as_is: bool = False
+) -> bool:
     """Whether ``msg`` is the record a put of ``message`` stored, as the writer places it (a
-    delayed one in SCHEDULE_TOPIC_XXXX, with REAL_TOPIC/REAL_QID). A queue the driver chose is
-    not known here, nor then its REAL_QID."""
-    placed = writer.placed(message, 0 if queue_id is None else queue_id)
+    delayed one in SCHEDULE_TOPIC_XXXX, with REAL_TOPIC/REAL_QID; ``as_is``, a ``put_as_is``:
+    where it is sent, DELAY kept, born time and reconsume times as given). A queue the driver
+    chose is not known here, nor then its REAL_QID."""
+    placed = writer.placed(message, 0 if queue_id is None else queue_id, schedule=not as_is)
     if isinstance(placed, PutResult):  # refused: never stored
         return False
     target, target_queue = placed
     if msg.topic != target.topic or msg.body != target.body or msg.flag != target.flag:
+        return False
+    if as_is and (
+        msg.reconsume_times != message.reconsume_times
+        or (message.born_timestamp is not None and msg.born_timestamp != message.born_timestamp)
+    ):
         return False
     if (queue_id is not None or target is not message) and msg.queue_id != target_queue:
         return False
@@ -350,9 +362,9 @@ def _stored_as(msg: StoredMessage, message: Message, queue_id: int | None, write
     return all(props.get(k) == v for k, v in target.properties.items() if k != REAL_QID or queue_id is not None)
 
 
-def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
+def _already_written(store: MessageStore, start: int, staged: list[Any], as_is: bool = False) -> int:
     """How many of the staged messages are the records from ``start`` on, in order."""
-    expected = _messages(staged)
+    expected = _messages(staged, as_is)
     offset = start
     matched = 0
     end = store.max_phy_offset
@@ -364,7 +376,7 @@ def _already_written(store: MessageStore, start: int, staged: list[Any]) -> int:
         want = next(expected, None)
         if want is None:
             break
-        if not _stored_as(msg, *want, store.writer):
+        if not _stored_as(msg, *want, store.writer, as_is):
             break
         matched += 1
         offset += msg.store_size
@@ -381,21 +393,28 @@ def append_staged(
     query: str | None = None,
     checkpoint: str | None = None,
     lock_wait_ms: int = DEFAULT_LOCK_WAIT_MS,
+    as_is: bool = False,
 ) -> int:
     """Append the staged messages (task order) under the store's lock, in turn with other Spark
     commits (waiting up to ``lock_wait_ms``); returns how many were appended. With
     ``sink``/``batch_id``, the write-ahead marker makes this exactly-once; a sink another
-    ``query`` owns is refused (SinkInUseError, see ``check_owner``)."""
+    ``query`` owns is refused (SinkInUseError, see ``check_owner``).
+
+    ``as_is`` (the ``asIs`` option) stores each message as ``rocketstore import`` does: with
+    ``put_as_is``, the store open under ``no_delayed_delivery`` (no schedule service delivers
+    while the batch is appended), and afterwards the delay offsets moved past the units whose
+    delivered copy the batch brought or the store holds (``export.skip_delivered``)."""
     if sink is None and not any(s.rows for s in staged):
         return 0
     require_store_or_new_folder(root, config)
     with commit_turn(root, lock_wait_ms):
         try:
-            store = MessageStore.open(root, config)
+            with no_delayed_delivery() if as_is else contextlib.nullcontext():
+                store = MessageStore.open(root, config)
         except StoreLockedError as exc:  # no Spark commit holds it now (we have the turn)
             raise _held_elsewhere(root, exc) from None
         try:
-            return _append(store, config, staged, sink, batch_id, query, checkpoint)
+            return _append(store, config, staged, sink, batch_id, query, checkpoint, as_is)
         finally:
             store.shutdown()
 
@@ -408,6 +427,7 @@ def _append(
     batch_id: int | None,
     query: str | None,
     checkpoint: str | None,
+    as_is: bool = False,
 ) -> int:
     skip = 0
     starts = None
@@ -422,12 +442,12 @@ def _append(
             log.info("rocketstore sink %s: batch %d was committed before; skipped", sink, batch_id)
             return 0
         if entry.get("batchId") == batch_id and entry.get("state") == "pending":
-            skip = _already_written(store, int(entry["logStart"]), staged)
+            skip = _already_written(store, int(entry["logStart"]), staged, as_is)
             starts = entry.get("queueStarts")  # the replay chooses the queues the first try chose
             log.warning("rocketstore sink %s: batch %d was cut short; %d messages were in", sink, batch_id, skip)
     _check_space(store.root, staged, config)
     choose = QueueChooser(store, starts)
-    check_chosen_queues(store, staged, choose)  # fixes the start of every topic that needs one
+    check_chosen_queues(store, staged, choose, as_is)  # fixes the start of every topic that needs one
     choose.rewind()  # the same queues, their counts and starts read before the first put
     if sink is not None and batch_id is not None:
         owner = (entry or {}).get("query")
@@ -445,15 +465,29 @@ def _append(
         }
         _write_markers(store.root, markers)
     appended = 0
-    for i, (message, queue_id) in enumerate(_messages(staged)):
-        qid = choose(message.topic) if queue_id is None else queue_id
-        if i < skip:
-            continue
-        result = store.put(message, qid)
-        if not result.ok:
-            raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
-        appended += 1
+    put = store.put_as_is if as_is else store.put
+    copies: set[int] = set()  # as_is: the delivered copies the batch brings (export.copy_key)
+    try:
+        for i, (message, queue_id) in enumerate(_messages(staged, as_is)):
+            qid = choose(message.topic) if queue_id is None else queue_id
+            if as_is and message.topic != SCHEDULE_TOPIC:
+                copies.add(copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
+            if i < skip:
+                continue
+            result = put(message, qid)
+            if not result.ok:
+                raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
+            appended += 1
+    except BaseException:
+        if copies:  # what was stored stays stored: so do its delivered units, as an import's
+            try:
+                skip_delivered(store, copies)
+            except Exception as error:
+                log.warning("rocketstore asIs write stopped: the delay offsets were not moved: %s", error)
+        raise
     store.flush()
+    if copies:
+        skip_delivered(store, copies)
     if sink is not None and batch_id is not None:
         markers[sink]["state"] = "committed"
         _write_markers(store.root, markers)

@@ -24,6 +24,17 @@ and an empty ``array()`` literal (array<void>) is an array of strings. A column 
 (a double queueId among them) is refused on the driver. Rows without a queueId go round-robin
 over the topic's write queues, going on across jobs and micro-batches (see ``commits``).
 
+``asIs=true`` copies rows as they were (a DataFrame read from a store, unchanged): each is made
+into the message ``rocketstore import`` makes of an export line (``message_from_fields``, after
+the import's ``check_int_fields``) and stored with ``put_as_is``. It also takes
+``bornTimestamp`` (timestamp, or integral ms), ``bornHost`` and ``storeHost`` (strings),
+``sysFlag``, ``reconsumeTimes`` and ``preparedTransactionOffset`` (integral; ``AS_IS_TYPES``),
+ignored without it. The sysFlag's producer bits are kept and a compressed body stays compressed;
+DELAY is kept without delaying, a SCHEDULE_TOPIC_XXXX row is a unit of its level's queue, and
+UNIQ_KEY is kept. The commit opens the store under ``no_delayed_delivery`` and afterwards moves
+the delay offsets past the units whose delivered copy was written (``export.skip_delivered``),
+as the import does (``commits.append_staged``).
+
 Several jobs or streaming queries may write one store at once: their commits take turns, each
 waiting up to the ``lockWaitMs`` option (default 60000) for the others. A store another program
 holds open (a broker) is refused on the driver before any task runs.
@@ -46,13 +57,13 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from rocketstore.codec.message import Message
+from rocketstore.codec.message import Message, check_int_fields, message_from_fields
 from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
-from rocketstore.spark.schema import int_option, option, store_config, store_path
+from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
 from rocketstore.spark.staging import OWNER, claim_folder, driver_tag, sweep_staging
 from rocketstore.writer import MessagePreparer
 
@@ -68,8 +79,16 @@ STAGED = pa.schema(
         pa.field("properties", pa.map_(pa.string(), pa.string())),
         pa.field("body", pa.binary()),
         pa.field("flag", pa.int32()),
+        # asIs only (null otherwise): staged wide, the import's range checks refuse them by name
+        pa.field("bornTimestamp", pa.int64()),  # ms
+        pa.field("bornHost", pa.string()),
+        pa.field("storeHost", pa.string()),
+        pa.field("sysFlag", pa.int64()),
+        pa.field("reconsumeTimes", pa.int64()),
+        pa.field("preparedTransactionOffset", pa.int64()),
     ]
 )
+AS_IS_COLUMNS = ("bornTimestamp", "bornHost", "storeHost", "sysFlag", "reconsumeTimes", "preparedTransactionOffset")
 
 
 def _string(dt: Any) -> bool:
@@ -90,6 +109,13 @@ def _integral(dt: Any) -> bool:
     from pyspark.sql.types import IntegralType
 
     return isinstance(dt, IntegralType)
+
+
+def _timestamp_or_integral(dt: Any) -> bool:
+    """A timestamp (as the read source gives ``bornTimestamp``), or ms since the epoch."""
+    from pyspark.sql.types import TimestampType
+
+    return isinstance(dt, TimestampType) or _integral(dt)
 
 
 def _binary_or_string(dt: Any) -> bool:
@@ -122,16 +148,27 @@ WRITE_TYPES: dict[str, tuple[Any, str]] = {
     "properties": (_string_map, "map<string,string>"),
     "flag": (_integral, "an integral type (tinyint, smallint, int or bigint)"),
 }
+# the columns an ``asIs`` write takes besides (ignored without it)
+AS_IS_TYPES: dict[str, tuple[Any, str]] = {
+    "bornTimestamp": (_timestamp_or_integral, "timestamp or an integral number of ms"),
+    "bornHost": (_string, "string (ip:port)"),
+    "storeHost": (_string, "string (ip:port)"),
+    "sysFlag": WRITE_TYPES["flag"],
+    "reconsumeTimes": WRITE_TYPES["flag"],
+    "preparedTransactionOffset": WRITE_TYPES["flag"],
+}
 
 
-def check_columns(schema: Any, topic_option: str | None) -> None:
+def check_columns(schema: Any, topic_option: str | None, as_is: bool = False) -> None:
     """Refuse, on the driver, a DataFrame without topic/body or with a column of a type the sink
-    cannot write (InvalidMessageError naming the column); a null-typed column is all nulls."""
+    cannot write (InvalidMessageError naming the column); a null-typed column is all nulls. The
+    ``asIs`` columns (``AS_IS_TYPES``) are checked only when they are written."""
+    types = {**WRITE_TYPES, **AS_IS_TYPES} if as_is else WRITE_TYPES
     names = set(schema.fieldNames())
     if "body" not in names or ("topic" not in names and not topic_option):
         raise InvalidMessageError("writing to rocketstore needs topic and body columns (topic may be an option)")
     for field in schema.fields:
-        rule = WRITE_TYPES.get(field.name)
+        rule = types.get(field.name)
         if rule is None or _null(field.dataType) or (field.name == "topic" and topic_option):
             continue
         accepts, wanted = rule
@@ -167,12 +204,15 @@ class Staged(WriterCommitMessage):
     query: str | None = None
 
 
-def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
-    """The incoming columns as the staged schema (missing optional columns are nulls)."""
+def _normalize(batch: pa.RecordBatch, topic_option: str | None, as_is: bool = False) -> pa.RecordBatch:
+    """The incoming columns as the staged schema (missing optional columns are nulls; the
+    ``AS_IS_COLUMNS`` are nulls unless ``as_is``)."""
     names = batch.schema.names
     n = batch.num_rows
 
     def column(name: str) -> pa.Array | None:
+        if name in AS_IS_COLUMNS and not as_is:
+            return None
         return batch.column(name) if name in names else None
 
     topic = column("topic")
@@ -183,7 +223,8 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatc
     body = column("body")
     if body is None:
         raise ValueError("writing to rocketstore needs a body column (binary or string)")
-    body = _decompressed(body, column("sysFlag"))
+    if not as_is:  # as is, a compressed body stays compressed, with its sysFlag saying so
+        body = _decompressed(body, batch.column("sysFlag") if "sysFlag" in names else None)
     keys = column("keys")
     if keys is not None and pa.types.is_list(keys.type):
         joined = (None if k is None else " ".join(x for x in k if x is not None) or None for k in keys.to_pylist())
@@ -191,6 +232,8 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatc
     out = []
     for field in STAGED:
         value = {"topic": topic, "body": body, "keys": keys}.get(field.name, column(field.name))
+        if field.name == "bornTimestamp" and value is not None:
+            value = _epoch_ms(value)
         if value is None:
             value = pa.nulls(n, field.type)
         elif not value.type.equals(field.type):
@@ -200,6 +243,17 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatc
                 raise InvalidMessageError(f"column {field.name!r}: {exc}") from None
         out.append(value)
     return pa.RecordBatch.from_arrays(out, schema=STAGED)
+
+
+def _epoch_ms(value: pa.Array) -> pa.Array:
+    """A timestamp column as ms since the epoch (a finer one cut to the ms); numbers as they are."""
+    if not pa.types.is_timestamp(value.type):
+        return value
+    raw = pc.cast(value, pa.int64())
+    per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[value.type.unit]
+    if per_ms is None:
+        return pc.multiply(raw, 1000)
+    return raw if per_ms == 1 else pc.divide(raw, per_ms)
 
 
 def _decompressed(body: pa.Array, sys_flag: pa.Array | None) -> pa.Array:
@@ -221,13 +275,22 @@ def _decompressed(body: pa.Array, sys_flag: pa.Array | None) -> pa.Array:
     return pa.array(out, body.type)
 
 
-def messages_of(batch: pa.RecordBatch) -> Iterator[tuple[Message, int | None]]:
+def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Message, int | None]]:
     """(message, queue id or None) for each staged row; InvalidMessageError for a row the store
-    would refuse."""
+    would refuse. ``as_is``: the message ``rocketstore import`` makes of the row as an export
+    line (``message_from_fields``, after the import's range checks), keeping born time, hosts,
+    producer sysFlag bits, reconsume times and prepared offset."""
     columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    for topic, queue_id, tags, keys, props, body, flag in zip(*columns, strict=True):
+    for topic, queue_id, tags, keys, props, body, flag, *extra in zip(*columns, strict=True):
         if topic is None or body is None:
             raise InvalidMessageError("topic and body may not be null")
+        if as_is:
+            fields = dict(zip(AS_IS_COLUMNS, extra, strict=True))
+            obj = {"topic": topic, "queueId": queue_id, "tags": tags, "keys": keys, "flag": flag, **fields}
+            obj["properties"] = dict(props) if props else {}
+            check_int_fields(obj)
+            yield message_from_fields(obj, body), queue_id
+            continue
         yield (
             Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None, flag=flag or 0),
             queue_id,
@@ -254,9 +317,10 @@ class _Writer:
         self.lock_wait_ms = wait
         commits.check_unheld(self.path)  # a broker has it open: refused before any task runs
         self.topic = option(options, "topic")
+        self.as_is = flag_option(options, "asIs", False)
         self.staging_root = os.path.abspath(option(options, "stagingDir") or default_staging(self.path))
         self._set_job(uuid.uuid4().hex)
-        check_columns(schema, self.topic)
+        check_columns(schema, self.topic, self.as_is)
 
     def _set_job(self, job: str) -> None:
         self.job = job
@@ -294,12 +358,18 @@ class _Writer:
     def _write_staged(self, path: str, batches: Iterator[pa.RecordBatch], part: int) -> int:
         rows = 0
         check = MessagePreparer(self.config).check  # the put's own checks: refuse what the store would
+        schedule = not self.as_is  # a put_as_is keeps a DELAY without delaying
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, STAGED) as out:
             for batch in batches:
-                staged = _normalize(batch, self.topic)
-                for i, (message, queue_id) in enumerate(messages_of(staged), rows):
+                staged = _normalize(batch, self.topic, self.as_is)
+                messages = messages_of(staged, self.as_is)
+                for i in range(rows, rows + staged.num_rows):
+                    try:
+                        message, queue_id = next(messages)
+                    except InvalidMessageError as exc:  # an asIs field out of range, a null topic
+                        raise InvalidMessageError(f"row {i} of partition {part}: {exc}") from None
                     # a queue the driver chooses is checked as queue 0 (see commits.check_chosen_queues)
-                    refused = check(message, 0 if queue_id is None else queue_id)
+                    refused = check(message, 0 if queue_id is None else queue_id, schedule=schedule)
                     if refused is not None:
                         raise InvalidMessageError(
                             f"row {i} of partition {part} ({message.topic}): the store refuses it: "
@@ -373,7 +443,13 @@ class BatchWriter(_Writer, DataSourceArrowWriter):
         try:
             staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
             commits.append_staged(
-                self.path, self.config, staged, sink=None, batch_id=None, lock_wait_ms=self.lock_wait_ms
+                self.path,
+                self.config,
+                staged,
+                sink=None,
+                batch_id=None,
+                lock_wait_ms=self.lock_wait_ms,
+                as_is=self.as_is,
             )
         finally:
             self._discard(messages)
@@ -426,6 +502,7 @@ class StreamWriter(_Writer, DataSourceStreamArrowWriter):
                 query=query,
                 checkpoint=self.checkpoint,
                 lock_wait_ms=self.lock_wait_ms,
+                as_is=self.as_is,
             )
         finally:
             self._discard(messages)
