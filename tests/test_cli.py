@@ -1097,3 +1097,22 @@ def test_query_end_is_not_crowded_out_by_the_keys_stored_just_after_it(busy_key_
     begin, end = times[40], times[59]
     result = run("query", root, *BUSY_SETS, "--topic", "T", "--key", "tk", "--json", "--begin", begin, "--end", end)
     assert _bodies(result) == [f"m{i}" for i in range(40, 60)]
+
+
+def test_query_max_above_max_msgs_num_batch_warns_that_the_result_is_capped(
+    busy_key_store: tuple[Path, list[int]],
+) -> None:
+    root, _times = busy_key_store
+    key = ["query", root, *BUSY_SETS, "--topic", "T", "--key", "tk", "--json"]
+    result = run(*key, "--max", 100)
+    assert result.exit_code == 0
+    assert _bodies(result) == [f"m{i}" for i in range(136, 200)]  # the newest 64; stdout holds only them
+    assert "at most maxMsgsNumBatch (64) are returned" in result.stderr
+    assert "--set maxMsgsNumBatch=100" in result.stderr
+    result = run(*key, "--max", 100, "--set", "maxMsgsNumBatch=100")
+    assert _bodies(result) == [f"m{i}" for i in range(100, 200)] and result.stderr == ""
+    result = run(*key, "--max", 100, "--end", _times[29])  # 30 match: nothing was left out
+    assert len(_bodies(result)) == 30 and result.stderr == ""
+    result = run(*key, "--max", 64)
+    assert len(_bodies(result)) == 64 and result.stderr == ""  # what was asked for
+    assert "maxMsgsNumBatch" in run("query", "--help").stdout

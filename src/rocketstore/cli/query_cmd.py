@@ -71,7 +71,13 @@ def _by_key(
     "--end", type=int, default=None, help="Key queries: latest store time (ms, inclusive; default: no limit)."
 )
 @click.option(
-    "--max", "max_num", type=click.IntRange(min=1), default=32, show_default=True, help="Key queries: at most N."
+    "--max",
+    "max_num",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Key queries: at most N, and, as in RocketMQ, at most maxMsgsNumBatch (64 by default; --set "
+    "maxMsgsNumBatch=N raises it; a result it caps is warned about).",
 )
 @click.pass_context
 def query(
@@ -101,7 +107,13 @@ def query(
         messages: list[StoredMessage] = []
         if key is not None:
             assert topic is not None
-            messages = _by_key(store, topic, key, want, begin, end, cap)
+            messages = _by_key(store, topic, key, min(max_num, cap + 1), begin, end, cap)
+            if len(messages) > cap:  # more than maxMsgsNumBatch match: the newest of them
+                messages = messages[-cap:]
+                warn(
+                    f"WARNING: more messages match; at most maxMsgsNumBatch ({cap}) are returned, as in RocketMQ: "
+                    f"--set maxMsgsNumBatch={max_num} raises it"
+                )
             what = f"no message of topic {topic!r} with key {key!r}"
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
