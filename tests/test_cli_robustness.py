@@ -463,3 +463,33 @@ def test_produce_refuses_the_topics_rocketmq_forbids_sending_to_and_import_takes
     lines.write_text(json.dumps({"topic": topic, "body": ""}) + "\n")
     assert run("import", new, *TINY_SETS, "-i", lines).exit_code == 0
     assert [m["topic"] for m in jsonl(run("export", new, *TINY_SETS).stdout)] == [topic]
+
+
+def test_export_to_a_file_in_a_missing_folder_names_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a FileNotFoundError naming the hidden file written beside the output."""
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    monkeypatch.chdir(tmp_path)
+    result = run("export", root, *TINY_SETS, "-o", "nodir/x.jsonl")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == "error: --output nodir/x.jsonl: folder nodir does not exist\n"
+    result = run("export", root, *TINY_SETS, "--output", "nodir/x.jsonl", "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"] == {
+        "type": "CommandError",
+        "message": "--output nodir/x.jsonl: folder nodir does not exist",
+    }
+    (tmp_path / "afile").write_text("")
+    result = run("export", root, *TINY_SETS, "-o", "afile/x.jsonl")
+    assert result.exit_code == 2 and result.stderr == "error: --output afile/x.jsonl: afile is not a folder\n"
+    assert not (tmp_path / "nodir").exists()
+    assert run("export", root, *TINY_SETS, "-o", "x.jsonl").exit_code == 0  # the current folder
+    assert jsonl((tmp_path / "x.jsonl").read_text())
+
+
+def test_replacing_file_names_the_folder_it_cannot_write_in(tmp_path: Path) -> None:
+    from rocketstore.cli.output import replacing_file
+
+    with pytest.raises(FileNotFoundError) as caught, replacing_file(str(tmp_path / "nodir" / "x.jsonl")):
+        pass
+    assert caught.value.filename == str(tmp_path / "nodir")

@@ -206,6 +206,17 @@ def is_inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def check_output_file(option: str, path: str) -> None:
+    """Refuse an output file (``--output``) whose folder does not exist or is not a folder, before
+    any work is done (the file is written in that folder first, hidden, then renamed)."""
+    folder = os.path.dirname(path)
+    if not folder or os.path.isdir(folder):
+        return
+    if os.path.exists(folder):
+        raise CommandError(f"{option} {path}: {folder} is not a folder")
+    raise CommandError(f"{option} {path}: folder {folder} does not exist")
+
+
 def check_commit_log(opts: Common, *, writes: bool) -> None:
     """Warn on stderr about a commit log outside STORE, and refuse one to a command that ``writes``
     unless --external-commit-log was given."""

@@ -94,7 +94,10 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
     when the block ends without an error: an interrupted or failed run leaves no truncated file
     and keeps an earlier one. The file gets ``path``'s mode when it exists, else the umask's."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
+    try:
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
+    except OSError as exc:  # the folder is the problem: name it, not the hidden file
+        raise type(exc)(exc.errno, exc.strerror, folder) from None
     try:
         with open(fd, "w", encoding="utf-8", newline="\n") as f:
             yield f

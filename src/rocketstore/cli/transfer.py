@@ -15,6 +15,7 @@ from rocketstore.cli.common import (
     DeferInterrupts,
     Interrupted,
     ProblemsFound,
+    check_output_file,
     is_inside,
     open_store,
     require_topics,
@@ -115,6 +116,7 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     and renamed over it at the end: an interrupted or failed export leaves an earlier file as it was.
     """
     if output not in (None, "-"):
+        check_output_file("--output", output)
         for folder in (opts.root, *opts.commit_log_paths):
             if is_inside(output, folder):
                 raise click.UsageError(
