@@ -27,10 +27,9 @@ from rocketstore.codec.message import (
 from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
-from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC
 from rocketstore.errors import ImportLineError, InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
-from rocketstore.services.schedule import HALF_TOPIC
 from rocketstore.store import MessageStore
 
 log = logging.getLogger(__name__)

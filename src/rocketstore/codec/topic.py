@@ -22,36 +22,19 @@ GROUP_MAX_LENGTH = 255
 _VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
 _known_good: set[str] = set()
 known_topics = _known_good  # topics already validated (a set lookup is the fast path)
-SYSTEM_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "BenchmarkTest",
-        "TBW102",
-    }
-)
-
-# cleanUnusedTopic never removes these queues: they hold delayed and transaction messages
-NEVER_REMOVED = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # transaction half (prepared) messages
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"  # their commit/rollback ops
 
 # TopicValidator's NOT_ALLOWED_SEND_TOPIC_SET (4.9.8): the broker refuses a client's send to these
 # ("Sending message to topic[...] is forbidden."); only the store writes them (a delayed message's
 # schedule unit, transaction half and op messages). An import of an export may hold them.
 NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
+    {SCHEDULE_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"}
 )
+SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {"RMQ_SYS_TRACE_TOPIC", "BenchmarkTest", "TBW102"}
+
+# cleanUnusedTopic never removes these queues: they hold delayed and transaction messages
+NEVER_REMOVED = frozenset({SCHEDULE_TOPIC, OP_HALF_TOPIC})
 
 
 def validate_topic(topic: object) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
 from rocketstore.codec.scan import java_int
-from rocketstore.codec.topic import SCHEDULE_TOPIC
+from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC
 from rocketstore.errors import RocketStoreError, StoreClosedError
 from rocketstore.meta.config_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
@@ -42,7 +42,6 @@ FIRST_DELAY_MS = 1000  # the first round of each level, after start
 DELAY_FOR_A_WHILE_MS = 100  # an idle level, or a put that failed, is looked at again after this
 UNITS_PER_ROUND = 500  # the units a level delivers (or skips) in one turn before the next due level's turn
 UNKNOWN_LEVEL_DELAY_MS = 1000  # computeDeliverTimestamp for a level the table lacks
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # half (prepared) messages are never delivered
 _MAX_EXT_ADDR = -(2**31) - 1  # ConsumeQueueExt.isExtAddr: tags codes at or below it address the ext file
 
 Reader = Callable[[int, int], "StoredMessage | None"]
