@@ -107,6 +107,18 @@ def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # no
         require_store_or_new_folder(str(tmp_path / "file"), small_config())
 
 
+def test_a_topic_option_the_broker_refuses_sends_to_is_refused_on_the_driver():
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.sink import check_columns
+
+    schema = StructType([StructField("body", BinaryType())])
+    with pytest.raises(InvalidMessageError, match=r"topic\[RMQ_SYS_TRANS_HALF_TOPIC\] is forbidden"):
+        check_columns(schema, "RMQ_SYS_TRANS_HALF_TOPIC")
+    check_columns(schema, "RMQ_SYS_TRANS_HALF_TOPIC", as_is=True)
+
+
 def test_a_body_its_sysflag_column_marks_compressed_is_written_decompressed():
     """A DataFrame read from a store holds compressed bodies as stored, with a sysFlag saying so;
     a write takes no sysFlag, so such a body reached consumers as zlib bytes. It is written as its
@@ -191,6 +203,7 @@ def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # n
         ({"properties": {"big": "x" * 40000}}, "PROPERTIES_SIZE_EXCEEDED"),
         ({"properties": {"DELAY": "soon"}}, "DELAY must be a delay level"),
         ({"body": b"x" * 20000}, "cannot fit a 16384-byte commit-log segment"),
+        ({"topic": "SCHEDULE_TOPIC_XXXX"}, r"Sending message to topic\[SCHEDULE_TOPIC_XXXX\] is forbidden"),
     ],
 )
 def test_a_message_the_store_refuses_fails_the_job_before_any_is_stored(spark, tmp_path, hash_tree, bad, reason):  # noqa: F811
