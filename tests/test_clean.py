@@ -687,9 +687,9 @@ def test_verify_notes_the_records_of_a_deleted_topic(tmp_path: Path) -> None:
     report = verify_store(root, config)
     assert report.ok, report.problems
     assert any("5 records of deleted topics (Gone" in n for n in report.notes)
-    with MessageStore.open(root, config) as store:  # the reopen dispatches Gone's records again
-        assert store.get_max_offset_in_queue("Gone", 0) == 5
-        assert store.delete_topics(["Gone"]) == ["Gone"]
+    with MessageStore.open(root, config) as store:  # the reopen does not dispatch Gone's records again
+        assert store.get_max_offset_in_queue("Gone", 0) == 0 and "Gone" not in store.queue_ids()
+        assert store.delete_topics(["Gone"]) == []
         assert store.put(Message("Gone", BODY)).queue_offset == 0  # written again, from offset 0
     report = verify_store(root, config)
     assert report.ok, report.problems
@@ -798,3 +798,163 @@ def test_the_log_minimum_skips_every_segment_a_cleanup_round_has_deleted_so_far(
         assert store.min_phy_offset == offsets[4]
     finally:
         store.shutdown()
+
+
+# -- durable topic deletion (config/deletedTopics.json) ----------------------------------------------
+
+DELETE_GEOMETRY = {
+    "mappedFileSizeCommitLog": 4096,
+    "mappedFileSizeConsumeQueue": 200,
+    "maxHashSlotNum": 64,
+    "maxIndexNum": 128,
+    "brokerIP1": "127.0.0.1",
+}
+
+
+def deleted_table(root: Path) -> dict[str, int]:
+    return json.loads((root / "config" / "deletedTopics.json").read_text())["deletedTopicTable"]
+
+
+def topics_json(root: Path) -> dict[str, object]:
+    return json.loads((root / "config" / "topics.json").read_text())["topicConfigTable"]
+
+
+def pull_queue(store: MessageStore, topic: str, queue_id: int) -> list:
+    out, offset = [], store.get_min_offset_in_queue(topic, queue_id)
+    while True:
+        got = store.get_message("g", topic, queue_id, offset, 32)
+        if got.status != GetMessageStatus.FOUND:
+            return out
+        out += got.messages
+        offset = got.next_begin_offset
+
+
+def put_t0_and_del(store: MessageStore) -> None:
+    """40 T0 messages, then 20 DEL ones (4 queues) with one T0 message after the 10th: the
+    remaining queues end before the last DEL records."""
+    for i in range(40):
+        assert store.put(Message("T0", b"x" * 100, keys=f"k{i}"), i % 4).ok
+    for i in range(20):
+        assert store.put(Message("DEL", b"old-%d" % i, keys=f"old{i}"), i % 4).ok
+        if i == 9:
+            assert store.put(Message("T0", b"z", keys="mid"), 0).ok
+    assert store.wait_for_dispatch()
+
+
+def test_a_deleted_topic_does_not_come_back_at_a_clean_reopen(tmp_path: Path) -> None:
+    """Normal recovery dispatches the log from where the remaining consume queues end: the
+    deleted topic's records after that point were dispatched again, bringing back a partial
+    queue and its topics.json entry."""
+    root, config = tmp_path / "s", StoreConfig(DELETE_GEOMETRY)
+    with MessageStore.open(root, config) as store:
+        put_t0_and_del(store)
+        end = store.max_phy_offset
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+    assert deleted_table(root) == {"DEL": end}
+    assert verify_store(root, config).ok
+    with MessageStore.open(root, config) as store:
+        assert not store.recovery.abnormal
+        assert "DEL" not in store.queue_ids()
+        assert all(store.get_max_offset_in_queue("DEL", q) == 0 for q in range(4))
+        assert len(pull_queue(store, "T0", 0)) == 11
+    assert "DEL" not in topics_json(root)
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+    assert any("20 records of deleted topics (DEL" in n for n in report.notes)
+
+
+def test_a_rebuild_skips_the_records_of_a_deleted_topic(tmp_path: Path) -> None:
+    """consumequeue/ and index/ deleted: the reopen rebuilds them from the whole log, without the
+    deleted topic's old records; the topic written again holds only its new messages."""
+    root, config = tmp_path / "s", StoreConfig(DELETE_GEOMETRY)
+    with MessageStore.open(root, config) as store:
+        put_t0_and_del(store)
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+        new = [store.put(Message("DEL", b"new-%d" % i, keys=f"new{i}"), 1) for i in range(2)]
+        assert [r.queue_offset for r in new] == [0, 1]
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    (root / "abort").touch()  # as a crash leaves it: the index is rebuilt too
+    with MessageStore.open(root, config) as store:
+        assert store.queue_ids()["DEL"] == [1]
+        served = pull_queue(store, "DEL", 1)
+        assert [(m.commit_log_offset, m.queue_offset, m.body) for m in served] == [
+            (r.commit_log_offset, i, b"new-%d" % i) for i, r in enumerate(new)
+        ]
+        assert store.query_message("DEL", "old1").messages == []
+        assert [m.body for m in store.query_message("DEL", "new1").messages] == [b"new-1"]
+        assert sum(store.get_max_offset_in_queue("T0", q) for q in range(4)) == 41
+    assert "DEL" in topics_json(root)  # written again: a topic again
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+
+
+def test_a_topic_deleted_twice_keeps_the_later_end(tmp_path: Path) -> None:
+    root, config = tmp_path / "s", StoreConfig(DELETE_GEOMETRY)
+    with MessageStore.open(root, config) as store:
+        put_t0_and_del(store)
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+        first = deleted_table(root)["DEL"]
+        for i in range(3):
+            assert store.put(Message("DEL", b"second-%d" % i), 0).queue_offset == i
+        assert store.wait_for_dispatch()
+        second_end = store.max_phy_offset
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+        assert deleted_table(root) == {"DEL": second_end} and second_end > first
+        last = store.put(Message("DEL", b"third"), 0)
+        assert last.queue_offset == 0
+    for rebuild in (False, True):
+        if rebuild:
+            shutil.rmtree(root / "consumequeue")
+        with MessageStore.open(root, config) as store:
+            served = pull_queue(store, "DEL", 0)
+            assert [(m.commit_log_offset, m.queue_offset, m.body) for m in served] == [
+                (last.commit_log_offset, 0, b"third")
+            ]
+            assert store.queue_ids()["DEL"] == [0]
+        report = verify_store(root, config)
+        assert report.ok, report.problems
+
+
+def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path: Path) -> None:
+    """A crash after deletedTopics.json was written, before every queue folder went: the open
+    removes the queues left (their units all point below the deletion's end), and a read-only
+    open serves them no more either, without writing anything."""
+    root, config = tmp_path / "s", StoreConfig(DELETE_GEOMETRY)
+    with MessageStore.open(root, config) as store:
+        put_t0_and_del(store)
+        shutil.copytree(root / "consumequeue" / "DEL", tmp_path / "DEL")
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+    shutil.copytree(tmp_path / "DEL" / "2", root / "consumequeue" / "DEL" / "2")
+    config_files = {p.name: p.read_bytes() for p in (root / "config").iterdir()}
+    with MessageStore.open(root, config, read_only=True) as store:
+        assert "DEL" not in store.queue_ids()
+    assert {p.name: p.read_bytes() for p in (root / "config").iterdir()} == config_files
+    assert (root / "consumequeue" / "DEL" / "2").is_dir()
+    with MessageStore.open(root, config) as store:
+        assert "DEL" not in store.queue_ids()
+        assert store.put(Message("DEL", b"new"), 2).queue_offset == 0
+    assert not (root / "consumequeue" / "DEL" / "0").exists()
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+
+
+def test_deleted_topics_whose_records_retention_removed_are_forgotten(tmp_path: Path) -> None:
+    """An entry of deletedTopics.json whose end is at or below the log's first offset names no
+    record any more: it goes when the file is next written. A store that never deleted a topic
+    has no such file."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, clean_config()) as store:
+        assert store.put(Message("Old", BODY), 0).ok
+        fill(store, 3)
+        assert not (root / "config" / "deletedTopics.json").exists()
+        assert store.delete_topics(["Old"]) == ["Old"]
+        assert deleted_table(root) == {"Old": store.max_phy_offset}
+        fill(store, 3, start=3)
+        store.flush()
+        age(segment_files(store)[:-1], hours=2)
+        assert store.clean_expired_files().commit_log_files == 6
+        assert store.min_phy_offset > deleted_table(root)["Old"]
+        assert store.put(Message("Young", BODY), 0).ok
+        assert store.wait_for_dispatch() and store.delete_topics(["Young"]) == ["Young"]
+        assert deleted_table(root) == {"Young": store.max_phy_offset}

@@ -497,3 +497,47 @@ def test_a_consume_queue_cut_by_damage_is_rebuilt_from_the_log(make_store, tmp_p
     assert [m.body for m in _pulled(store, "T", 40)] == [b"t%d" % i for i in range(40)]
     store.shutdown()
     assert verify_store(tmp_path / "store", store_config).ok
+
+
+def test_a_topic_deleted_and_written_again_keeps_its_new_messages_after_sigkill(tmp_path: Path) -> None:
+    """SYNC_FLUSH: 20 DEL and 40 T0 messages, DEL deleted, 3 new DEL messages acknowledged at queue
+    offsets 0..2, SIGKILL. Abnormal recovery cuts the queue units it does not trust and dispatches
+    the log again from the checkpoint's segment: the deleted topic's old records must not go back
+    into DEL/0 (they took offsets 0..19 and pushed the acknowledged messages to 20..22)."""
+    root = tmp_path / "s"
+    geometry = {**GEOMETRY, "mappedFileSizeCommitLog": 4096, "mappedFileSizeConsumeQueue": 200, "maxIndexNum": 128}
+    config = StoreConfig(geometry, flushDiskType="SYNC_FLUSH")
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from rocketstore import Message, MessageStore, StoreConfig
+        store = MessageStore.open({str(root)!r}, StoreConfig({geometry!r}, flushDiskType="SYNC_FLUSH"))
+        for i in range(20):
+            assert store.put(Message("DEL", b"old-%d" % i, keys=f"old{{i}}"), 0).ok
+        for i in range(40):
+            assert store.put(Message("T0", b"x" * 100), i % 4).ok
+        assert store.wait_for_dispatch()
+        store.flush()
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+        for i in range(3):
+            r = store.put(Message("DEL", b"new-%d" % i, keys=f"new{{i}}"), 0)
+            print("ack", r.status.name, r.commit_log_offset, r.queue_offset, flush=True)
+        assert store.wait_for_dispatch()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    acks = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("ack ")]
+    assert [(status, int(queue_offset)) for status, _, queue_offset in acks] == [("PUT_OK", i) for i in range(3)]
+    with MessageStore.open(root, config) as store:
+        assert store.recovery.abnormal
+        assert store.get_min_offset_in_queue("DEL", 0) == 0 and store.get_max_offset_in_queue("DEL", 0) == 3
+        got = store.get_message("g", "DEL", 0, 0, 32)
+        assert got.status == GetMessageStatus.FOUND
+        assert [(m.commit_log_offset, m.queue_offset, m.body) for m in got.messages] == [
+            (int(offset), i, b"new-%d" % i) for i, (_, offset, _) in enumerate(acks)
+        ]
+        assert store.queue_ids() == {"DEL": [0], "T0": [0, 1, 2, 3]}
+    report = verify_store(root, config)
+    assert report.ok, report.problems

@@ -41,6 +41,8 @@ from rocketstore.meta.config_files import (
     SubscriptionGroupManager,
     TopicConfigManager,
 )
+from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
+from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import check_entries, remove_abort, require_store, write_abort
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -169,7 +171,15 @@ class MessageStore:
             self.subscription_groups = SubscriptionGroupManager(
                 os.path.join(config_dir, "subscriptionGroup.json"), writable=writable
             )
-            for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
+            # rocketstore's own: the topics delete_topics removed, and where the log ended then
+            self.deleted_topics = DeletedTopics(os.path.join(config_dir, DELETED_TOPICS_FILE), writable=writable)
+            for manager in (
+                self.topics,
+                self.consumer_offsets,
+                self.delay_offsets,
+                self.subscription_groups,
+                self.deleted_topics,
+            ):
                 manager.load()
             if writable and (batch := self.topics.batch_cq_topics()):  # before recovery changes anything
                 raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
@@ -200,6 +210,7 @@ class MessageStore:
             self.index.allocator = self.allocator
             building = self.index if config.message_index_enable else None
             self.dispatcher = Dispatcher(self.queues, building, self.checkpoint)
+            self.dispatcher.set_deleted(self.deleted_topics.table)  # their old records are not dispatched again
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash
                 write_abort(self.root)
@@ -218,6 +229,8 @@ class MessageStore:
                     message_index_safe=config.message_index_safe,
                     prop_crc=config.force_verify_prop_crc,
                 )
+            if recover_files:  # a deletion cut short (by a crash) is finished
+                self.queues.remove_deleted_leftovers(self.deleted_topics.table)
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())
             if writable:  # topics created by puts just before a crash: their queues name them
@@ -498,7 +511,8 @@ class MessageStore:
 
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is
-        cleaned) and their entries in topics.json; the topics that had queues."""
+        cleaned) and their entries in topics.json; the topics that had queues. The deletion is
+        recorded in ``config/deletedTopics.json`` (see ``clean_unused_topics``)."""
         self._writable()
         doomed = set(topic_names("delete_topics", topics))
         if doomed & NEVER_REMOVED:
@@ -508,7 +522,14 @@ class MessageStore:
 
     def clean_unused_topics(self, keep: Iterable[str]) -> list[str]:
         """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``
-        (but the schedule and transaction-op topics')."""
+        (but the schedule and transaction-op topics').
+
+        The deletion is durable: topics.json is written without the topics, then
+        ``config/deletedTopics.json`` records each one with the log's end at this moment (every
+        record of theirs is below it), then the queue folders go. Recovery, rebuilds and verify
+        take the topics' records below that end as deleted: a reopen does not dispatch them again
+        (it finishes a deletion a crash cut short), and a topic that comes back starts again at
+        queue offset 0 with only its new records."""
         self._writable()
         keep = set(topic_names("clean_unused_topics", keep))
         # no cleanup round reads the queues being removed; no record is appended meanwhile, and every
@@ -519,10 +540,16 @@ class MessageStore:
             if not self.wait_for_dispatch():
                 raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
             with self.reput.lock:  # no dispatch round is writing into a queue being removed
-                gone = self.queues.delete_topics(keep)
-                self.commit_log.forget_topics(set(gone), locked=True)
-            for topic in gone:  # before a put can bring the topic back
-                self.topics.remove(topic)
+                gone = self.queues.unused_topics(keep)
+                if gone:
+                    for topic in gone:  # before a put can bring the topic back
+                        self.topics.remove(topic)
+                    self.topics.persist()
+                    # every record of theirs is below the log's end now: none is appended meanwhile
+                    table = self.deleted_topics.record(gone, self.commit_log.max_offset(), self.commit_log.min_offset())
+                    self.dispatcher.set_deleted(table)
+                    self.queues.delete_topics(keep)
+                    self.commit_log.forget_topics(set(gone), locked=True)
         return gone
 
     def disk_report(self, now: float | None = None) -> dict[str, object]:

@@ -16,10 +16,17 @@ from rocketstore.files.syscalls import fsync_dir
 
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
 FILE_ENTRIES = ("checkpoint", "abort", "lock")
-# The config files (spec 10.3) with their backups and temporary copies, under ``config``.
+# The config files (spec 10.3, and rocketstore's deletedTopics.json) with their backups and
+# temporary copies, under ``config``.
 CONFIG_FILES = tuple(
     os.path.join("config", name + suffix)
-    for name in ("topics.json", "consumerOffset.json", "delayOffset.json", "subscriptionGroup.json")
+    for name in (
+        "topics.json",
+        "consumerOffset.json",
+        "delayOffset.json",
+        "subscriptionGroup.json",
+        "deletedTopics.json",
+    )
     for suffix in ("", ".bak", ".tmp")
 )
 

@@ -106,10 +106,47 @@ class ConsumeQueueStore:
         if self.mode == "rw" and os.path.isdir(self.root):
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def unused_topics(self, keep: set[str]) -> list[str]:
+        """The topics with queues that ``delete_topics(keep)`` removes."""
+        return sorted({t for t, _ in self.table if t not in keep and t not in NEVER_REMOVED})
+
     def delete_topics(self, keep: set[str]) -> list[str]:
         """Remove the queues of every topic not in ``keep`` (cleanUnusedTopic), but never the
         schedule topic's or the transaction op topic's."""
-        gone = sorted({t for t, _ in self.table if t not in keep and t not in NEVER_REMOVED})
+        gone = self.unused_topics(keep)
+        self._remove(gone)
+        return gone
+
+    def remove_deleted_leftovers(self, deleted: dict[str, int]) -> list[tuple[str, int]]:
+        """Remove the queues a deletion that was cut short left (a crash after
+        ``config/deletedTopics.json`` was written, before the folders went): a queue of a topic in
+        ``deleted`` whose units all point below the topic's offset there. (A queue of a topic
+        written again after its deletion points at or after it.) A copy-on-write store only drops
+        them from the table. Returns their keys."""
+        if not deleted:
+            return []
+        doomed = [
+            key
+            for key, cq in self.table.items()
+            if key[0] in deleted and key[0] not in NEVER_REMOVED and cq.max_physic_offset <= deleted[key[0]]
+        ]
+        for key in doomed:
+            log.warning(
+                "consumequeue/%s/%d: a queue of a deleted topic that its deletion did not remove (cut short); "
+                "removed now",
+                *key,
+            )
+            self.table[key].destroy()
+            with self._lock:
+                self.table = {k: v for k, v in self.table.items() if k != key}
+            if self.mode == "rw":
+                shutil.rmtree(os.path.join(self.root, key[0], str(key[1])), ignore_errors=True)
+        for topic in {t for t, _ in doomed}:
+            if self.mode == "rw" and not any(t == topic for t, _ in self.table):
+                shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
+        return doomed
+
+    def _remove(self, gone: list[str]) -> None:
         for topic in gone:
             for key in [k for k in self.table if k[0] == topic]:
                 self.table[key].destroy()
@@ -117,7 +154,6 @@ class ConsumeQueueStore:
                 self.table = {k: v for k, v in self.table.items() if k[0] != topic}
             if self.mode == "rw":
                 shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
-        return gone
 
     def close(self) -> None:
         for cq in self.table.values():

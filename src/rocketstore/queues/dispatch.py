@@ -3,6 +3,11 @@
 A request is the tuple ``codec.scan`` describes. Requests come from the put path (which knows
 them already) or from scanning the log (recovery, rebuilds, stores written elsewhere); either way
 they arrive in log order and are applied in batches.
+
+Records of a deleted topic below the log end its deletion recorded (``meta.deleted_topics``) are
+skipped, for the consume queues and the index alike: recovery and rebuilds walk the log again,
+and must not bring the removed queue back. Dispatch in a running store is past every such end,
+so the hot path pays one comparison per batch for it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,19 @@ class Dispatcher:
         self.queues = queues
         self.index = index
         self.checkpoint = checkpoint
+        self.deleted: dict[str, int] = {}  # deleted topic -> the log end when it was deleted
+        self.skip_below = 0  # the highest of those ends: records at or after it are never skipped
+
+    def set_deleted(self, table: dict[str, int]) -> None:
+        """Skip the records of each topic in ``table`` below its offset from now on."""
+        self.deleted = dict(table)
+        self.skip_below = max(table.values(), default=0)
+
+    def live(self, records: Records) -> Records:
+        """``records`` without those of deleted topics below their deletion's log end."""
+        if not len(records) or records.offsets[0] >= self.skip_below:
+            return records
+        return drop_deleted(records, self.deleted)
 
     def dispatch(self, requests: list[tuple]) -> None:
         """Build the consume queues (NOT/COMMIT records) and the index for dispatch requests."""
@@ -62,6 +80,9 @@ class Dispatcher:
     def _dispatch_few(self, requests: list[tuple]) -> None:
         """A handful of records (a quiet store, SYNC_FLUSH): record by record, without numpy's
         set-up costs, which would dominate here."""
+        if requests and requests[0][D_OFFSET] < self.skip_below:  # recovery of a store with deleted topics
+            deleted = self.deleted
+            requests = [r for r in requests if r[D_OFFSET] >= deleted.get(r[D_TOPIC], -1)]
         groups: dict[tuple[str, int], list[tuple]] = {}
         last_queued_ts = 0
         for r in requests:
@@ -84,6 +105,8 @@ class Dispatcher:
         """Build the consume queues (NOT/COMMIT records) and the index for ``records``."""
         if not len(records):
             return
+        if records.offsets[0] < self.skip_below:  # recovery or a rebuild of a store with deleted topics
+            records = drop_deleted(records, self.deleted)
         # NOT (0) and COMMIT (8) records are queued: bit 0x4 clear
         queued = records.select((records.sys_flags & _PREPARED_BIT) == 0)
         n = len(queued)
@@ -118,3 +141,22 @@ class Dispatcher:
             self.checkpoint.logics_dispatched_timestamp = int(queued.store_ts[-1])
         if self.index is not None:
             self.index.build_index(records)
+
+
+def drop_deleted(records: Records, deleted: dict[str, int]) -> Records:
+    """``records`` (log order) without the records of a topic in ``deleted`` that start below its
+    offset there (``config/deletedTopics.json``: records of a topic deleted when the log ended
+    there). Only the records below the highest such offset are looked at."""
+    if not deleted or not len(records):
+        return records
+    below = int(np.searchsorted(records.offsets, max(deleted.values())))
+    if not below:
+        return records
+    get = deleted.get
+    ends = np.fromiter((get(t, -1) for t in records.topics[:below]), dtype=np.int64, count=below)
+    gone = records.offsets[:below] < ends
+    if not gone.any():
+        return records
+    keep = np.ones(len(records), dtype=bool)
+    keep[:below] = ~gone
+    return records.select(keep)

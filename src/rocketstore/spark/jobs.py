@@ -31,10 +31,13 @@ from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
+from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import require_store
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, PRE_BLANK, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.queues.dispatch import drop_deleted
 from rocketstore.queues.index_service import IndexService, index_entries
 
 log = logging.getLogger(__name__)
@@ -95,9 +98,12 @@ def session(master: str | None = None, app_name: str = "rocketstore-job") -> Any
 # -- rebuild --------------------------------------------------------------------------------------
 
 
-def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[int, ...]) -> list[dict]:
+def _scan_for_rebuild(
+    group: list[Segment], out_dir: str, delay_millis: tuple[int, ...], deleted: dict[str, int]
+) -> list[dict]:
     """A task: scan whole segments as the store's dispatch (reput) does, without CRC checks; store
-    per segment the consume-queue units and index entries (npz) and report where the scan stopped."""
+    per segment the consume-queue units and index entries (npz) and report where the scan stopped.
+    Records of ``deleted`` topics (config/deletedTopics.json) below their offset there get neither."""
     from rocketstore.codec.records import Records
     from rocketstore.log.walk import walk_segment
 
@@ -115,6 +121,7 @@ def _scan_for_rebuild(group: list[Segment], out_dir: str, delay_millis: tuple[in
         count = 0
         for records in found:
             count += len(records)
+            records = drop_deleted(records, deleted)
             queued = records.select((records.sys_flags & 0x4) == 0)
             if len(queued):
                 tids = [topics.setdefault(t, len(topics)) for t in queued.topics]
@@ -144,8 +151,9 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     parallel, the results written in log order into a new folder and swapped in by renames,
     all under the store's lock (no writer may run meanwhile). The commit log is not changed.
 
-    Records are dispatched as the store's reput does (no CRC checks); a log whose scan stops short
-    of a segment's end while later segments hold data is refused (CorruptStoreError)."""
+    Records are dispatched as the store's reput does (no CRC checks), but for those of topics
+    deleted since (config/deletedTopics.json); a log whose scan stops short of a segment's end
+    while later segments hold data is refused (CorruptStoreError)."""
     from rocketstore.codec.scan import STOP_BLANK, STOP_END
 
     started = time.perf_counter()
@@ -162,15 +170,18 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
         os.makedirs(parts_dir)
         groups = group_segments(segments, spark.sparkContext.defaultParallelism)
         delay = delay_level_millis(config.message_delay_level)
+        deleted_topics = DeletedTopics(os.path.join(root, "config", DELETED_TOPICS_FILE), writable=False)
+        deleted_topics.load()
+        deleted = deleted_topics.table
         results: list[dict] = []
         if groups:
             rdd = spark.sparkContext.parallelize(groups, len(groups))
-            results = rdd.flatMap(lambda g: _scan_for_rebuild(g, parts_dir, delay)).collect()
+            results = rdd.flatMap(lambda g: _scan_for_rebuild(g, parts_dir, delay, deleted)).collect()
         results.sort(key=lambda r: r["base"])
         _refuse_records_past_the_end(results, STOP_BLANK, STOP_END)
         scanned = time.perf_counter()
         new_root = os.path.join(work, "store")
-        summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK)
+        summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK, deleted)
         for name in ("consumequeue", "index") if config.message_index_enable else ("consumequeue",):
             old = os.path.join(root, name)
             if os.path.exists(old):
@@ -222,7 +233,9 @@ def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end:
         return
 
 
-def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[dict], stop_blank: int) -> dict:
+def _write_rebuilt(
+    new_root: str, root: str, config: StoreConfig, results: list[dict], stop_blank: int, deleted: dict[str, int]
+) -> dict:
     """Write the consume queues and index files of the scanned segments, in log order, up to the
     end of the valid log (the first segment whose scan did not end at its end-of-file marker)."""
     os.makedirs(new_root)
@@ -257,7 +270,7 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
         if r["reason"] != stop_blank:
             end = r["base"] + r["stop"]
             break
-    carried = _carry_over_queues(root, config, queues)
+    carried = _carry_over_queues(root, config, queues, deleted)
     queues.flush(0)
     queues.close()
     if index is not None:
@@ -281,10 +294,11 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
     }
 
 
-def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore) -> int:
+def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore, deleted: dict[str, int]) -> int:
     """Recreate each queue of the old ``consumequeue/`` that got no unit (retention removed all its
     records) at its old max offset, as filler units, so that its offsets go on where they were;
-    returns how many."""
+    returns how many. Not a queue of a ``deleted`` topic that a deletion cut short left (its
+    units all point below the topic's offset there)."""
     old = ConsumeQueueStore(root, config.cq_file_size, "cow")
     old.load()
     carried = 0
@@ -294,7 +308,7 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
                 continue
             cq.recover()
             top = cq.max_offset_in_queue()
-            if top <= 0:
+            if top <= 0 or (key[0] in deleted and cq.max_physic_offset <= deleted[key[0]]):
                 continue
             new = queues.find_or_create(*key)
             expect = top * CQ_STORE_UNIT_SIZE

@@ -83,6 +83,14 @@ class LogColumns:
         at = np.searchsorted(self.skipped[:, 0], phy, side="right") - 1
         return (at >= 0) & (phy < self.skipped[np.maximum(at, 0), 1])
 
+    def deleted(self, table: dict[str, int]) -> np.ndarray:
+        """Per record: of a topic ``table`` (``config/deletedTopics.json``) names, below the log end
+        recorded when it was deleted (the deleted topic's own records, not one put since)."""
+        if not table or not len(self.offsets):
+            return np.zeros(len(self.offsets), dtype=bool)
+        ends = np.array([table.get(t, -1) for t in self.topics], dtype=np.int64)
+        return self.offsets < ends[self.topic_ids]
+
     def describe(self, i: int) -> str:
         return (
             f"{self.topics[int(self.topic_ids[i])]}/{int(self.queue_ids[i])} queue offset {int(self.queue_offsets[i])}"

@@ -10,7 +10,9 @@ from rocketstore.verify.report import VerifyReport
 
 
 def check_config_files(store: MessageStore, report: VerifyReport) -> None:
-    """Topics, consumer offsets, delay offsets and subscription groups: each file or its backup."""
-    for manager in (store.topics, store.consumer_offsets, store.delay_offsets, store.subscription_groups):
+    """Topics, consumer offsets, delay offsets, subscription groups (and rocketstore's deleted
+    topics): each file or its backup."""
+    managers = (store.topics, store.consumer_offsets, store.delay_offsets, store.subscription_groups)
+    for manager in (*managers, store.deleted_topics):
         if manager.load_problem is not None:
             report.problem(f"{os.path.relpath(manager.path, store.root)}: {manager.load_problem}")

@@ -66,7 +66,7 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
             cq = store.queues.find(log.topics[tid], queue_id) if tid in topic_starts else None
             if tid in topic_starts and (cq is None or cq.max_offset_in_queue() == 0):
                 queue_starts[(tid, queue_id)] = topic_starts[tid]
-    _check_missing(log, covered, queue_ends, report, deleted, queue_starts)
+    _check_missing(log, covered, queue_ends, report, deleted, queue_starts, log.deleted(store.deleted_topics.table))
 
 
 def _queued(sys_flags: np.ndarray) -> np.ndarray:
@@ -219,11 +219,13 @@ def _check_missing(
     report: VerifyReport,
     deleted: np.ndarray,
     queue_starts: dict[tuple[int, int], int],
+    recorded: np.ndarray,
 ) -> None:
     """Every NOT/COMMIT record must be in its queue at its queue offset. Records of ``deleted``
-    topics (by topic id), and records older than their queue's first unit where the topic was
-    deleted and written again (``queue_starts``: the commit-log offset each queue starts at), are
-    noted instead."""
+    topics (by topic id), records older than their queue's first unit where the topic was
+    deleted and written again (``queue_starts``: the commit-log offset each queue starts at), and
+    ``recorded`` ones (by record: below the end config/deletedTopics.json holds for their topic)
+    are noted instead."""
     missing = np.flatnonzero(_queued(log.sys_flags) & ~covered)
     if len(missing) and len(deleted):
         earlier = np.array(
@@ -233,13 +235,13 @@ def _check_missing(
             ],
             dtype=bool,
         )
-        of_deleted = deleted[log.topic_ids[missing]] | earlier
+        of_deleted = deleted[log.topic_ids[missing]] | earlier | recorded[missing]
         if of_deleted.any():
             names = sorted({log.topics[int(t)] for t in np.unique(log.topic_ids[missing[of_deleted]])})
             report.note(
                 f"{int(of_deleted.sum())} records of deleted topics ({', '.join(names)}: no consume queue and "
-                "no topics.json entry, or records older than the topic's queue written since) stay in the log "
-                "until retention deletes them"
+                "no topics.json entry, records older than the topic's queue written since, or below the log end "
+                "config/deletedTopics.json holds for the topic) stay in the log until retention deletes them"
             )
             missing = missing[~of_deleted]
     if not len(missing):

@@ -206,6 +206,15 @@ def _check_keys_found(
         return
     keys = rows << 32 | log.key_hashes
     hit = member(keys, found)
+    # keys of a deleted topic's records (config/deletedTopics.json) need not be found: recovery
+    # and rebuilds do not index those records again
+    gone = log.deleted(store.deleted_topics.table)[rows] & ~hit
+    if gone.any():
+        report.note(
+            f"index: {int(gone.sum())} keys of {len(np.unique(rows[gone]))} records of deleted topics are not "
+            "indexed (config/deletedTopics.json; the index is not built again for them)"
+        )
+        hit = hit | gone
     index_end = -1
     if kept and (kept[-1].index_count > 1 or kept[-1].end_phy_offset > 0):
         index_end = kept[-1].end_phy_offset  # a file made after a full one starts with its end values

@@ -1,0 +1,74 @@
+"""``config/deletedTopics.json``: the topics ``delete_topics``/``clean_unused_topics`` removed, and
+where the commit log ended when they did. A file of rocketstore's own (RocketMQ neither writes nor
+reads it)::
+
+    {
+        "deletedTopicTable":{
+            "Orders":123456
+        }
+    }
+
+Every record of a topic removed when the log ended at ``X`` starts below ``X``; records of that
+topic at or after ``X`` were put after the deletion (the topic came back, from queue offset 0).
+Dispatch, recovery, rebuilds and verify take a record of a deleted topic below its ``X`` as
+deleted: it is not dispatched to a consume queue or the index again (a reopen or a rebuild would
+otherwise bring the old queue back, under the new one's offsets), and it is not missing from
+them. The table is written like the broker's config files (``.tmp``, ``.bak``, rename, fsynced);
+an entry whose ``X`` is at or below the commit log's first offset (retention removed every old
+record) is dropped when the file is next written. A store without the file has no deleted topics.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rocketstore.meta import fastjson
+from rocketstore.meta.config_files import ConfigFile
+
+FILE_NAME = "deletedTopics.json"
+
+
+class DeletedTopics(ConfigFile):
+    """``config/deletedTopics.json``: topic -> the commit-log offset its deleted records are below."""
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
+        super().__init__(path, writable=writable)
+        self.table: dict[str, int] = {}  # replaced, never changed in place (dispatch reads it unlocked)
+
+    def _reset(self) -> None:
+        self.table = {}
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        raw = obj.get("deletedTopicTable")
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise ValueError("deletedTopicTable is not a JSON object")
+        table: dict[str, int] = {}
+        for topic, end in raw.items():
+            if isinstance(end, bool) or not isinstance(end, int) or end < 0:
+                raise ValueError(f"deletedTopicTable {topic}: not a commit-log offset: {end!r}")
+            table[str(topic)] = end
+        return table
+
+    def _apply(self, state: Any) -> None:
+        self.table = state
+
+    def encode(self) -> str:
+        with self._lock:
+            return fastjson.dumps({"deletedTopicTable": dict(sorted(self.table.items()))})
+
+    def record(self, topics: list[str], end: int, min_offset: int) -> dict[str, int]:
+        """``topics`` were removed when the log ended at ``end``: each one's offset becomes ``end``
+        (a topic deleted again keeps the highest), entries at or below ``min_offset`` (the log's
+        first offset: no record of theirs is left) are dropped, and the file is written (when
+        writable). Returns the new table."""
+        with self._lock:
+            table = dict(self.table)
+            for topic in topics:
+                table[topic] = max(end, table.get(topic, 0))
+            self.table = {t: x for t, x in table.items() if x > max(min_offset, 0)}
+        if self.table or self._written is not None:  # no empty file where there was none
+            self.persist()
+        return self.table
