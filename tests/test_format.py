@@ -797,3 +797,30 @@ def test_commit_log_segments_keep_their_disk_across_reopens(loop_fs):
     segment = root / "commitlog" / f"{0:020d}"
     with MessageStore.open(root, config):  # recovery truncates the segment at the end of its data
         assert os.stat(segment).st_blocks * 512 == 1 << 20
+
+
+def test_a_scan_without_properties_checks_records_as_the_full_scan_does(tmp_path):
+    """Recovery checks records it does not dispatch without parsing their properties: the same
+    records, offsets, sizes and store times, and the same stop at a record whose CRC fails."""
+    from rocketstore.codec.scan import scan_records
+
+    with MessageStore.open(tmp_path / "s", brokerIP1="127.0.0.1") as store:
+        results = [
+            store.put(
+                Message("ScanTopic", b"body %d" % i, tags="T", keys=f"k{i}", properties={"p": "v" * (i + 1)}), i % 3
+            )
+            for i in range(40)
+        ]
+        results.append(store.put(Message("ScanTopic", b"later", properties={"DELAY": "2"})))
+    segment = (tmp_path / "s" / "commitlog" / "00000000000000000000").read_bytes()
+    damaged = bytearray(segment)
+    damaged[results[25].commit_log_offset + 90] ^= 0xFF  # inside the 26th record's body (at 88)
+    for buf in (segment, bytes(damaged)):
+        end = results[-1].commit_log_offset + results[-1].wrote_bytes
+        full, stop, reason = scan_records(buf, 0, end, 0, check_crc=True)
+        light, light_stop, light_reason = scan_records(buf, 0, end, 0, check_crc=True, properties=False)
+        assert (light_stop, light_reason) == (stop, reason)
+        assert light.topics == full.topics
+        for column in ("offsets", "sizes", "store_ts", "queue_ids", "queue_offsets", "sys_flags"):
+            assert getattr(light, column).tolist() == getattr(full, column).tolist(), column
+        assert len(full) == (len(results) if buf is segment else 25)

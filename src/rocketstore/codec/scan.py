@@ -166,6 +166,7 @@ def scan_records(
     delay_millis: tuple[int, ...] = (),
     limit: int | None = None,
     strings: bool = False,
+    properties: bool = True,
 ) -> tuple[Records, int, int]:
     """The records of ``buf[pos:end]``; no record starts at or after ``limit`` (default ``end``).
 
@@ -174,7 +175,9 @@ def scan_records(
 
     ``base_offset`` is the commit-log offset of ``buf[0]``. Returns (records, stop position,
     reason): the stop position is just after the last good record, or at the end-of-file marker.
-    With ``strings`` the records carry their keys and unique keys as text as well.
+    With ``strings`` the records carry their keys and unique keys as text as well. Without
+    ``properties`` they carry no tags codes, keys or unique keys (records only checked, not
+    dispatched: the checks are the same).
     """
     if limit is None or limit > end:
         limit = end
@@ -184,7 +187,7 @@ def scan_records(
     data = np.frombuffer(buf, dtype=np.uint8)
     try:
         crc = (_PROPERTY_CRC if prop_crc else _BODY_CRC) if check_crc else None
-        return _columns(buf, data, starts, stop, reason, base_offset, crc, delay_millis, strings)
+        return _columns(buf, data, starts, stop, reason, base_offset, crc, delay_millis, strings, properties)
     finally:
         del data  # a view of an mmap must not outlive the call (the mapping could not be closed)
 
@@ -199,6 +202,7 @@ def _columns(
     crc: int | None,
     delay_millis: tuple[int, ...],
     strings: bool,
+    properties: bool = True,
 ) -> tuple[Records, int, int]:
     g = _Gather(data)
     at = np.array(starts, dtype=np.int64)
@@ -247,7 +251,8 @@ def _columns(
     records.queue_offsets = g.int(at + 20, 8)
     records.store_ts = g.int(at + 48 + born, 8)
     records.topics = topics
-    _properties(records, buf, data, props_at, props_len, delay_millis, strings)
+    if properties:
+        _properties(records, buf, data, props_at, props_len, delay_millis, strings)
     return records, stop, reason
 
 

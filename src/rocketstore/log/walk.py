@@ -23,10 +23,13 @@ def walk_segment(
     window: int = WINDOW,
     strings: bool = False,
     progress: Callable[[int], None] | None = None,
+    checked_only_before: int = -1,
 ) -> tuple[int, int]:
     """Scan ``[start, end)`` of a segment, handing ``Records`` of each window to ``on_records``
     (with the keys as strings too when ``strings``) and the bytes each window advanced to
-    ``progress``; returns (stop position, reason) as ``scan_records`` does.
+    ``progress``; returns (stop position, reason) as ``scan_records`` does. The records of a window
+    that ends at or before the commit-log offset ``checked_only_before`` are checked alone, their
+    properties not parsed (a recovery checking records it does not dispatch).
 
     The segment is held while it is read, so cleanup cannot unmap it underneath.
     """
@@ -47,6 +50,7 @@ def walk_segment(
                 delay_millis=delay_millis,
                 limit=min(end, pos + window),
                 strings=strings,
+                properties=mapped.file_from_offset + min(end, pos + window) > checked_only_before,
             )
             if len(records) and on_records is not None:
                 on_records(records)
