@@ -155,6 +155,7 @@ def recover(
             check_crc=check_crc and not early,
             prop_crc=prop_crc,
             delay_millis=delay_millis,
+            checked_only_before=dispatch_from,  # records before it are checked, not dispatched
         )
         process_offset = mapped.file_from_offset + pos
         report.bytes_checked += pos - begin
