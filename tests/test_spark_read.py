@@ -10,6 +10,7 @@ import pytest
 
 from spark_conftest import (
     SMALL_OPTIONS,
+    TOPICS,
     VECTOR_OPTIONS,
     as_export,
     assert_rows_equal,
@@ -156,9 +157,16 @@ def test_topics_and_queues(spark, store, everything):  # noqa: F811
         assert got == [r for r in everything if r["topic"] == "OrderTopic" and r["queueId"] == 2]
 
 
+def _every_queue(default: int, **given: dict[int, int]) -> str:
+    """Offsets JSON naming every queue of the module's store (3 topics x 4 queues): ``default``
+    for each, ``given`` (topic -> queue id -> offset) instead where given."""
+    return json.dumps({t: {str(q): given.get(t, {}).get(q, default) for q in range(4)} for t in TOPICS})
+
+
 def test_starting_and_ending_offsets(spark, store, everything):  # noqa: F811
-    start = json.dumps({"TopicA": {"0": 3, "1": 1000}, "TopicB": {"2": -2}})
-    end = json.dumps({"TopicA": {"0": 7}, "TopicB": {"2": 5}})
+    # JSON offsets name every queue read (-2 earliest, -1 latest): one left out is refused (below)
+    start = _every_queue(-2, TopicA={0: 3, 1: 1000})
+    end = _every_queue(-1, TopicA={0: 7}, TopicB={2: 5})
     got = spark_rows(reader(spark, startingOffsets=start, endingOffsets=end).load(str(store)))
 
     def wanted(r: dict) -> bool:
@@ -174,11 +182,46 @@ def test_starting_and_ending_offsets(spark, store, everything):  # noqa: F811
     with pytest.raises(Exception, match="latest is not allowed for a batch read"):
         reader(spark, startingOffsets="latest").load(str(store)).collect()
     typo = json.dumps({"TopicZ": {"0": 5}, "TopicA": {"9": 3, "0": 1}})
-    for options in ({"startingOffsets": typo}, {"endingOffsets": typo}, {"startingOffsets": start, "topics": "TopicA"}):
+    other = json.dumps({"TopicA": {"0": 3, "1": 1000}, "TopicB": {"2": -2}})
+    for options in ({"startingOffsets": typo}, {"endingOffsets": typo}, {"startingOffsets": other, "topics": "TopicA"}):
         with pytest.raises(
             Exception, match=r"InvalidArgumentError: option \w+Offsets names (TopicA/9, TopicZ/0|TopicB/2)"
         ):
             reader(spark, **options).load(str(store)).collect()
+
+
+def test_offsets_json_that_leaves_out_a_queue_read_is_refused(spark, store, everything):  # noqa: F811
+    """As Kafka's source ("you must specify all TopicPartitions"): startingOffsets or endingOffsets
+    JSON that leaves out a queue the read covers is refused before any task runs, naming the
+    queues left out (a handful, then how many more) and the -2/-1 to give; it read every queue it
+    left out from earliest (to latest). The queues left out are those topics/queues select."""
+    with pytest.raises(Exception) as info:
+        reader(spark, startingOffsets=json.dumps({"TopicA": {"0": 8}})).load(str(store)).collect()
+    text = str(info.value)
+    assert (
+        "InvalidArgumentError: option startingOffsets gives no offset for OrderTopic/0, OrderTopic/1, "
+        "OrderTopic/2, OrderTopic/3, TopicA/1, TopicA/2, TopicA/3, TopicB/0 and 3 more: " in text
+    )
+    assert "give -2 for a queue to read from its earliest offset" in text
+    with pytest.raises(Exception, match=r"option endingOffsets gives no offset for TopicB/1: .*give -1 for a queue"):
+        end = json.dumps({"TopicB": {"0": 5, "2": -1, "3": 4}})
+        reader(spark, topics="TopicB", endingOffsets=end).load(str(store)).collect()
+    with pytest.raises(Exception, match=r"option startingOffsets gives no offset for TopicA/2, TopicB/2: "):
+        start = json.dumps({"TopicA": {"0": 1}, "TopicB": {"0": 2}})
+        reader(spark, topics="Topic[AB]", queues="0,2", startingOffsets=start).load(str(store)).collect()
+    # every queue named (-2 / -1 where it does not matter): read as given
+    start = json.dumps({"TopicB": {"0": 2, "2": -2}})
+    end = json.dumps({"TopicB": {"0": -1, "2": 3}})
+    df = reader(spark, topics="TopicB", queues="0,2", startingOffsets=start, endingOffsets=end).load(str(store))
+    wanted = {("TopicB", 0): range(2, 10**9), ("TopicB", 2): range(3)}
+    got = spark_rows(df)
+    assert got == [r for r in everything if r["queueOffset"] in wanted.get((r["topic"], r["queueId"]), ())]
+    assert {r["queueId"] for r in got} == {0, 2}
+    # offsets a timestamp takes precedence over are not used, nor checked for this
+    first = min(r["storeTimestamp"] for r in everything)
+    assert reader(spark, startingTimestamp=str(first), startingOffsets=json.dumps({"TopicA": {"0": 8}})).load(
+        str(store)
+    ).count() == len(everything)
 
 
 @pytest.mark.parametrize(

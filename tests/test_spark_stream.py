@@ -292,3 +292,65 @@ def test_a_starting_offset_past_the_queue_end_waits_for_it(spark, tmp_path):  # 
             s.wait_for_dispatch()
         got = run_stream(spark, store, checkpoint, topics="TopicA", queues="0").rows
         assert [r["queueOffset"] for r in got] == offsets
+
+
+def test_starting_offsets_json_that_leaves_out_a_queue_is_refused(spark, tmp_path):  # noqa: F811
+    """As Kafka's source ("you must specify all TopicPartitions"): a new query's startingOffsets JSON
+    that leaves out a queue the stream selects (and the store has) fails the query before any batch,
+    naming the queues and the -2/-1 to give; it read them from earliest. JSON naming every queue
+    (-2 earliest, -1 latest) starts each where it says."""
+    store = make_store(tmp_path / "store", 120)  # 3 topics x 4 queues, 10 each
+    rows = all_rows(store)
+    partial = json.dumps({"TopicA": {"0": 8}})
+    with pytest.raises(Exception) as info:
+        run_stream(spark, store, tmp_path / "c1", startingOffsets=partial, topics="TopicA,TopicB")
+    text = str(info.value)
+    assert (
+        "InvalidArgumentError: option startingOffsets gives no offset for TopicA/1, TopicA/2, TopicA/3, "
+        "TopicB/0, TopicB/1, TopicB/2, TopicB/3: " in text
+    )
+    assert "give -2 for a queue to read from its earliest offset or -1 for its latest" in text
+    with pytest.raises(Exception, match=r"gives no offset for OrderTopic/0, .*TopicA/3, TopicB/0 and 3 more: "):
+        run_stream(spark, store, tmp_path / "c2", startingOffsets=partial)
+    start = json.dumps({"TopicA": {"0": 8, "1": -2, "2": -1, "3": 9}})
+    got = run_stream(spark, store, tmp_path / "c3", startingOffsets=start, topics="TopicA").rows
+    first = {0: 8, 1: 0, 2: 10**9, 3: 9}
+    assert got == [r for r in rows if r["topic"] == "TopicA" and r["queueOffset"] >= first[r["queueId"]]]
+
+
+def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spark, tmp_path):  # noqa: F811
+    """The startingOffsets JSON is checked against the queues the store has when the query starts;
+    a queue created later (not in the JSON, nor in the checkpoint) is read from its earliest offset,
+    also when the query restarts with the same option."""
+    store = make_store(tmp_path / "store", 24)
+    checkpoint = tmp_path / "ckpt"
+    start = json.dumps({"TopicA": {"0": -1, "1": -1, "2": -1, "3": -1}})
+    assert run_stream(spark, store, checkpoint, startingOffsets=start, topics="Topic(A|New)").rows == []
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 8, start=100, topics=("TopicNew",))
+        write_messages(s, 4, start=200, topics=("TopicA",))
+        s.wait_for_dispatch()
+    got = run_stream(spark, store, checkpoint, startingOffsets=start, topics="Topic(A|New)").rows
+    new = [r for r in all_rows(store) if r["topic"] == "TopicNew" or (r["topic"] == "TopicA" and r["queueOffset"] >= 2)]
+    assert got == new
+    assert len(got) == 12 and {r["topic"] for r in got} == {"TopicA", "TopicNew"}
+    # the same within one run: a queue that appears after initialOffset is read from offset 0
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rocketstore.spark.schema import spark_schema
+    from rocketstore.spark.stream import StreamReader
+
+    options = {**SMALL_OPTIONS, "path": str(store), "startingOffsets": start, "topics": "Topic(A|B)"}
+    with pytest.raises(Exception, match="option startingOffsets gives no offset for TopicB/0, "):
+        StreamReader(options, spark_schema()).initialOffset()
+    options["topics"] = "Topic(A|Later)"
+    stream = StreamReader(options, spark_schema())
+    begin = stream.initialOffset()
+    assert begin == {"TopicA": {str(q): 3 for q in range(4)}}
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 4, start=300, topics=("TopicLater",))
+        s.wait_for_dispatch()
+    end = stream.latestOffset(begin, ReadAllAvailable())
+    assert end == {**begin, "TopicLater": {str(q): 1 for q in range(4)}}
+    slices = [(x.topic, x.queue_id, x.start, x.end) for p in stream.partitions(begin, end) for x in p.slices]
+    assert sorted(slices) == [("TopicLater", q, 0, 1) for q in range(4)]

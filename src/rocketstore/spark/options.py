@@ -12,10 +12,13 @@ or a commit-log read warns (a stream reads the queue once it is created; the log
 deleted queue's records). Offsets are Kafka's: ``earliest``/``latest`` or JSON
 ``{"TopicA":{"0":23,"1":-1}}`` with -2 = earliest and -1 = latest; ending offsets are exclusive. A
 batch read refuses a starting offset of latest (it would read nothing), and JSON naming a queue the
-read does not cover (a typo'd topic). A starting offset after the ending offset given for the same
-queue is an error; a starting offset past a queue's end reads nothing from it (a stream reads the
-queue from that offset once the queue gets there). ``maxPartitionBytes``, ``minPartitions``,
-``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are positive integers. Timestamps are epoch
+read does not cover (a typo'd topic). JSON offsets must also name every queue the read covers
+that the store has (Kafka's "you must specify all TopicPartitions"): a batch read and a new stream
+refuse JSON that leaves one out (``plan.unlisted_queues``). A starting offset after the ending
+offset given for the same queue is an error; a starting offset past a queue's end reads nothing
+from it (a stream reads the queue from that offset once the queue gets there).
+``maxPartitionBytes``, ``minPartitions``, ``maxRecordsPerBatch`` and ``maxOffsetsPerTrigger`` are
+positive integers. Timestamps are epoch
 milliseconds of the store time, or ISO-8601 text (UTC unless it names a zone; a fraction of a
 millisecond counts from the next one).
 

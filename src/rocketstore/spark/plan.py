@@ -239,10 +239,11 @@ def missing_queues(snap: Snapshot, selection: Selection) -> str | None:
     return None
 
 
-def unknown_queues(snap: Snapshot, opts: ReadOptions) -> str | None:
+def unknown_queues(snap: Snapshot, opts: ReadOptions, *, streaming: bool = False) -> str | None:
     """What is wrong when the ``queues`` option, or ``startingOffsets``/``endingOffsets`` JSON,
     names a queue that is not among the read's (no such topic or queue in the store, or one
-    ``topics``/``queues`` leave out); None when every one is.
+    ``topics``/``queues`` leave out); None when every one is. A batch read's (not ``streaming``)
+    also says what ``unlisted_queues`` finds.
 
     A batch read refuses it, a stream warns (a queue created later is read once it appears).
     ``queues`` in commitlog mode is only warned about here: a deleted topic's records stay in the
@@ -267,6 +268,47 @@ def unknown_queues(snap: Snapshot, opts: ReadOptions) -> str | None:
                 f"option {name} names {', '.join(unknown[:20])}: no such queue among those the read covers (the "
                 f"store's selected topics: {listed}); a typo'd topic would silently be read from earliest"
             )
+    unlisted = None if streaming else unlisted_queues(snap, opts)
+    if unlisted:
+        problems.append(unlisted)
+    return "; ".join(problems) or None
+
+
+UNLISTED_SHOWN = 8  # queues named in the error before "and N more"
+
+
+def unlisted_queues(snap: Snapshot, opts: ReadOptions, *, streaming: bool = False) -> str | None:
+    """What is wrong when ``startingOffsets``/``endingOffsets`` JSON leaves out a queue the read
+    selects (``topics``/``queues``) that the store has; None when it names every one.
+
+    Kafka's source refuses such JSON ("you must specify all TopicPartitions"): a queue left out
+    was silently read from earliest (or to latest). Both a batch read and a new stream refuse it
+    (a stream checks only the user's JSON, never its checkpoint's offsets: a queue created later
+    is read from its earliest offset). JSON a timestamp takes precedence over is not used, and
+    not checked for this."""
+    sel = opts.selection
+    selected = sorted(key for key in snap.table if sel.topic_ok(key[0]) and sel.queue_ok(*key))
+    if streaming:
+        give = "give -2 for a queue to read from its earliest offset or -1 for its latest"
+    else:
+        give = "give -2 for a queue to read from its earliest offset (a batch read takes no -1)"
+    problems = []
+    for name, offsets, timestamp, fill in (
+        ("startingOffsets", opts.starting, opts.starting_ts, give),
+        ("endingOffsets", opts.ending, opts.ending_ts, "give -1 for a queue to read up to its latest offset"),
+    ):
+        if not isinstance(offsets, dict) or timestamp is not None:
+            continue
+        left_out = [f"{t}/{q}" for t, q in selected if q not in offsets.get(t, {})]
+        if not left_out:
+            continue
+        shown = ", ".join(left_out[:UNLISTED_SHOWN])
+        if len(left_out) > UNLISTED_SHOWN:
+            shown += f" and {len(left_out) - UNLISTED_SHOWN} more"
+        problems.append(
+            f"option {name} gives no offset for {shown}: JSON offsets must name every queue the read covers "
+            f"(the topics and queues options select them), as in Kafka's source; {fill}"
+        )
     return "; ".join(problems) or None
 
 

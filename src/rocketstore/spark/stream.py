@@ -2,9 +2,11 @@
 
 Offsets are per queue, Kafka style: ``{"TopicA": {"0": 23, "1": 7}}`` holds the next offset to
 read of every queue (the checkpoint keeps them, so a restarted query resumes exactly there).
-``startingOffsets`` (default ``latest``) / ``startingTimestamp`` apply to a new query; queues that
-appear later start at their earliest offset (above 0, retention removed messages of it before the
-stream saw it: data loss, as Kafka's "Added partition ... starts from Y instead of 0"). A
+``startingOffsets`` (default ``latest``) / ``startingTimestamp`` apply to a new query (JSON
+``startingOffsets`` must name every selected queue the store has then, as Kafka's source requires:
+-2 for earliest, -1 for latest); queues that appear later start at their earliest offset (above
+0, retention removed messages of it before the stream saw it: data loss, as Kafka's "Added
+partition ... starts from Y instead of 0"). A
 starting offset past a queue's end is kept (also listed under ``"(ahead)"`` until the queue gets
 there, so it is not taken for a queue that started over): nothing below it is read. A stream
 has no end: ``endingOffsets`` and ``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits
@@ -36,6 +38,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from rocketstore.errors import InvalidArgumentError
 from rocketstore.spark.options import EARLIEST, LATEST, parse_options
 from rocketstore.spark.plan import (
     ReadPartition,
@@ -44,6 +47,7 @@ from rocketstore.spark.plan import (
     data_loss,
     queue_partitions,
     unknown_queues,
+    unlisted_queues,
     unmatched_topics,
 )
 from rocketstore.spark.read import read_partition
@@ -142,9 +146,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             unmatched = unmatched_topics(snap, sel)
             if unmatched:  # a stream reads topics created later
                 log.warning("%s: the stream reads them once they are created", unmatched)
-            unknown = unknown_queues(snap, opts)  # the user's startingOffsets (never a checkpoint's)
+            # the user's startingOffsets (never a checkpoint's: Spark asks for this offset only
+            # for a new query)
+            unknown = unknown_queues(snap, opts, streaming=True)
             if unknown:
                 log.warning("%s; a queue created later is read from its earliest offset", unknown)
+            unlisted = unlisted_queues(snap, opts, streaming=True)
+            if unlisted:  # as Kafka's source: JSON offsets name every queue the stream starts with
+                raise InvalidArgumentError(unlisted)
             for (topic, queue_id), (lo, hi) in snap.all_bounds().items():
                 if not sel.topic_ok(topic) or not sel.queue_ok(topic, queue_id):
                     continue
