@@ -16,14 +16,14 @@ import threading
 import weakref
 from collections.abc import Iterable, Sequence
 
+from rocketstore import topic_deletion
 from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
-from rocketstore.codec.topic import NEVER_REMOVED, topic_names, validate_group, validate_topic
+from rocketstore.codec.topic import validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     InvalidArgumentError,
-    InvalidTopicError,
     ReadOnlyStoreError,
     RocketStoreError,
     StoreClosedError,
@@ -514,43 +514,13 @@ class MessageStore:
         cleaned) and their entries in topics.json; the topics that had queues. The deletion is
         recorded in ``config/deletedTopics.json`` (see ``clean_unused_topics``)."""
         self._writable()
-        doomed = set(topic_names("delete_topics", topics))
-        if doomed & NEVER_REMOVED:
-            raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
-        keep = {topic for topic in self.queues.topics() if topic not in doomed}
-        return self.clean_unused_topics(keep)
+        return topic_deletion.delete_topics(self, topics)
 
     def clean_unused_topics(self, keep: Iterable[str]) -> list[str]:
         """RocketMQ's ``cleanUnusedTopic``: remove the consume queues of every topic not in ``keep``
-        (but the schedule and transaction-op topics').
-
-        The deletion is durable: topics.json is written without the topics, then
-        ``config/deletedTopics.json`` records each one with the log's end at this moment (every
-        record of theirs is below it), then the queue folders go. Recovery, rebuilds and verify
-        take the topics' records below that end as deleted: a reopen does not dispatch them again
-        (it finishes a deletion a crash cut short), and a topic that comes back starts again at
-        queue offset 0 with only its new records."""
+        (but the schedule and transaction-op topics'), durably (``topic_deletion``)."""
         self._writable()
-        keep = set(topic_names("clean_unused_topics", keep))
-        # no cleanup round reads the queues being removed; no record is appended meanwhile, and every
-        # one appended before is dispatched: no unit of a removed queue comes after it, and a topic
-        # that comes back starts again at offset 0
-        clean = self.services.clean
-        with clean.round_lock if clean else threading.Lock(), self.commit_log.put_lock:
-            if not self.wait_for_dispatch():
-                raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
-            with self.reput.lock:  # no dispatch round is writing into a queue being removed
-                gone = self.queues.unused_topics(keep)
-                if gone:
-                    for topic in gone:  # before a put can bring the topic back
-                        self.topics.remove(topic)
-                    self.topics.persist()
-                    # every record of theirs is below the log's end now: none is appended meanwhile
-                    table = self.deleted_topics.record(gone, self.commit_log.max_offset(), self.commit_log.min_offset())
-                    self.dispatcher.set_deleted(table)
-                    self.queues.delete_topics(keep)
-                    self.commit_log.forget_topics(set(gone), locked=True)
-        return gone
+        return topic_deletion.clean_unused_topics(self, keep)
 
     def disk_report(self, now: float | None = None) -> dict[str, object]:
         """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and

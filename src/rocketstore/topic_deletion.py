@@ -1,0 +1,55 @@
+"""Deleting topics (RocketMQ's deleteTopic / cleanUnusedTopic), durably.
+
+The topics' consume queues and topics.json entries go; their records stay in the commit log until
+retention deletes them. topics.json is written without the topics, then ``config/deletedTopics.json``
+records each one with the log's end at this moment (every record of theirs is below it), then the
+queue folders go. Recovery, rebuilds and verify take the topics' records below that end as
+deleted: a reopen does not dispatch them again (it finishes a deletion a crash cut short), and a
+topic that comes back starts again at queue offset 0 with only its new records.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from rocketstore.codec.topic import NEVER_REMOVED, topic_names
+from rocketstore.errors import InvalidTopicError, RocketStoreError
+
+if TYPE_CHECKING:
+    from rocketstore.store import MessageStore
+
+
+def delete_topics(store: MessageStore, topics: Iterable[str]) -> list[str]:
+    """``store.delete_topics``: the topics that had queues."""
+    doomed = set(topic_names("delete_topics", topics))
+    if doomed & NEVER_REMOVED:
+        raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
+    keep = {topic for topic in store.queues.topics() if topic not in doomed}
+    return clean_unused_topics(store, keep)
+
+
+def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
+    """``store.clean_unused_topics``: remove every topic's queues but ``keep``'s (and the schedule
+    and transaction-op topics'); the topics removed."""
+    keep = set(topic_names("clean_unused_topics", keep))
+    # no cleanup round reads the queues being removed; no record is appended meanwhile, and every
+    # one appended before is dispatched: no unit of a removed queue comes after it, and a topic
+    # that comes back starts again at offset 0
+    clean = store.services.clean
+    with clean.round_lock if clean else threading.Lock(), store.commit_log.put_lock:
+        if not store.wait_for_dispatch():
+            raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
+        with store.reput.lock:  # no dispatch round is writing into a queue being removed
+            gone = store.queues.unused_topics(keep)
+            if gone:
+                for topic in gone:  # before a put can bring the topic back
+                    store.topics.remove(topic)
+                store.topics.persist()
+                # every record of theirs is below the log's end now: none is appended meanwhile
+                table = store.deleted_topics.record(gone, store.commit_log.max_offset(), store.commit_log.min_offset())
+                store.dispatcher.set_deleted(table)
+                store.queues.delete_topics(keep)
+                store.commit_log.forget_topics(set(gone), locked=True)
+    return gone
