@@ -121,7 +121,7 @@ _OBSOLETE = {k.lower(): v for k, v in OBSOLETE_KEYS.items()}  # pre-4.5 names Ro
 SOURCE_OPTIONS = (
     *("mode", "topics", "topic", "queues", "tags", "startingOffsets", "endingOffsets", "startingTimestamp"),
     *("endingTimestamp", "maxPartitionBytes", "minPartitions", "maxRecordsPerBatch", "maxOffsetsPerTrigger"),
-    *("failOnDataLoss", "pushFilters", "config", "lockWaitMs", "stagingDir", "sinkId"),
+    *("failOnDataLoss", "pushFilters", "config", "lockWaitMs", "stagingDir", "sinkId", "asIs"),
 )
 SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")  # Spark passes these itself
 
