@@ -352,5 +352,12 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
         s.wait_for_dispatch()
     end = stream.latestOffset(begin, ReadAllAvailable())
     assert end == {**begin, "TopicLater": {str(q): 1 for q in range(4)}}
+    held = stream._snapshot  # latestOffset's view of the store: the batch's partitions use it (one open a trigger)
+    assert held is not None and not held.store.closed
     slices = [(x.topic, x.queue_id, x.start, x.end) for p in stream.partitions(begin, end) for x in p.slices]
     assert sorted(slices) == [("TopicLater", q, 0, 1) for q in range(4)]
+    assert stream._snapshot is None and held.store.closed
+    stream.latestOffset(end, ReadAllAvailable())
+    held = stream._snapshot
+    stream.stop()  # a query stopped between its latestOffset and its partitions leaves nothing open
+    assert stream._snapshot is None and held.store.closed

@@ -129,12 +129,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts.columns = requested_columns(schema)
         self.target: dict[Key, int] | None = None  # availableNow: the end fixed when the query started
         self.latest: dict[Key, int] | None = None
+        # latestOffset's view of the store, kept for the partitions of the same micro-batch: an
+        # open recovers the store (a walk of its last segments), once a trigger rather than twice
+        self._snapshot: Snapshot | None = None
 
-    def _bounds(self) -> tuple[dict[Key, tuple[int, int]], set[Key]]:
+    def _fresh_snapshot(self) -> Snapshot:
+        self._drop_snapshot()
+        self._snapshot = Snapshot(self.opts.path, self.opts.config)
+        return self._snapshot
+
+    def _drop_snapshot(self) -> None:
+        snap, self._snapshot = self._snapshot, None
+        if snap is not None:
+            snap.close()
+
+    def _bounds(self, snap: Snapshot) -> tuple[dict[Key, tuple[int, int]], set[Key]]:
         """(min, max) offsets of the selected queues, and the keys of every queue in the store."""
         sel = self.opts.selection
-        with Snapshot(self.opts.path, self.opts.config) as snap:
-            every = snap.all_bounds()
+        every = snap.all_bounds()
         return {k: b for k, b in every.items() if sel.topic_ok(k[0]) and sel.queue_ok(*k)}, set(every)
 
     def initialOffset(self) -> dict:
@@ -175,10 +187,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {k: hi for k, (_lo, hi) in self._bounds()[0].items()}
+        with Snapshot(self.opts.path, self.opts.config) as snap:
+            self.target = {k: hi for k, (_lo, hi) in self._bounds(snap)[0].items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        bounds, present = self._bounds()
+        bounds, present = self._bounds(self._fresh_snapshot())
         begin, ahead = from_json(start), ahead_of(start)
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
         gone = sorted(set(begin) - present)
@@ -211,7 +224,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         begin, until = from_json(start), from_json(end)
         ranges = []
-        with Snapshot(opts.path, opts.config) as snap:
+        # the snapshot latestOffset chose ``end`` by (a replayed batch, planned with no latestOffset
+        # before it, opens its own)
+        snap = self._snapshot or Snapshot(opts.path, opts.config)
+        self._snapshot = None
+        with snap:
             for key in sorted(until):
                 lo, hi = snap.bounds(*key)
                 e = until[key]
@@ -244,3 +261,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in the query's checkpoint, and the store is never changed."""
+
+    def stop(self) -> None:
+        self._drop_snapshot()
