@@ -190,3 +190,50 @@ def test_as_is_columns_are_checked_on_the_driver_and_bad_values_fail_the_job(spa
         with pytest.raises(Exception, match=f"row 1 of partition 0: .*{reason}"):
             df.write.format("rocketstore").options(**OPTIONS).option("asIs", "true").mode("append").save(str(store))
         assert hash_tree(store) == before
+
+
+def _staged_as_is(path: Path, rows: list[dict]) -> Any:
+    """Rows staged as an asIs write task stages them."""
+    import pyarrow as pa
+
+    from rocketstore.spark.sink import STAGED, Staged
+
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, STAGED) as out:
+        out.write_batch(pa.RecordBatch.from_pylist(rows, schema=STAGED))
+    return Staged(0, str(path), len(rows))
+
+
+def test_a_copy_the_commit_fails_to_store_does_not_move_its_unit_s_delay_offset(tmp_path):
+    """An asIs commit that stops at a row the store refuses moves the delay offsets past the units
+    whose delivered copy it stored, not past the unit whose copy it could not store."""
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.commits import append_staged
+
+    config = small_config(messageDelayLevel=LEVELS, maxMessageSize=1000)
+    unit = {"DELAY": "1", "REAL_TOPIC": "TopicT", "REAL_QID": "0", "UNIQ_KEY": "u1"}
+    rows = [
+        {"topic": SCHEDULE_TOPIC, "queueId": 0, "body": b"x", "properties": unit},
+        {"topic": "TopicT", "queueId": 0, "body": b"x" * 2000, "properties": {"UNIQ_KEY": "u1"}},  # refused: too big
+    ]
+    with pytest.raises(InvalidMessageError, match="message 1"):
+        append_staged(str(tmp_path / "copy"), config, [_staged_as_is(tmp_path / "a.arrow", rows)], sink=None,
+                      batch_id=None, as_is=True)  # fmt: skip
+    with MessageStore.open(tmp_path / "copy", config, read_only=True) as copy:
+        assert copy.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1
+        assert copy.get_max_offset_in_queue("TopicT", 0) == 0
+        assert copy.delay_offsets.get(1) == 0  # its copy is not in the store: the unit is delivered later
+
+
+def test_an_as_is_schedule_row_needs_its_queue_id():
+    """A schedule unit's queue is its delay level's: an asIs row of SCHEDULE_TOPIC_XXXX without a
+    queueId is refused, not sent round-robin into other levels' queues."""
+    import pyarrow as pa
+
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.sink import STAGED, messages_of
+
+    row = {"topic": SCHEDULE_TOPIC, "body": b"x", "properties": {"DELAY": "1", "REAL_TOPIC": "T", "REAL_QID": "0"}}
+    batch = pa.RecordBatch.from_pylist([row], schema=STAGED)
+    with pytest.raises(InvalidMessageError, match="needs its queueId"):
+        list(messages_of(batch, as_is=True))
+    assert [q for _m, q in messages_of(pa.RecordBatch.from_pylist([{**row, "queueId": 0}], schema=STAGED), True)] == [0]

@@ -470,14 +470,13 @@ def _append(
     try:
         for i, (message, queue_id) in enumerate(_messages(staged, as_is)):
             qid = choose(message.topic) if queue_id is None else queue_id
-            if as_is and message.topic != SCHEDULE_TOPIC:
+            if i >= skip:
+                result = put(message, qid)
+                if not result.ok:
+                    raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
+                appended += 1
+            if as_is and message.topic != SCHEDULE_TOPIC:  # stored (now, or by the attempt replayed)
                 copies.add(copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
-            if i < skip:
-                continue
-            result = put(message, qid)
-            if not result.ok:
-                raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
-            appended += 1
     except BaseException:
         if copies:  # what was stored stays stored: so do its delivered units, as an import's
             try:

@@ -30,7 +30,7 @@ the import's ``check_int_fields``) and stored with ``put_as_is``. It also takes
 ``bornTimestamp`` (timestamp, or integral ms), ``bornHost`` and ``storeHost`` (strings),
 ``sysFlag``, ``reconsumeTimes`` and ``preparedTransactionOffset`` (integral; ``AS_IS_TYPES``),
 ignored without it. The sysFlag's producer bits are kept and a compressed body stays compressed;
-DELAY is kept without delaying, a SCHEDULE_TOPIC_XXXX row is a unit of its level's queue, and
+DELAY is kept without delaying, a SCHEDULE_TOPIC_XXXX row is a unit of its queueId's queue (required), and
 UNIQ_KEY is kept. The commit opens the store under ``no_delayed_delivery`` and afterwards moves
 the delay offsets past the units whose delivered copy was written (``export.skip_delivered``),
 as the import does (``commits.append_staged``).
@@ -59,7 +59,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from rocketstore.codec.message import Message, check_int_fields, message_from_fields
 from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
-from rocketstore.codec.topic import is_not_allowed_send_topic
+from rocketstore.codec.topic import SCHEDULE_TOPIC, is_not_allowed_send_topic
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.meta.root import require_store_or_new_folder
@@ -295,6 +295,8 @@ def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Me
         if topic is None or body is None:
             raise InvalidMessageError("topic and body may not be null")
         if as_is:
+            if topic == SCHEDULE_TOPIC and queue_id is None:  # its queue is its delay level's: no round-robin
+                raise InvalidMessageError(f"a {SCHEDULE_TOPIC} row needs its queueId (its delay level - 1)")
             fields = dict(zip(AS_IS_COLUMNS, extra, strict=True))
             obj = {"topic": topic, "queueId": queue_id, "tags": tags, "keys": keys, "flag": flag, **fields}
             obj["properties"] = dict(props) if props else {}
