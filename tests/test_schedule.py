@@ -338,7 +338,9 @@ def test_level_table(levels: str) -> None:
     assert millis[-1] in (7_200_000, 500_000)
 
 
-@pytest.mark.parametrize("levels", ["1_0s 5s", "1s  5s", "1s\t5s", "-1s", "5", "s", "99999999999999999999s"])
+@pytest.mark.parametrize(
+    "levels", ["1_0s 5s", "1s  5s", "1s\t5s", "-1s", "5", "s", "99999999999999999999s", "9223372036854775807s"]
+)
 def test_a_level_table_java_refuses_is_refused(levels: str) -> None:
     """parseDelayLevel splits at single spaces and reads each number with Long.parseLong: what it
     fails on fails here too (and a negative delay, which it would take)."""

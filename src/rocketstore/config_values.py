@@ -185,6 +185,7 @@ def resolve_broker_ip(text: str) -> str:
 
 
 _DELAY_UNITS = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+_DELAY_MAX = 1 << 62  # ms: a store time plus the delay (the unit's tags code) stays a long
 
 
 def delay_level_millis(levels: str) -> tuple[int, ...]:
@@ -192,8 +193,8 @@ def delay_level_millis(levels: str) -> tuple[int, ...]:
 
     Read as RocketMQ's parseDelayLevel reads it: the levels are split at each single space (a
     second space, or a leading one, is an empty level, which fails its load), and each number is
-    Java's ``Long.parseLong``, which takes no ``1_0`` and no blanks. A negative delay, which Java
-    would take, is refused too."""
+    Java's ``Long.parseLong``, which takes no ``1_0`` and no blanks. A negative delay, or one past
+    2**62 ms (whose delivery times would overflow a long), which Java would take, is refused too."""
     items = levels.split(" ")
     while items and not items[-1]:  # String.split drops trailing empty strings
         items.pop()
@@ -203,10 +204,10 @@ def delay_level_millis(levels: str) -> tuple[int, ...]:
     for item in items:
         unit, text = item[-1:], item[:-1]  # Long.parseLong of all but the unit, which is one letter
         number = int(text) if unit in _DELAY_UNITS and _INT.fullmatch(text) else -1
-        if not 0 <= number < 1 << 63:  # (a long)
+        if not 0 <= number * _DELAY_UNITS.get(unit, 1) < _DELAY_MAX:
             raise ConfigError(
                 f"messageDelayLevel {levels!r}: level {item!r} is not a number of 0 or more with a unit s, m, h "
-                "or d; levels are separated by single spaces"
+                f"or d, of at most {_DELAY_MAX} ms; levels are separated by single spaces"
             )
         millis.append(number * _DELAY_UNITS[unit])
     return tuple(millis)
