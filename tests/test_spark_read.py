@@ -586,4 +586,8 @@ def test_the_tags_option_trims_as_java_trims():
 
     opts = parse_options({"path": "/s", "tags": "TagA\x01 || \u00a0TagB || TagC\u2003 ||\t"})
     assert opts.tags == {"TagA", "\u00a0TagB", "TagC\u2003"}
-    assert parse_options({"path": "/s", "tags": "\x1f*\x00"}).tags is None
+    # and, as FilterAPI, only "" and "*" mean every message: " * " is the tag "*", blanks no tag at all
+    assert parse_options({"path": "/s", "tags": "*"}).tags is None
+    assert parse_options({"path": "/s", "tags": ""}).tags is None
+    assert parse_options({"path": "/s", "tags": "\x1f*\x00"}).tags == {"*"}
+    assert parse_options({"path": "/s", "tags": "   "}).tags == frozenset()

@@ -51,15 +51,22 @@ def _queue_arguments(call: str, topic: object, queue_id: object, offset: object)
     return check_arguments(call, topic=(topic, str), queue_id=(queue_id, int), offset=(offset, int))
 
 
-def tag_hashes(tags: str | None) -> frozenset[int] | None:
-    """A subscription expression -> the tag hashes it accepts; None means every message.
+def subscription_tags(tags: str | None) -> frozenset[str] | None:
+    """A subscription expression -> the tags it accepts; None means every message.
 
     As RocketMQ's FilterAPI: only None, ``""`` and ``"*"`` mean every message; each tag between
     ``||`` is trimmed as Java's ``String.trim`` trims (characters up to U+0020 only), and an
     expression of blanks accepts no tag at all."""
     if tags is None or tags == "" or tags == "*":
         return None
-    return frozenset(java_hash(t) for t in map(java_trim, tags.split("||")) if t)
+    return frozenset(t for t in map(java_trim, tags.split("||")) if t)
+
+
+def tag_hashes(tags: str | None) -> frozenset[int] | None:
+    """A subscription expression -> the tag hashes it accepts (``subscription_tags``); None means
+    every message."""
+    accepted = subscription_tags(tags)
+    return None if accepted is None else frozenset(map(java_hash, accepted))
 
 
 class MessageReader:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
 from rocketstore.config import StoreConfig
-from rocketstore.config_values import java_trim
+from rocketstore.reader import subscription_tags
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
 
 log = logging.getLogger(__name__)
@@ -295,9 +295,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     names, patterns = parse_topics(option(options, "topics") or option(options, "topic"))
     queues, by_topic = parse_queues(option(options, "queues"))
     tags_text = option(options, "tags")
-    tags = None
-    if tags_text and java_trim(tags_text) not in ("", "*"):
-        tags = frozenset(t for t in map(java_trim, tags_text.split("||")) if t)  # FilterAPI's trim
+    tags = subscription_tags(tags_text)  # as a pull's subscription: FilterAPI's rules
     starting = parse_offsets(
         option(options, "startingOffsets"),
         "startingOffsets",
