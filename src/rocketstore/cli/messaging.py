@@ -12,7 +12,7 @@ from rocketstore.cli.common import CommandError, Common, DeferInterrupts, open_s
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
-from rocketstore.codec.topic import SCHEDULE_TOPIC, is_not_allowed_send_topic
+from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.results import GetMessageStatus, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.writer import MessagePreparer
@@ -140,8 +140,9 @@ def produce(
     """
     if (body is None) == (body_file is None):
         raise click.UsageError("give exactly one of --body and --body-file")
-    if is_not_allowed_send_topic(topic):  # as the broker refuses a send (import takes them: exports hold them)
-        raise CommandError(f"Sending message to topic[{topic}] is forbidden.")
+    refusal = send_refusal(topic)  # as the broker refuses a send (import takes them: exports hold them)
+    if refusal:
+        raise CommandError(refusal)
     try:
         data = body.encode("utf-8") if body is not None else body_file.read()  # type: ignore[union-attr]
     except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped

@@ -81,9 +81,10 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
 
 
-def is_not_allowed_send_topic(topic: str) -> bool:
-    """TopicValidator.isNotAllowedSendTopic: whether a producer's send to ``topic`` is refused."""
-    return topic in NOT_ALLOWED_SEND_TOPICS
+def send_refusal(topic: str) -> str | None:
+    """The broker's answer to a producer's send to ``topic`` when TopicValidator's
+    isNotAllowedSendTopic refuses it; None when the send is allowed."""
+    return f"Sending message to topic[{topic}] is forbidden." if topic in NOT_ALLOWED_SEND_TOPICS else None
 
 
 _topic_cache: dict[bytes, str] = {}

@@ -59,7 +59,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from rocketstore.codec.message import Message, check_int_fields, message_from_fields
 from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
-from rocketstore.codec.topic import SCHEDULE_TOPIC, is_not_allowed_send_topic
+from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.meta.root import require_store_or_new_folder
@@ -160,11 +160,11 @@ AS_IS_TYPES: dict[str, tuple[Any, str]] = {
 }
 
 
-def _forbidden(topic: str) -> str:
-    return (
-        f"Sending message to topic[{topic}] is forbidden: a write is a producer's send, as the broker "
-        "refuses it (asIs=true stores such rows, as rocketstore import does)"
-    )
+def _refuse_send(topic: str) -> None:
+    """InvalidMessageError for a row (or topic option) the broker would refuse a producer's send of."""
+    refusal = send_refusal(topic)
+    if refusal:
+        raise InvalidMessageError(f"{refusal} A write is a producer's send (asIs=true stores such rows, as import)")
 
 
 def check_columns(schema: Any, topic_option: str | None, as_is: bool = False) -> None:
@@ -172,8 +172,8 @@ def check_columns(schema: Any, topic_option: str | None, as_is: bool = False) ->
     cannot write (InvalidMessageError naming the column); a null-typed column is all nulls. The
     ``asIs`` columns (``AS_IS_TYPES``) are checked only when they are written."""
     types = {**WRITE_TYPES, **AS_IS_TYPES} if as_is else WRITE_TYPES
-    if topic_option and not as_is and is_not_allowed_send_topic(topic_option):
-        raise InvalidMessageError(_forbidden(topic_option))
+    if topic_option and not as_is:
+        _refuse_send(topic_option)
     names = set(schema.fieldNames())
     if "body" not in names or ("topic" not in names and not topic_option):
         raise InvalidMessageError("writing to rocketstore needs topic and body columns (topic may be an option)")
@@ -303,8 +303,7 @@ def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Me
             check_int_fields(obj)
             yield message_from_fields(obj, body), queue_id
             continue
-        if is_not_allowed_send_topic(topic):
-            raise InvalidMessageError(_forbidden(topic))
+        _refuse_send(topic)
         yield (
             Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None, flag=flag or 0),
             queue_id,
