@@ -958,3 +958,31 @@ def test_deleted_topics_whose_records_retention_removed_are_forgotten(tmp_path: 
         assert store.put(Message("Young", BODY), 0).ok
         assert store.wait_for_dispatch() and store.delete_topics(["Young"]) == ["Young"]
         assert deleted_table(root) == {"Young": store.max_phy_offset}
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["mapped", "transient-pool"])
+def test_a_deletion_flushes_the_log_up_to_the_end_it_records(tmp_path: Path, pool: bool) -> None:
+    """deletedTopics.json records X, the log's end at the deletion: the log is made durable up to
+    X first (committed, with the transient store pool, then flushed), or a power loss under
+    ASYNC_FLUSH could end the recovered log below X, where the topic's new records would be taken
+    for deleted ones. The flush service idles for an hour here: only the deletion flushes."""
+    settings: dict[str, object] = {
+        "mappedFileSizeCommitLog": 1 << 20,
+        "mappedFileSizeConsumeQueue": 6000,
+        "brokerIP1": "127.0.0.1",
+        "flushIntervalCommitLog": 3_600_000,
+        "flushCommitLogThoroughInterval": 3_600_000,
+    }
+    if pool:
+        settings |= {"transientStorePoolEnable": True, "transientStorePoolSize": 2}
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(settings)) as store:
+        for i in range(10):
+            assert store.put(Message("T0", BODY), 0).ok
+            assert store.put(Message("DEL", b"old-%d" % i), 0).ok
+        assert store.wait_for_dispatch()
+        assert store.commit_log.flushed_where < store.max_phy_offset  # nothing flushed so far
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+        end = deleted_table(root)["DEL"]
+        assert end == store.max_phy_offset
+        assert store.commit_log.flushed_where >= end

@@ -2,10 +2,11 @@
 
 The topics' consume queues and topics.json entries go; their records stay in the commit log until
 retention deletes them. topics.json is written without the topics, then ``config/deletedTopics.json``
-records each one with the log's end at this moment (every record of theirs is below it), then the
-queue folders go. Recovery, rebuilds and verify take the topics' records below that end as
-deleted: a reopen does not dispatch them again (it finishes a deletion a crash cut short), and a
-topic that comes back starts again at queue offset 0 with only its new records.
+records each one with the log's end at this moment (every record of theirs is below it; the log is
+flushed up to it first), then the queue folders go. Recovery, rebuilds and verify take the topics'
+records below that end as deleted: a reopen does not dispatch them again (it finishes a deletion a
+crash cut short), and a topic that comes back starts again at queue offset 0 with only its new
+records. A recovery lowers an end past the recovered log's end to it (``DeletedTopics.lower_to``).
 """
 
 from __future__ import annotations
@@ -41,15 +42,36 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
     with clean.round_lock if clean else threading.Lock(), store.commit_log.put_lock:
         if not store.wait_for_dispatch():
             raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
+        # every record of theirs is below the log's end now: none is appended meanwhile
+        end = store.commit_log.max_offset()
+        _log_durable_to(store, end)
         with store.reput.lock:  # no dispatch round is writing into a queue being removed
             gone = store.queues.unused_topics(keep)
             if gone:
                 for topic in gone:  # before a put can bring the topic back
                     store.topics.remove(topic)
                 store.topics.persist()
-                # every record of theirs is below the log's end now: none is appended meanwhile
-                table = store.deleted_topics.record(gone, store.commit_log.max_offset(), store.commit_log.min_offset())
+                table = store.deleted_topics.record(gone, end, store.commit_log.min_offset())
                 store.dispatcher.set_deleted(table)
                 store.queues.delete_topics(keep)
                 store.commit_log.forget_topics(set(gone), locked=True)
     return gone
+
+
+def _log_durable_to(store: MessageStore, end: int) -> None:
+    """Commit (transient store pool) and flush the commit log up to ``end``, as ``store.flush``
+    does, before ``end`` is recorded: a power loss must not end the log below it (records put
+    after the recovery would land below it, and be skipped as deleted ones). Called under the put
+    lock, which the commit and flush services never take (their own locks only); a commit or
+    flush covers one segment, so each loop runs once per segment at most."""
+    queue = store.commit_log.queue
+    for _ in range(len(queue.files) + 1):
+        if store.pool is None or queue.committed_where >= end or queue.commit(0):
+            break
+    for _ in range(len(queue.files) + 1):
+        if queue.flushed_where >= end or queue.flush(0):
+            break
+    if queue.store_timestamp:
+        store.checkpoint.physic_msg_timestamp = queue.store_timestamp
+    if queue.flushed_where < end:
+        raise RocketStoreError(f"the commit log is flushed to {queue.flushed_where}, not {end}: no topic was removed")
