@@ -541,3 +541,47 @@ def test_a_topic_deleted_and_written_again_keeps_its_new_messages_after_sigkill(
         assert store.queue_ids() == {"DEL": [0], "T0": [0, 1, 2, 3]}
     report = verify_store(root, config)
     assert report.ok, report.problems
+
+
+def test_a_deleted_topics_end_past_the_recovered_log_is_lowered_to_it(tmp_path: Path) -> None:
+    """ASYNC_FLUSH power loss: the log's tail before the end deletedTopics.json recorded for DEL
+    (X) is lost (simulated: zeroed, abort left), so recovery ends the log at Y < X. DEL's new
+    messages go at Y and after: acknowledged, they must be in DEL/0 at 0..2, not skipped as
+    records of the deleted topic below X (and verify must not count them as such). The open
+    lowers X to Y, on disk too."""
+    root = tmp_path / "s"
+    config = StoreConfig({**GEOMETRY, "mappedFileSizeCommitLog": 1 << 20, "mappedFileSizeConsumeQueue": 6000})
+    with MessageStore.open(root, config) as store:
+        for _ in range(10):
+            assert store.put(Message("T0", b"x" * 100), 0).ok
+        store.flush()
+        durable = store.max_phy_offset  # what reached the disk before the deletion
+        for i in range(10):
+            assert store.put(Message("DEL", b"old-%d" % i), 0).ok
+        assert store.wait_for_dispatch()
+        assert store.delete_topics(["DEL"]) == ["DEL"]
+        end = store.max_phy_offset
+    deleted = root / "config" / "deletedTopics.json"
+    assert durable < end and f'"DEL":{end}' in deleted.read_text()
+    (segment,) = sorted((root / "commitlog").iterdir())
+    with open(segment, "r+b") as f:  # the power loss: the tail after `durable` never reached the disk
+        f.seek(durable)
+        f.write(b"\0" * (end - durable))
+    (root / "abort").touch()
+    with MessageStore.open(root, config) as store:
+        assert store.recovery.abnormal and store.max_phy_offset == durable
+        assert f'"DEL":{durable}' in deleted.read_text()
+        acks = [store.put(Message("DEL", b"new-%d" % i), 0) for i in range(3)]
+        assert [(a.status.name, a.queue_offset) for a in acks] == [("PUT_OK", i) for i in range(3)]
+        assert acks[0].commit_log_offset == durable
+        assert store.wait_for_dispatch()
+        assert store.get_max_offset_in_queue("DEL", 0) == 3
+        got = store.get_message("g", "DEL", 0, 0, 32)
+        assert [(m.commit_log_offset, m.queue_offset, m.body) for m in got.messages] == [
+            (a.commit_log_offset, i, b"new-%d" % i) for i, a in enumerate(acks)
+        ]
+    with MessageStore.open(root, config) as store:
+        assert store.get_max_offset_in_queue("DEL", 0) == 3
+    report = verify_store(root, config)
+    assert report.ok, report.problems
+    assert not [note for note in report.notes if "deleted" in note], report.notes

@@ -229,7 +229,8 @@ class MessageStore:
                     message_index_safe=config.message_index_safe,
                     prop_crc=config.force_verify_prop_crc,
                 )
-            if recover_files:  # a deletion cut short (by a crash) is finished
+            if recover_files:  # no deleted record is past the recovered end; a cut-short deletion is finished
+                self.dispatcher.set_deleted(self.deleted_topics.lower_to(self.commit_log.max_offset()))
                 self.queues.remove_deleted_leftovers(self.deleted_topics.table)
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
             self.queues.correct_min_offsets(self.commit_log.min_offset())

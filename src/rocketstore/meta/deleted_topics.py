@@ -16,6 +16,9 @@ otherwise bring the old queue back, under the new one's offsets), and it is not 
 them. The table is written like the broker's config files (``.tmp``, ``.bak``, rename, fsynced);
 an entry whose ``X`` is at or below the commit log's first offset (retention removed every old
 record) is dropped when the file is next written. A store without the file has no deleted topics.
+The log is flushed up to ``X`` before ``X`` is recorded; still, an entry above the log's end after
+a recovery is lowered to that end (``lower_to``): no record of the topic is past it, and every
+record put after the recovery is at or above it (a lost tail would otherwise hide new records).
 """
 
 from __future__ import annotations
@@ -71,4 +74,15 @@ class DeletedTopics(ConfigFile):
             self.table = {t: x for t, x in table.items() if x > max(min_offset, 0)}
         if self.table or self._written is not None:  # no empty file where there was none
             self.persist()
+        return self.table
+
+    def lower_to(self, end: int) -> dict[str, int]:
+        """After a recovery that ended the log at ``end``: every entry above ``end`` becomes
+        ``end`` (no record of a deleted topic is past it, every record put from now on is at or
+        above it); the file is written when an entry changed (when writable). Returns the table."""
+        with self._lock:
+            if all(x <= end for x in self.table.values()):
+                return self.table
+            self.table = {t: min(x, max(end, 0)) for t, x in self.table.items()}
+        self.persist()
         return self.table
