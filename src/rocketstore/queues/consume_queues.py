@@ -136,24 +136,29 @@ class ConsumeQueueStore:
                 "removed now",
                 *key,
             )
-            self.table[key].destroy()
-            with self._lock:
-                self.table = {k: v for k, v in self.table.items() if k != key}
-            if self.mode == "rw":
-                shutil.rmtree(os.path.join(self.root, key[0], str(key[1])), ignore_errors=True)
-        for topic in {t for t, _ in doomed}:
-            if self.mode == "rw" and not any(t == topic for t, _ in self.table):
-                shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
+        self._remove_keys(doomed)
         return doomed
 
     def _remove(self, gone: list[str]) -> None:
-        for topic in gone:
-            for key in [k for k in self.table if k[0] == topic]:
-                self.table[key].destroy()
-            with self._lock:  # find_or_create adds to the table under it
-                self.table = {k: v for k, v in self.table.items() if k[0] != topic}
-            if self.mode == "rw":
-                shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
+        topics = set(gone)
+        self._remove_keys([key for key in self.table if key[0] in topics])
+
+    def _remove_keys(self, keys: list[tuple[str, int]]) -> None:
+        """Destroy the queues ``keys`` and drop them from the table; a writable store removes their
+        folders, and a topic's folder when none of its queues is left."""
+        for key in keys:
+            self.table[key].destroy()
+        doomed = set(keys)
+        with self._lock:  # find_or_create adds to the table under it
+            self.table = {k: v for k, v in self.table.items() if k not in doomed}
+        if self.mode != "rw":
+            return
+        left = {t for t, _ in self.table}
+        for topic, queue_id in keys:
+            if topic in left:
+                shutil.rmtree(os.path.join(self.root, topic, str(queue_id)), ignore_errors=True)
+        for topic in {t for t, _ in keys} - left:
+            shutil.rmtree(os.path.join(self.root, topic), ignore_errors=True)
 
     def close(self) -> None:
         for cq in self.table.values():
