@@ -44,10 +44,14 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
             raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
         # every record of theirs is below the log's end now: none is appended meanwhile
         end = store.commit_log.max_offset()
-        _log_durable_to(store, end)
         with store.reput.lock:  # no dispatch round is writing into a queue being removed
             gone = store.queues.unused_topics(keep)
             if gone:
+                # the log durable up to ``end`` before ``end`` is recorded: a power loss must not end
+                # it below (records put after that recovery would land below it, skipped as deleted)
+                store.flush()
+                if store.commit_log.queue.flushed_where < end:
+                    raise RocketStoreError(f"the commit log is not flushed up to {end}: no topic was removed")
                 for topic in gone:  # before a put can bring the topic back
                     store.topics.remove(topic)
                 store.topics.persist()
@@ -56,22 +60,3 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
                 store.queues.delete_topics(keep)
                 store.commit_log.forget_topics(set(gone), locked=True)
     return gone
-
-
-def _log_durable_to(store: MessageStore, end: int) -> None:
-    """Commit (transient store pool) and flush the commit log up to ``end``, as ``store.flush``
-    does, before ``end`` is recorded: a power loss must not end the log below it (records put
-    after the recovery would land below it, and be skipped as deleted ones). Called under the put
-    lock, which the commit and flush services never take (their own locks only); a commit or
-    flush covers one segment, so each loop runs once per segment at most."""
-    queue = store.commit_log.queue
-    for _ in range(len(queue.files) + 1):
-        if store.pool is None or queue.committed_where >= end or queue.commit(0):
-            break
-    for _ in range(len(queue.files) + 1):
-        if queue.flushed_where >= end or queue.flush(0):
-            break
-    if queue.store_timestamp:
-        store.checkpoint.physic_msg_timestamp = queue.store_timestamp
-    if queue.flushed_where < end:
-        raise RocketStoreError(f"the commit log is flushed to {queue.flushed_where}, not {end}: no topic was removed")
