@@ -187,9 +187,8 @@ def test_rebuild_refuses_a_broken_record_with_data_after_it(spark, tmp_path):  #
     assert not [p for p in store.iterdir() if p.name.startswith(".rebuild")]
 
 
-def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):  # noqa: F811
-    """Early/0's ten records went with the first segment: the rebuilt queue still ends at 10."""
-    store = tmp_path / "store"
+def _retention_emptied_store(store: Path) -> Path:
+    """Early/0's ten records in the first segment, which retention then deleted; Late's after."""
     with MessageStore.open(store, small_config()) as s:
         for i in range(10):
             s.put(Message("Early", b"e" * 500, keys=[f"e{i}"]), 0).raise_for_status()
@@ -201,6 +200,18 @@ def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):
     os.utime(first, (old, old))
     with MessageStore.open(store, small_config(fileReservedTime=1)) as s:
         s.clean_expired_files()
+    return store
+
+
+def _early_offsets(store: Path) -> tuple[int, int] | None:
+    with MessageStore.open(store, small_config()) as s:
+        cq = s.queues.find("Early", 0)
+        return None if cq is None else (cq.min_offset_in_queue(), cq.max_offset_in_queue())
+
+
+def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):  # noqa: F811
+    """Early/0's ten records went with the first segment: the rebuilt queue still ends at 10."""
+    store = _retention_emptied_store(tmp_path / "store")
     result = jobs.rebuild(spark, str(store), small_config())
     assert result["queuesCarriedOver"] == 1
     with MessageStore.open(store, small_config()) as s:
@@ -210,6 +221,56 @@ def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):
         s.wait_for_dispatch()
         assert [m.body for m in s.get_message("g", "Early", 0, 10, 32).messages] == [b"next"]
     assert verify_store(store, small_config()).ok
+
+
+KILLED_REBUILD = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from spark_conftest import small_config
+from rocketstore.spark import jobs
+from rocketstore.spark.session import local_session
+
+steps = [0]
+
+def dies_at_the_second_swap_step(real):  # the harness: a kill between two steps of the swap
+    def step(a, b):
+        if os.path.basename(a) in ("consumequeue", "index") or os.path.basename(b) in ("consumequeue", "index"):
+            steps[0] += 1
+            if steps[0] == 2:
+                os._exit(137)
+        return real(a, b)
+    return step
+
+os.rename = dies_at_the_second_swap_step(os.rename)
+if hasattr(jobs, "_exchange"):
+    jobs._exchange = dies_at_the_second_swap_step(jobs._exchange) if {exchange!r} else (lambda a, b: False)
+jobs.rebuild(local_session("local[1]", "killed-rebuild"), {store!r}, small_config())
+"""
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_a_rebuild_killed_while_swapping_loses_no_queue(spark, tmp_path, exchange):  # noqa: F811
+    """A carried-over queue (Early/0 at (10,10), its records all deleted by retention) survives a
+    rebuild killed between two steps of its swap, at the next open and at the next rebuild. With
+    the exchange the killed rebuild leaves the new queues in place; with two renames (a file
+    system that cannot exchange) the next rebuild moves the old ones back before it reads them."""
+    rebuilt = _retention_emptied_store(tmp_path / "store")
+    jobs.rebuild(spark, str(rebuilt), small_config())
+    assert _early_offsets(rebuilt) == (10, 10)
+    killed = tmp_path / "killed"
+    shutil.copytree(rebuilt, killed)
+    code = KILLED_REBUILD.format(tests=str(Path(__file__).parent), store=str(killed), exchange=exchange)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 137, done.stderr[-3000:]
+    assert [p for p in killed.iterdir() if p.name.startswith(".rebuild")]
+    if exchange:  # never without consumequeue/: a normal open finds the queue
+        opened = tmp_path / "opened"
+        shutil.copytree(killed, opened)
+        assert _early_offsets(opened) == (10, 10)
+    result = jobs.rebuild(spark, str(killed), small_config())
+    assert result["queuesCarriedOver"] == 1
+    assert not [p for p in killed.iterdir() if p.name.startswith(".rebuild")]
+    assert _early_offsets(killed) == (10, 10)
 
 
 def test_parquet_export_keeps_numeric_topic_names_apart(spark, tmp_path):  # noqa: F811

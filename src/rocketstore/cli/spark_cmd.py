@@ -103,7 +103,9 @@ def spark() -> None:
 @_spark_options
 def rebuild(opts: Common, master: str) -> None:
     """Rebuild ConsumeQueue and IndexFile from the commit log: segments are scanned in parallel,
-    the new files written in log order and swapped in atomically, under the store's lock.
+    the new files written in log order and swapped in under the store's lock: each folder in one
+    step (Linux renameat2 exchange; where the file system cannot, two renames, and a rebuild killed
+    between them is rolled back by the next rebuild).
     Refused before Spark starts when another process has the store open (holds its lock), and
     when the commit log is missing or empty while consume queues hold units."""
     _check_store(opts, writes=True)

@@ -13,6 +13,8 @@ session is started (``--master``, default ``local[2]``).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
 import json
 import logging
 import os
@@ -148,8 +150,9 @@ def _scan_for_rebuild(
 
 def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     """Rebuild ``consumequeue/`` and ``index/`` from the commit log: segments are scanned in
-    parallel, the results written in log order into a new folder and swapped in by renames,
-    all under the store's lock (no writer may run meanwhile). The commit log is not changed.
+    parallel, the results written in log order into a new folder and swapped in (each folder in
+    one step where the file system can: ``_swap_in``), all under the store's lock (no writer may
+    run meanwhile). The commit log is not changed.
 
     Records are dispatched as the store's reput does (no CRC checks), but for those of topics
     deleted since (config/deletedTopics.json); a log whose scan stops short of a segment's end
@@ -183,12 +186,7 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
         new_root = os.path.join(work, "store")
         summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK, deleted)
         for name in ("consumequeue", "index") if config.message_index_enable else ("consumequeue",):
-            old = os.path.join(root, name)
-            if os.path.exists(old):
-                os.rename(old, os.path.join(work, f"old-{name}"))
-            new = os.path.join(new_root, name)
-            if os.path.exists(new):
-                os.rename(new, old)
+            _swap_in(os.path.join(new_root, name), os.path.join(root, name), os.path.join(work, f"old-{name}"))
         fsync_dir(root)
         summary.update(
             store=root,
@@ -204,13 +202,66 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
         lock.release()
 
 
+def _swap_in(new: str, old: str, aside: str) -> None:
+    """Put the folder ``new`` at ``old`` (what was there is removed with the work folder): in one
+    step, renameat2's RENAME_EXCHANGE, so that a rebuild killed at any moment leaves ``old`` in
+    place, old or new. Where the file system cannot exchange, two renames (``old`` to ``aside``,
+    ``new`` to ``old``): killed between them, the next rebuild moves ``aside`` back first
+    (``_remove_stale_work``)."""
+    if not os.path.lexists(new):  # nothing was rebuilt: there is none
+        if os.path.lexists(old):
+            os.rename(old, aside)
+    elif not os.path.lexists(old):
+        os.rename(new, old)
+    elif not _exchange(new, old):
+        log.warning("rebuild: %s cannot be exchanged in one step here; renamed aside, then replaced", old)
+        os.rename(old, aside)
+        os.rename(new, old)
+
+
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Exchange the entries ``a`` and ``b`` atomically (Linux renameat2 RENAME_EXCHANGE, same file
+    system); False when the system or the file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # pragma: no cover - not Linux, or glibc before 2.28
+        return False
+    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    renameat2.restype = ctypes.c_int
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), a, None, b)
+
+
 def _remove_stale_work(root: str) -> None:
-    """Delete the work folders of rebuilds that were killed (call only with the store locked)."""
-    for name in os.listdir(root):
-        full = os.path.join(root, name)
-        if name.startswith(REBUILD_PREFIX) and os.path.isdir(full) and not os.path.islink(full):
-            log.warning("rebuild: removing %s, left by a rebuild that did not finish", full)
-            shutil.rmtree(full)
+    """Delete the work folders of rebuilds that were killed (call only with the store locked),
+    after moving back a ``consumequeue/`` or ``index/`` one of them had moved aside and not yet
+    replaced (killed between the two renames of ``_swap_in``): the old queues are where the
+    rebuild carries queues over from."""
+    stale = sorted(
+        full
+        for full in (os.path.join(root, name) for name in os.listdir(root) if name.startswith(REBUILD_PREFIX))
+        if os.path.isdir(full) and not os.path.islink(full)
+    )
+    for name in ("consumequeue", "index"):
+        target = os.path.join(root, name)
+        kept = [p for p in (os.path.join(w, f"old-{name}") for w in stale) if os.path.isdir(p)]
+        if kept and not os.path.lexists(target):
+            log.warning(
+                "rebuild: moving %s back to %s, where a rebuild that did not finish took it from", kept[0], target
+            )
+            os.rename(kept[0], target)
+            fsync_dir(root)
+    for full in stale:
+        log.warning("rebuild: removing %s, left by a rebuild that did not finish", full)
+        shutil.rmtree(full)
 
 
 def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end: int) -> None:
