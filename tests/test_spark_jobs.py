@@ -153,6 +153,24 @@ def test_rebuild_command_and_spark_submit(spark, vectors, tmp_path):  # noqa: F8
     assert json.loads(proc.stdout[proc.stdout.index("{") :])["ok"] is True
 
 
+def test_the_jobs_module_reports_errors_as_the_command_does(spark, tmp_path, capsys):  # noqa: F811
+    """``python -m rocketstore.spark.jobs``: ``error: ...`` on stderr and exit status 2 (not a
+    traceback and 1, verify's status for problems found)."""
+    assert jobs.main(["verify", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: no store at {tmp_path / 'missing'}")
+    store = make_store(tmp_path / "store", 400)
+    (tmp_path / "out").mkdir()
+    assert jobs.main(["export", str(store), *SETS, "--parquet", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the export job failed: ") and "PATH_ALREADY_EXISTS" in err, err
+    assert "Traceback" not in err
+    seg, data = _first_record_of_segment(store, 1)
+    data[4:8] = b"\x01\x02\x03\x04"  # the magic code, data after it: the rebuild refuses the log
+    seg.write_bytes(bytes(data))
+    assert jobs.main(["rebuild", str(store), *SETS]) == 2
+    assert "later segment(s) hold data" in capsys.readouterr().err
+
+
 def _first_record_of_segment(store: Path, index: int) -> tuple[Path, bytearray]:
     seg = sorted((store / "commitlog").iterdir())[index]
     return seg, bytearray(seg.read_bytes())

@@ -60,13 +60,14 @@ def _session(master: str, job: str) -> Any:
         from rocketstore.spark.jobs import session
     except ImportError as exc:  # pyspark is an optional extra
         raise _no_spark(exc) from None
-    with _spark_errors(f"Spark did not start with --master {master}"):
+    with spark_errors(f"Spark did not start with --master {master}"):
         return session(master, f"rocketstore-{job}")
 
 
 @contextlib.contextmanager
-def _spark_errors(what: str) -> Iterator[None]:
-    """Spark's own errors (a master that cannot start, a failed job) as ``error: what: ...``."""
+def spark_errors(what: str) -> Iterator[None]:
+    """Spark's own errors (a master that cannot start, a failed job) as ``error: what: ...``
+    (CommandError, exit status 2; the jobs module's entry point reports them so too)."""
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
@@ -116,7 +117,7 @@ def rebuild(opts: Common, master: str) -> None:
     from rocketstore.spark.jobs import rebuild as run
 
     spark_session = _session(master, "rebuild")
-    with _spark_errors("the rebuild failed"):
+    with spark_errors("the rebuild failed"):
         result = run(spark_session, opts.store, opts.config)
     if opts.as_json:
         print_json(result)
@@ -140,7 +141,7 @@ def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> 
     from rocketstore.verify import iter_problem_lines
 
     spark_session = _session(master, "verify")
-    with _spark_errors("the verify job failed"):
+    with spark_errors("the verify job failed"):
         report = run(spark_session, opts.store, opts.config, max_problems=max_problems)
     if opts.as_json:
         print_json(report.to_dict())
@@ -202,7 +203,7 @@ def export(
     from rocketstore.spark.schema import config_options
 
     spark_session = _session(master, "export")
-    with _spark_errors("the export failed"):
+    with spark_errors("the export failed"):
         result = export_parquet(
             spark_session,
             opts.store,

@@ -7,7 +7,10 @@ Run them as ``rocketstore spark rebuild|verify|export STORE`` or submit this mod
     spark-submit --master spark://host:7077 /path/to/rocketstore/spark/jobs.py verify STORE
 
 Under spark-submit the session (and its master) comes from spark-submit; otherwise a local
-session is started (``--master``, default ``local[2]``).
+session is started (``--master``, default ``local[2]``). Exit status: 0 done; 1 verify found
+problems or export left unreadable messages out; 2 an error (``error: ...`` on stderr, as the
+``rocketstore`` command prints it: a store that is missing or damaged, a Spark job that failed,
+an output folder that exists).
 """
 
 from __future__ import annotations
@@ -442,6 +445,8 @@ def unreadable_messages(spark: Any, path: str, options: dict[str, str]) -> list[
 
 # -- command line (spark-submit) ---------------------------------------------------------------------
 
+EXIT_ERROR = 2  # as the rocketstore command's: an error, not verify's "problems found" (1)
+
 
 def config_from(config_file: str | None, settings: list[str]) -> tuple[StoreConfig, dict[str, str]]:
     """A StoreConfig from --config and --set KEY=VALUE, and the same as data-source options."""
@@ -450,13 +455,33 @@ def config_from(config_file: str | None, settings: list[str]) -> tuple[StoreConf
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         config.set(key.strip(), value.strip())
         options[key.strip()] = value.strip()
     return config, options
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a job; errors are reported as ``rocketstore`` reports them (``error: ...``, status 2)."""
+    import click
+
+    from rocketstore.cli.spark_cmd import spark_errors
+    from rocketstore.errors import RocketStoreError
+
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        with spark_errors(f"the {args.job} job failed"):
+            return _run(parser, args)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except (RocketStoreError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rocketstore.spark.jobs", description=__doc__.split("\n\n")[0])
     parser.add_argument("job", choices=("rebuild", "verify", "export"))
     parser.add_argument("store")
@@ -467,8 +492,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--begin", type=int, help="export: first store time (ms, inclusive)")
     parser.add_argument("--end", type=int, help="export: last store time (ms, exclusive)")
     parser.add_argument("--max-problems", type=int, default=100, help="verify: problems listed")
-    args = parser.parse_args(argv)
-    config, options = config_from(args.config, args.set)
+    return parser
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        config, options = config_from(args.config, args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.job == "export" and not args.parquet:
+        parser.error("export needs --parquet PATH")
     spark = session(args.master, f"rocketstore-{args.job}")
     if args.job == "rebuild":
         result = rebuild(spark, args.store, config)
@@ -480,8 +513,6 @@ def main(argv: list[str] | None = None) -> int:
         result = report.to_dict()
         status = 0 if report.ok else 1
     else:
-        if not args.parquet:
-            parser.error("export needs --parquet PATH")
         result = export_parquet(spark, args.store, args.parquet, options, begin=args.begin, end=args.end)
         status = 1 if result["unreadable"] else 0
     print(json.dumps(result, indent=2, ensure_ascii=False))
