@@ -171,6 +171,20 @@ def test_the_jobs_module_reports_errors_as_the_command_does(spark, tmp_path, cap
     assert "later segment(s) hold data" in capsys.readouterr().err
 
 
+def test_the_jobs_module_exports_topics_and_overwrites(spark, tmp_path, capsys):  # noqa: F811
+    """``--topics`` and ``--overwrite``, as README gives them for the module too."""
+    store = make_store(tmp_path / "store", 60)
+    out = tmp_path / "out"
+    assert jobs.main(["export", str(store), *SETS, "--parquet", str(out), "--topics", "TopicA"]) == 0
+    assert json.loads(capsys.readouterr().out)["topics"] == {"TopicA": 20}
+    args = ["export", str(store), *SETS, "--parquet", str(out), "--topics", "TopicA,Order.*", "--overwrite"]
+    assert jobs.main(args) == 0
+    assert json.loads(capsys.readouterr().out)["topics"] == {"OrderTopic": 20, "TopicA": 20}
+    with pytest.raises(SystemExit) as exc:
+        jobs.main(["export", str(store), "--parquet", str(out), "--topics", "Bad("])
+    assert exc.value.code == 2 and "--topics" in capsys.readouterr().err
+
+
 def _first_record_of_segment(store: Path, index: int) -> tuple[Path, bytearray]:
     seg = sorted((store / "commitlog").iterdir())[index]
     return seg, bytearray(seg.read_bytes())

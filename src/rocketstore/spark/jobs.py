@@ -491,6 +491,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--parquet", help="export: the output folder")
     parser.add_argument("--begin", type=int, help="export: first store time (ms, inclusive)")
     parser.add_argument("--end", type=int, help="export: last store time (ms, exclusive)")
+    parser.add_argument("--topics", help="export: topic names or patterns, comma separated")
+    parser.add_argument("--overwrite", action="store_true", help="export: replace the output folder if it exists")
     parser.add_argument("--max-problems", type=int, default=100, help="verify: problems listed")
     return parser
 
@@ -502,6 +504,13 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(str(exc))
     if args.job == "export" and not args.parquet:
         parser.error("export needs --parquet PATH")
+    if args.topics is not None:
+        from rocketstore.spark.options import parse_topics
+
+        try:
+            parse_topics(args.topics)  # what the data source does with it, before Spark starts
+        except ValueError as exc:
+            parser.error(f"--topics: {exc}")
     spark = session(args.master, f"rocketstore-{args.job}")
     if args.job == "rebuild":
         result = rebuild(spark, args.store, config)
@@ -513,7 +522,16 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         result = report.to_dict()
         status = 0 if report.ok else 1
     else:
-        result = export_parquet(spark, args.store, args.parquet, options, begin=args.begin, end=args.end)
+        result = export_parquet(
+            spark,
+            args.store,
+            args.parquet,
+            options,
+            begin=args.begin,
+            end=args.end,
+            topics=args.topics,
+            mode="overwrite" if args.overwrite else "errorifexists",
+        )
         status = 1 if result["unreadable"] else 0
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return status
