@@ -343,6 +343,18 @@ def test_a_session_s_own_work_folder_is_removed_when_the_program_ends() -> None:
     assert not local_dir.parent.exists()
 
 
+def test_a_session_plans_as_many_tasks_as_its_master_has_cores() -> None:
+    """local_session("local[3]"): default parallelism 3 (the rebuild and verify group segments by
+    it), not a fixed 2 whatever the master."""
+    script = (
+        "from rocketstore.spark.session import local_session\n"
+        "print(local_session('local[3]').sparkContext.defaultParallelism, flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "3"
+
+
 def test_parquet_export_lists_a_message_it_cannot_read_and_exits_1(spark, tmp_path):  # noqa: F811
     """As ``rocketstore export``: the other messages are exported, the damaged one is named in a
     warning, and the exit status is 1."""

@@ -49,7 +49,8 @@ def local_session(
     register_source: bool = True,
 ):  # -> pyspark.sql.SparkSession
     """A SparkSession (``getOrCreate``): UI and progress bars off, quiet logs, 2 shuffle partitions,
-    UTC session time, filter pushdown for Python data sources on, and (unless ``register_source``
+    the master's own default parallelism (``local[N]``: N; what the jobs plan their tasks by), UTC
+    session time, filter pushdown for Python data sources on, and (unless ``register_source``
     is false: an installed rocketstore is found by PySpark's own lookup) rocketstore registered."""
     prepare_environment()
     from pyspark.sql import SparkSession
@@ -65,7 +66,6 @@ def local_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.python.filterPushdown.enabled", "true")
