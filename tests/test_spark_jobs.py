@@ -355,6 +355,17 @@ def test_a_session_plans_as_many_tasks_as_its_master_has_cores() -> None:
     assert done.stdout.split()[-1] == "3"
 
 
+def test_spark_export_warns_about_a_named_topic_the_store_lacks(spark, tmp_path):  # noqa: F811
+    """As ``rocketstore export --topic``: the others are exported, the missing name is warned about."""
+    store = make_store(tmp_path / "store", 60)
+    args = ["spark", "export", str(store), *SETS, "--parquet", str(tmp_path / "out"), "--topics", "TopicA,Nope,Order.*"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert f"WARNING: {store} has no topic 'Nope': nothing is exported for it" in done.output
+    assert done.output.count("WARNING") == 1
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 40
+
+
 def test_parquet_export_lists_a_message_it_cannot_read_and_exits_1(spark, tmp_path):  # noqa: F811
     """As ``rocketstore export``: the other messages are exported, the damaged one is named in a
     warning, and the exit status is 1."""

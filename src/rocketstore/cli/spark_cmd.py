@@ -175,7 +175,10 @@ def _check_export(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--topics") from None
     selection = Selection(names, patterns)
-    require_topics(opts.root, queue_topics(opts.root), selection.topic_ok, f"--topics {topics!r}")
+    present = queue_topics(opts.root)
+    require_topics(opts.root, present, selection.topic_ok, f"--topics {topics!r}")
+    for name in sorted(set(names or ()) - set(present)):  # as `rocketstore export --topic` warns
+        warn(f"WARNING: {opts.root} has no topic {name!r}: nothing is exported for it")
 
 
 @spark.command()
@@ -192,7 +195,8 @@ def export(
     """Export the messages the consume queues serve to Parquet, partitioned by topic.
 
     Refused before Spark starts: an output folder that exists (without --overwrite) or overlaps
-    the store, --begin not before --end, and --topics that match no topic of the store. When the
+    the store, --begin not before --end, and --topics that match no topic of the store (a name
+    that is no topic of it, given with others that match, is warned about). When the
     time range selects no message the result is 0 messages (a folder holding only _SUCCESS). A
     message whose consume-queue unit points at no record that decodes is left out with a warning,
     and the exit status is 1, as for ``rocketstore export``; CRCs are not checked (``rocketstore
