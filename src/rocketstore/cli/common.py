@@ -339,11 +339,17 @@ def queue_topics(root: str) -> list[str]:
     return sorted(os.listdir(queues)) if os.path.isdir(queues) else []
 
 
-def require_topics(root: str, present: Iterable[str], matches: Callable[[str], bool], given: str) -> None:
+def require_topics(
+    root: str, present: Iterable[str], matches: Callable[[str], bool], given: str, names: Iterable[str] = ()
+) -> None:
     """Refuse (CommandError, exit status 2) a topic selection ``given`` (e.g. ``--topic X``) that
-    ``matches`` no topic of the store (``present``): it would read nothing."""
+    ``matches`` no topic of the store (``present``): it would read nothing. Of a selection that
+    matches, warn about each topic ``names`` names that the store lacks."""
     present = sorted(present)
     if any(matches(t) for t in present):
+        for name in dict.fromkeys(names):
+            if name not in present:
+                warn(f"WARNING: {root} has no topic {name!r}: nothing is exported for it")
         return
     shown = ", ".join(present[:_TOPICS_SHOWN]) or "none"
     if len(present) > _TOPICS_SHOWN:

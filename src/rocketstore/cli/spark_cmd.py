@@ -176,9 +176,7 @@ def _check_export(
         raise click.BadParameter(str(exc), param_hint="--topics") from None
     selection = Selection(names, patterns)
     present = queue_topics(opts.root)
-    require_topics(opts.root, present, selection.topic_ok, f"--topics {topics!r}")
-    for name in sorted(set(names or ()) - set(present)):  # as `rocketstore export --topic` warns
-        warn(f"WARNING: {opts.root} has no topic {name!r}: nothing is exported for it")
+    require_topics(opts.root, present, selection.topic_ok, f"--topics {topics!r}", sorted(names or ()))
 
 
 @spark.command()

@@ -90,10 +90,8 @@ def _check_topics(opts: Common, store: MessageStore, topics: list[str]) -> None:
     does), and warn about each one that is not when others are."""
     present = store.queue_ids()
     names = list(dict.fromkeys(topics))
-    require_topics(opts.root, present, set(names).__contains__, " ".join(f"--topic {t!r}" for t in names))
-    for name in names:
-        if name not in present:
-            warn(f"WARNING: {opts.root} has no topic {name!r}: nothing is exported for it")
+    given = " ".join(f"--topic {t!r}" for t in names)
+    require_topics(opts.root, present, set(names).__contains__, given, names)
 
 
 @click.command()
