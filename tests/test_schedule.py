@@ -133,6 +133,27 @@ def test_delay_rules_on_put(make_store) -> None:
     assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 2
 
 
+def test_a_delayed_message_whose_delivery_could_never_be_stored_is_refused(make_store, store_config) -> None:
+    """With V1 records only (autoMessageVersionOnTopicLen=false) a real topic over 127 bytes could
+    never be delivered: refused at the put, as RocketMQ's checkMessage refuses it before the delay
+    rewrite, and so is such a schedule unit stored as it is (import, an asIs write). Stored, it
+    held up its whole level."""
+    long_retry = "%RETRY%" + "g" * 121  # 128 bytes
+    store = make_store(config=store_config.copy(autoMessageVersionOnTopicLen=False))
+    service = _stopped(store)
+    refused = store.put(_delayed(topic=long_retry, level="1"), 0)
+    assert refused.status == PutMessageStatus.MESSAGE_ILLEGAL and "real topic is 128 bytes" in refused.detail
+    unit = Message(SCHEDULE_TOPIC, b"x", properties={"DELAY": "1", "REAL_TOPIC": long_retry, "REAL_QID": "0"})
+    assert store.put_as_is(unit, 0).status == PutMessageStatus.MESSAGE_ILLEGAL
+    after = store.put(_delayed(level="1"), 1)
+    assert after.ok and store.wait_for_dispatch()
+    assert service.run_once(now=after.store_timestamp + 1000) == 1  # the level is not held up
+    assert [m.body for m in _real(store).messages] == [b"later"]
+    # where V2 records are written, the same message is delayed and delivered
+    other = make_store("v2")
+    assert other.put(_delayed(topic=long_retry, level="1"), 0).ok
+
+
 def test_levels_deliver_in_their_own_time(make_store, store_config) -> None:
     """Messages of several levels and queues interleaved: each level's queue is walked in order,
     and a message is delivered exactly when its level's delay has passed."""

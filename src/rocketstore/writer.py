@@ -152,8 +152,12 @@ class MessagePreparer:
         if extra_props:
             text = f"{text}\x02{extra_props}"
         topic = message._topic
-        if topic == SCHEDULE_TOPIC and DELAY in props and java_int(props[DELAY]) is None:
-            return _not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
+        if topic == SCHEDULE_TOPIC:
+            if DELAY in props and java_int(props[DELAY]) is None:
+                return _not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
+            undeliverable = self._undeliverable(props.get(REAL_TOPIC))
+            if undeliverable is not None:
+                return undeliverable
         topic_bytes = self._topic_bytes.get(topic)
         if topic_bytes is None:
             topic_bytes = self._topic_bytes[topic] = topic.encode("utf-8")
@@ -189,6 +193,19 @@ class MessagePreparer:
             )
             return PutResult.refused(status, str(exc))
         return self._over_record_limit(prepared[1], "the record") or prepared
+
+    def _undeliverable(self, real_topic: str | None) -> PutResult | None:
+        """MESSAGE_ILLEGAL for a schedule unit whose delivery could never be stored: a real topic
+        over 127 bytes where records are V1 only (autoMessageVersionOnTopicLen=false), which
+        RocketMQ's checkMessage refuses before the delay rewrite; it would hold up its level."""
+        if real_topic is None or self.config.auto_message_version_on_topic_len:
+            return None
+        size = len(real_topic.encode("utf-8", "surrogatepass"))
+        if size <= rec.TOPIC_MAX_BYTES_V1:
+            return None
+        return PutResult.refused(
+            _ILLEGAL, f"the real topic is {size} bytes; a V1 record holds at most {rec.TOPIC_MAX_BYTES_V1}"
+        )
 
     def _over_record_limit(self, total: int, what: str) -> PutResult | None:
         """MESSAGE_ILLEGAL when ``total`` bytes of records (one record or a batch, which RocketMQ's
