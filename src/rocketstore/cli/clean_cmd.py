@@ -15,8 +15,8 @@ from rocketstore.cli.output import kv_table, out_console, print_json
     "delete_topics",
     multiple=True,
     help="Also remove this topic's queues and its topics.json entry (repeatable). Its records stay in the "
-    "commit log until retention deletes them: those past the last record the other queues hold are "
-    "dispatched again by the next open, which brings the topic back.",
+    "commit log until retention deletes them; config/deletedTopics.json keeps later opens, rebuilds and "
+    "`spark rebuild` from dispatching them again (the topic written again starts at queue offset 0).",
 )
 def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     """Delete the commit-log files older than fileReservedTime hours now, outside deleteWhen

@@ -164,9 +164,11 @@ def import_(opts: Common, input_path: str) -> None:
     line to go on from.
 
     Delayed messages are not delivered during the import. A SCHEDULE_TOPIC_XXXX line whose
-    delivered copy (same UNIQ_KEY, in its REAL_TOPIC) is in the input too counts as delivered:
-    each delay level's offset (delayOffset.json) moves past the delivered units at its start, so
-    the next process that keeps the store open for writing does not deliver them again.
+    delivered copy (in its REAL_TOPIC, with the same UNIQ_KEY and reconsume times; without a
+    UNIQ_KEY, the same born timestamp and body) is in the input too, or in the store already,
+    counts as delivered: each delay level's offset (delayOffset.json) moves past the delivered
+    units at its start, so the next process that keeps the store open for writing does not
+    deliver them again. A unit still waiting is due its delay after its new store time.
 
     STORE is created if it does not exist (or is an empty folder); a folder that holds files but no
     store is refused (a folder that is not a store but holds one is named as the likely one),
