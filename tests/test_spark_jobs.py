@@ -185,6 +185,19 @@ def test_the_jobs_module_exports_topics_and_overwrites(spark, tmp_path, capsys):
     assert exc.value.code == 2 and "--topics" in capsys.readouterr().err
 
 
+def test_an_export_over_its_own_store_is_refused_before_spark_writes(spark, tmp_path, capsys):  # noqa: F811
+    """Spark's overwrite empties the output folder before the data source reads it: an export
+    whose output is the store, lies in it or holds it is refused, whoever runs it (the jobs module
+    has none of the command's checks), and the store is left as it was."""
+    store = make_store(tmp_path / "store", 30)
+    before = sorted(p.relative_to(store) for p in store.rglob("*"))
+    for out in (store, store / "out", tmp_path):
+        assert jobs.main(["export", str(store), *SETS, "--parquet", str(out), "--overwrite"]) == 2
+        assert "overlap: it would overwrite the store" in capsys.readouterr().err
+        assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
+    assert len(_export(store)) == 30
+
+
 def _first_record_of_segment(store: Path, index: int) -> tuple[Path, bytearray]:
     seg = sorted((store / "commitlog").iterdir())[index]
     return seg, bytearray(seg.read_bytes())

@@ -20,7 +20,7 @@ import click
 from rocketstore.cli.output import print_json_error, warn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
-from rocketstore.meta.root import holds_store, require_store_or_new_folder
+from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
 
 
@@ -200,12 +200,6 @@ def store_options(
 
 
 # -- opening the store ---------------------------------------------------------------------------
-def is_inside(path: str, folder: str) -> bool:
-    """True when ``path`` is ``folder`` or lies under it, symlinks resolved."""
-    path, folder = os.path.realpath(path), os.path.realpath(folder)
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
 def check_output_file(option: str, path: str) -> None:
     """Refuse an output file (``--output``) whose folder does not exist or is not a folder, before
     any work is done (the file is written in that folder first, hidden, then renamed)."""

@@ -20,7 +20,6 @@ from rocketstore.cli.common import (
     Common,
     ProblemsFound,
     check_commit_log,
-    is_inside,
     lost_log,
     max_problems_option,
     queue_topics,
@@ -30,7 +29,7 @@ from rocketstore.cli.common import (
 from rocketstore.cli.output import kv_table, out_console, print_json, say, warn
 from rocketstore.errors import CorruptStoreError, StoreLockedError
 from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
-from rocketstore.meta.root import require_store
+from rocketstore.meta.root import overlapping_store_folder, require_store
 
 EXIT_PROBLEMS = 1
 
@@ -159,9 +158,9 @@ def _check_export(
     """The export's arguments, checked before Spark starts."""
     if begin is not None and end is not None and begin >= end:
         raise click.UsageError(f"--begin {begin} must be before --end {end} (the end is exclusive)")
-    for folder in (opts.root, *opts.commit_log_paths):
-        if is_inside(out, folder) or is_inside(folder, out):
-            raise CommandError(f"--parquet {out} and the store ({folder}) overlap: it would overwrite the store")
+    folder = overlapping_store_folder(out, opts.root, opts.config)
+    if folder is not None:
+        raise CommandError(f"--parquet {out} and the store ({folder}) overlap: it would overwrite the store")
     if os.path.exists(out) and not overwrite:
         raise CommandError(f"--parquet {out} exists: give --overwrite to replace it")
     if topics is None:

@@ -31,6 +31,21 @@ CONFIG_FILES = tuple(
 )
 
 
+def is_inside(path: str, folder: str) -> bool:
+    """True when ``path`` is ``folder`` or lies under it, symlinks resolved."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def overlapping_store_folder(out: str, root: str, config: StoreConfig) -> str | None:
+    """The store's folder (its root, or a commit-log folder ``storePathCommitLog`` puts elsewhere)
+    that an output folder ``out`` lies in or holds: writing ``out`` over would destroy it."""
+    for folder in (root, *config.copy(storePathRootDir=os.path.abspath(root)).commit_log_folders):
+        if is_inside(out, folder) or is_inside(folder, out):
+            return folder
+    return None
+
+
 def holds_store(root: str, commit_log_paths: list[str]) -> bool:
     """True when ``root`` holds one of ``commit_log_paths`` (as folders) or any other store entry."""
     return any(os.path.isdir(p) for p in commit_log_paths) or any(

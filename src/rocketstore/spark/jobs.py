@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rocketstore.config import StoreConfig, delay_level_millis
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, InvalidArgumentError
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.files.syscalls import fsync_dir
@@ -39,7 +39,7 @@ from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
-from rocketstore.meta.root import require_store
+from rocketstore.meta.root import overlapping_store_folder, require_store
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, PRE_BLANK, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import drop_deleted
@@ -396,7 +396,12 @@ def export_parquet(
     ``unreadableMessages`` names the first ``UNREADABLE_LISTED``."""
     from pyspark.sql import functions as F
 
+    from rocketstore.spark.schema import store_config
+
     options = dict(config_options or {}, failOnDataLoss="false")
+    folder = overlapping_store_folder(out, path, store_config(options))
+    if folder is not None:  # Spark's overwrite would empty it before the read (it cannot tell)
+        raise InvalidArgumentError(f"the output {out} and the store ({folder}) overlap: it would overwrite the store")
     if begin is not None:
         options["startingTimestamp"] = str(begin)
     if end is not None:
