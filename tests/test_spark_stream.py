@@ -357,7 +357,12 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
     slices = [(x.topic, x.queue_id, x.start, x.end) for p in stream.partitions(begin, end) for x in p.slices]
     assert sorted(slices) == [("TopicLater", q, 0, 1) for q in range(4)]
     assert stream._snapshot is None and held.store.closed
-    stream.latestOffset(end, ReadAllAvailable())
+    assert stream.latestOffset(end, ReadAllAvailable()) == end  # nothing new: no batch, nothing held open
+    assert stream._snapshot is None
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 4, start=400, topics=("TopicLater",))
+        s.wait_for_dispatch()
+    assert stream.latestOffset(end, ReadAllAvailable()) != end
     held = stream._snapshot
     stream.stop()  # a query stopped between its latestOffset and its partitions leaves nothing open
     assert stream._snapshot is None and held.store.closed

@@ -215,6 +215,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             earliest = {k: lo for k, (lo, _hi) in bounds.items()}
             end = rate_limit(begin, end, earliest, limit.max_rows)
+        if end == begin:  # no batch to plan: Spark calls no partitions, so nothing holds the store's files
+            self._drop_snapshot()
         return to_json(end, {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])})
 
     def reportLatestOffset(self) -> dict | None:
