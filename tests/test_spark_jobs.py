@@ -164,6 +164,11 @@ def test_the_jobs_module_reports_errors_as_the_command_does(spark, tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith("error: the export job failed: ") and "PATH_ALREADY_EXISTS" in err, err
     assert "Traceback" not in err
+    # an error in the data source: the line names it, not "Traceback (most recent call last):"
+    assert jobs.main(["export", str(store), *SETS, "--parquet", str(tmp_path / "o2"), "--topics", "Nope"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: the export job failed: ") and "InvalidArgumentError: " in last, last
+    assert "no topic" in last and "Traceback" not in last, last
     seg, data = _first_record_of_segment(store, 1)
     data[4:8] = b"\x01\x02\x03\x04"  # the magic code, data after it: the rebuild refuses the log
     seg.write_bytes(bytes(data))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,8 +74,24 @@ def spark_errors(what: str) -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JError) as exc:
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise CommandError(f"{what}: {first}") from None
+        raise CommandError(f"{what}: {_spark_error_line(exc)}") from None
+
+
+def _spark_error_line(exc: BaseException) -> str:
+    """The first line of a Spark error; when it only opens a Python traceback (an error in the data
+    source, PYTHON_DATA_SOURCE_ERROR), with the traceback's last exception line, which names it."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first, marker = lines[0], "Traceback (most recent call last):"
+    if first.endswith(marker):
+        causes = [line for line in lines[1:] if _EXCEPTION_LINE.match(line)]
+        if causes:
+            return f"{first[: -len(marker)].rstrip()} {causes[-1]}"
+    return first
+
+
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt): ")
 
 
 def _check_unlocked(root: str) -> None:
