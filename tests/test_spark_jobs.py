@@ -310,7 +310,8 @@ def test_a_rebuild_killed_while_swapping_loses_no_queue(spark, tmp_path, exchang
     killed = tmp_path / "killed"
     shutil.copytree(rebuilt, killed)
     code = KILLED_REBUILD.format(tests=str(Path(__file__).parent), store=str(killed), exchange=exchange)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed child's Spark work folder stays in tmp_path
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 137, done.stderr[-3000:]
     assert [p for p in killed.iterdir() if p.name.startswith(".rebuild")]
     if exchange:  # never without consumequeue/: a normal open finds the queue
