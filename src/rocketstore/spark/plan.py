@@ -312,7 +312,8 @@ def unlisted_queues(snap: Snapshot, opts: ReadOptions, *, streaming: bool = Fals
     return "; ".join(problems) or None
 
 
-def _offset(given: int, lo: int, hi: int) -> int:
+def offset_of(given: int, lo: int, hi: int) -> int:
+    """A JSON offset (-2 earliest, -1 latest, else the offset) of a queue whose bounds are [lo, hi]."""
     return lo if given == EARLIEST else hi if given == LATEST else given
 
 
@@ -350,13 +351,13 @@ def batch_ranges(
             start = snap.offset_for_time(topic, queue_id, opts.starting_ts)
         elif isinstance(opts.starting, dict):
             given = opts.starting.get(topic, {}).get(queue_id, EARLIEST)
-            start = check_start(topic, queue_id, _offset(given, lo, hi), lo, hi, opts.fail_on_data_loss)
+            start = check_start(topic, queue_id, offset_of(given, lo, hi), lo, hi, opts.fail_on_data_loss)
         else:
             start = lo if opts.starting == "earliest" else hi
         if opts.ending_ts is not None:
             end = snap.offset_for_time(topic, queue_id, opts.ending_ts)
         elif isinstance(opts.ending, dict):
-            end = min(_offset(opts.ending.get(topic, {}).get(queue_id, LATEST), lo, hi), hi)
+            end = min(offset_of(opts.ending.get(topic, {}).get(queue_id, LATEST), lo, hi), hi)
         else:
             end = hi
         if time_lo_ms is not None:

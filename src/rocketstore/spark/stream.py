@@ -39,12 +39,13 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.errors import InvalidArgumentError
-from rocketstore.spark.options import EARLIEST, LATEST, parse_options
+from rocketstore.spark.options import EARLIEST, parse_options
 from rocketstore.spark.plan import (
     ReadPartition,
     Snapshot,
     check_start,
     data_loss,
+    offset_of,
     queue_partitions,
     unknown_queues,
     unlisted_queues,
@@ -173,7 +174,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     out[(topic, queue_id)] = max(lo, snap.offset_for_time(topic, queue_id, opts.starting_ts))
                 elif isinstance(opts.starting, dict):
                     given = opts.starting.get(topic, {}).get(queue_id, EARLIEST)
-                    offset = lo if given == EARLIEST else hi if given == LATEST else given
+                    offset = offset_of(given, lo, hi)
                     fail = opts.fail_on_data_loss
                     out[(topic, queue_id)] = check_start(topic, queue_id, offset, lo, max(offset, hi), fail)
                     if offset > hi:
