@@ -34,6 +34,7 @@ from rocketstore.config_values import (
     untrimmed,
 )
 from rocketstore.errors import ConfigError
+from rocketstore.files.disk import distinct_folders
 
 log = logging.getLogger(__name__)
 
@@ -404,6 +405,11 @@ def _close_store_key(name: str, cutoff: float = 0.6) -> str | None:
     return _FOLDED[close[0]] if close else None
 
 
+def _folders(setting: str | None) -> list[str]:
+    """The folders a comma-separated path setting names, normalised, each once."""
+    return distinct_folders(p.strip() for p in (setting or "").split(",") if p.strip())
+
+
 class StoreConfig:
     """The store's configuration: every MessageStoreConfig key by RocketMQ name or snake_case.
 
@@ -535,18 +541,16 @@ class StoreConfig:
 
     @property
     def commit_log_paths(self) -> list[str]:
-        """The commit-log folders (``storePathCommitLog`` may hold several, comma separated)."""
-        if not self.store_path_commit_log:
-            return [os.path.join(self.store_path_root_dir, "commitlog")]
-        return [p.strip() for p in self.store_path_commit_log.split(",") if p.strip()]
+        """The commit-log folders (``storePathCommitLog`` may hold several, comma separated),
+        normalised and each once (``a/`` is ``a``; a folder named twice is one folder)."""
+        return _folders(self.store_path_commit_log) or [os.path.join(self.store_path_root_dir, "commitlog")]
 
     @property
     def commit_log_read_only_paths(self) -> list[str]:
         """``readOnlyCommitLogStorePaths``: folders whose segments are read (and cleaned) but that
         get no new segment (comma separated; a folder also in ``storePathCommitLog`` is writable)."""
         writable = {os.path.realpath(p) for p in self.commit_log_paths}
-        listed = [p.strip() for p in (self.read_only_commit_log_store_paths or "").split(",") if p.strip()]
-        return [p for p in listed if os.path.realpath(p) not in writable]
+        return [p for p in _folders(self.read_only_commit_log_store_paths) if os.path.realpath(p) not in writable]
 
     @property
     def commit_log_folders(self) -> list[str]:

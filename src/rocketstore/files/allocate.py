@@ -22,7 +22,7 @@ import os
 import threading
 
 from rocketstore.files import syscalls
-from rocketstore.files.mapped_file import MappedFile
+from rocketstore.files.mapped_file import MappedFile, offset_to_file_name
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class SegmentAllocator:
         if getattr(queue, "mode", "rw") != "rw":
             return
         folder = queue.folder_of_next(offset)  # type: ignore[attr-defined]
-        path = f"{folder}/{offset:020d}"
+        path = os.path.join(folder, offset_to_file_name(offset))
         with self._cond:
             if self._stopped or path in self._ready or path in self._creating:
                 return

@@ -1,4 +1,5 @@
-"""How full the disk partition holding a folder is, as RocketMQ measures it (spec 14.2).
+"""Folders on disk: which spellings name the same one, and how full the disk partition holding a
+folder is, as RocketMQ measures it (spec 14.2).
 
 ``UtilAll.getDiskPartitionSpaceUsedPercent``: used / (used + usable) of the partition, as ``df``
 shows it, where used is total - ``File.getFreeSpace`` (every free block) and usable is
@@ -9,6 +10,17 @@ shows it, where used is total - ``File.getFreeSpace`` (every free block) and usa
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+
+
+def distinct_folders(folders: Iterable[str]) -> list[str]:
+    """``folders`` normalised (no trailing ``/``, ``//`` or ``.``), each once: the first spelling of
+    a folder named again, under any spelling or through a link, is kept (RocketMQ's getPaths() is a set)."""
+    seen: dict[str, str] = {}
+    for folder in folders:
+        folder = os.path.normpath(folder)
+        seen.setdefault(os.path.realpath(folder), folder)
+    return list(seen.values())
 
 
 def used_ratio(folder: str) -> float:
