@@ -70,3 +70,26 @@ def test_a_folder_named_twice_is_one_folder(tmp_path: Path, store_config: StoreC
     with MessageStore.open(tmp_path / "s", config) as store:
         assert store.max_phy_offset == wrote
         assert store.put(Message("T", BODY)).status == PutMessageStatus.PUT_OK
+
+
+def test_a_folder_also_read_only_gets_no_new_segment(tmp_path: Path, store_config: StoreConfig) -> None:
+    """A folder in both storePathCommitLog and readOnlyCommitLogStorePaths is read-only, as in
+    RocketMQ's MultiPathMappedFileQueue (tryCreateMappedFile removes the read-only set): an operator
+    draining a disk adds it to the read-only set and it fills no more. Its segments stay readable."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    root = tmp_path / "s"
+    with MessageStore.open(root, store_config, storePathCommitLog=f"{a},{b}") as store:
+        fill(store, 2)
+    in_b = sorted(os.listdir(b))
+    assert in_b == [f"{CL_SIZE:020d}"]
+    draining = store_config.copy(storePathCommitLog=f"{a},{b}", readOnlyCommitLogStorePaths=f"{b}/")
+    with MessageStore.open(root, draining) as store:
+        fill(store, 6)
+        assert store.look_message_by_offset(CL_SIZE).body == BODY  # the first record in b
+    assert sorted(os.listdir(b)) == in_b
+    assert len(os.listdir(a)) == 5
+    # no folder left to write to: storePathCommitLog's are written (RocketMQ's single-folder queue)
+    c = str(tmp_path / "c")
+    with MessageStore.open(tmp_path / "one", store_config, storePathCommitLog=c, readOnlyCommitLogStorePaths=c) as s:
+        fill(s, 2)
+    assert len(os.listdir(c)) == 2

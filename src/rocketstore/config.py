@@ -548,14 +548,16 @@ class StoreConfig:
     @property
     def commit_log_read_only_paths(self) -> list[str]:
         """``readOnlyCommitLogStorePaths``: folders whose segments are read (and cleaned) but that
-        get no new segment (comma separated; a folder also in ``storePathCommitLog`` is writable)."""
-        writable = {os.path.realpath(p) for p in self.commit_log_paths}
-        return [p for p in _folders(self.read_only_commit_log_store_paths) if os.path.realpath(p) not in writable]
+        get no new segment (comma separated). A folder also in ``storePathCommitLog`` gets none
+        either (MultiPathMappedFileQueue.tryCreateMappedFile), unless that leaves no folder to write
+        to: then ``storePathCommitLog``'s are written (RocketMQ's single-folder queue ignores the set)."""
+        return _folders(self.read_only_commit_log_store_paths)
 
     @property
     def commit_log_folders(self) -> list[str]:
-        """Every folder that may hold commit-log segments: the writable ones, then the read-only ones."""
-        return self.commit_log_paths + self.commit_log_read_only_paths
+        """Every folder that may hold commit-log segments, each once: ``storePathCommitLog``'s, then the
+        read-only ones."""
+        return distinct_folders(self.commit_log_paths + self.commit_log_read_only_paths)
 
     @property
     def disk_max_used_space_ratio_clamped(self) -> int:

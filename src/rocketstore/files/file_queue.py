@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from rocketstore.errors import CorruptStoreError
+from rocketstore.files.disk import distinct_folders
 from rocketstore.files.mapped_file import MappedFile, offset_to_file_name, remove_leftover
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,8 @@ _NAME = re.compile(r"\d{20}")
 
 class MappedFileQueue:
     """Segments of ``file_size`` bytes in one folder, or spread over several (multi-path); segments
-    in ``read_only_paths`` are loaded with the others, but no new segment goes there."""
+    in ``read_only_paths`` are loaded with the others, but no new segment goes there (not even when
+    ``paths`` names the folder too, unless no other is left)."""
 
     def __init__(
         self,
@@ -40,6 +42,7 @@ class MappedFileQueue:
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         self.read_only_paths = list(read_only_paths or [])  # StoreConfig.commit_log_read_only_paths
+        self._read_only = {os.path.realpath(p) for p in self.read_only_paths}
         self.file_size = file_size
         self.mode = mode
         self.files: list[MappedFile] = []
@@ -68,7 +71,7 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every segment on disk; a stray or wrong-size file is an error that names it."""
         found: dict[str, str] = {}
-        for folder in self.paths + self.read_only_paths:
+        for folder in distinct_folders(self.paths + self.read_only_paths):
             if not os.path.isdir(folder):
                 if os.path.lexists(folder):  # a file (or a dangling link) where the segments' folder belongs
                     raise CorruptStoreError("not a folder: segment files belong in a folder here", folder)
@@ -165,6 +168,8 @@ class MappedFileQueue:
 
     def _folder_for(self, index: int) -> str:
         paths = self.paths if self.paths_now is None else self.paths_now() or self.paths
+        if self._read_only:
+            paths = [p for p in paths if os.path.realpath(p) not in self._read_only] or paths
         if len(paths) == 1:
             return paths[0]
         writable = [p for p in sorted(paths) if not (self.path_is_full and self.path_is_full(p))]
