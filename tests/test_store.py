@@ -1657,9 +1657,7 @@ def test_read_only_commit_log_paths_are_read_but_get_no_new_segment(tmp_path, st
         assert more[-1].commit_log_offset > sent[-1].commit_log_offset
     assert sorted(os.listdir(second)) == in_second  # nothing new in the read-only folder
     again = store_config.copy(storePathCommitLog=f"{first},{second}", readOnlyCommitLogStorePaths=f"{second}/.")
-    with MessageStore.open(
-        root, again
-    ) as store:  # in both, spelt otherwise: read-only (tests/test_commit_log_paths.py)
+    with MessageStore.open(root, again) as store:  # named in both, spelt otherwise: still read-only
         assert store.commit_log.queue.read_only_paths == [second]
     from rocketstore.verify import verify_store
 
