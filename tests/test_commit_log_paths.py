@@ -4,11 +4,18 @@ twice, shared with the read-only set, and what a pre-created next segment leaves
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import put_ok
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore.errors import CorruptStoreError
 
+SRC = Path(__file__).resolve().parents[1] / "src"
 CL_SIZE = 4096
 BODY = b"x" * 300  # about 10 records a segment
 
@@ -93,3 +100,70 @@ def test_a_folder_also_read_only_gets_no_new_segment(tmp_path: Path, store_confi
     with MessageStore.open(tmp_path / "one", store_config, storePathCommitLog=c, readOnlyCommitLogStorePaths=c) as s:
         fill(s, 2)
     assert len(os.listdir(c)) == 2
+
+
+CHILD = """
+import os, signal, sys
+from rocketstore import Message, MessageStore, StoreConfig
+a, b = sys.argv[2], sys.argv[3]
+store = MessageStore.open(sys.argv[1], StoreConfig(mappedFileSizeCommitLog=4096, storePathCommitLog=f"{a},{b}"))
+def put(n):
+    for _ in range(n):
+        result = store.put(Message("T", b"x" * 300))
+        assert result.ok, result
+        print("ack", result.commit_log_offset, flush=True)
+put(1)
+assert store.allocator.wait_idle(30) and os.listdir(b)  # segment 1 made ahead in b
+store.config.storePathCommitLog = a  # b taken out while running: segment 1 goes to a
+put(30)
+assert store.allocator.wait_idle(30)
+print("segments", *sorted(os.listdir(a)), "|", *sorted(os.listdir(b)), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_segment_made_ahead_in_a_folder_the_roll_did_not_take_is_deleted(tmp_path: Path) -> None:
+    """Segment 1 is made ahead in b, then the roll puts it in a (b was taken out of
+    storePathCommitLog; a full disk does the same): b's copy is deleted at the roll, so a SIGKILL
+    leaves one copy of every segment, and the store opens with every acknowledged message."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    root = tmp_path / "s"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-c", CHILD, str(root), a, b]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    acks = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("ack ")]
+    assert len(acks) == 31
+    assert os.listdir(b) == []
+    config = StoreConfig(mappedFileSizeCommitLog=4096, storePathCommitLog=f"{a},{b}")
+    with MessageStore.open(root, config) as store:
+        assert store.recovery.abnormal
+        assert [store.look_message_by_offset(offset).commit_log_offset for offset in acks] == acks
+
+
+def test_load_drops_a_never_written_copy_of_a_segment(tmp_path: Path, store_config: StoreConfig) -> None:
+    """A crash between the allocator naming a segment made ahead and the roll deleting it leaves
+    two copies: a full-size one holding only zeros is dropped (deleted by a writable open; RocketMQ
+    maps both). Any other second copy is refused, the message saying which to delete."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    root = tmp_path / "s"
+    config = store_config.copy(storePathCommitLog=f"{a},{b}")
+    with MessageStore.open(root, store_config, storePathCommitLog=str(a)) as store:
+        fill(store, 3)
+        wrote = store.max_phy_offset
+    b.mkdir()
+    spare = b / f"{CL_SIZE:020d}"
+    spare.write_bytes(bytes(CL_SIZE))
+    with MessageStore.open(root, config, read_only=True) as store:
+        assert store.max_phy_offset == wrote
+    assert spare.exists()  # a read-only open changes nothing
+    with MessageStore.open(root, config) as store:
+        assert store.max_phy_offset == wrote
+        assert store.commit_log.queue.files[1].path == str(a / spare.name)
+    assert not spare.exists()
+    spare.write_bytes(bytes(100))  # not the size of a segment: named, not deleted
+    with pytest.raises(CorruptStoreError, match=f"{a / spare.name}; {spare} holds nothing: delete it"):
+        MessageStore.open(root, config)
+    spare.write_bytes((a / spare.name).read_bytes())
+    with pytest.raises(CorruptStoreError, match="both hold data"):
+        MessageStore.open(root, config, read_only=True)

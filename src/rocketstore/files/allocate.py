@@ -72,11 +72,21 @@ class SegmentAllocator:
             self._cond.notify()
 
     def take(self, path: str) -> MappedFile | None:
-        """The pre-created segment for ``path`` (waiting if it is being made), or None."""
+        """The pre-created segment for ``path`` (waiting if it is being made), or None.
+
+        One made for the same offset in another folder (the roll chose another: that one filled
+        up, or the paths changed) is deleted, after waiting for it if it is being made, before the
+        caller makes its own: left on disk, a crash would leave two copies of the segment."""
+        name = os.path.basename(path)
         with self._cond:
-            while path in self._creating and not self._stopped:
+            while not self._stopped and any(os.path.basename(p) == name for p in self._creating):
                 self._cond.wait()
-            return self._ready.pop(path, None)
+            mapped = self._ready.pop(path, None)
+            untaken = [self._ready.pop(p) for p in list(self._ready) if os.path.basename(p) == name]
+        for spare in untaken:
+            log.info("deleting %s, made ahead: the segment goes to %s", spare.path, path)
+            spare.destroy(0)
+        return mapped
 
     def discard(self, queue: object) -> None:
         """Delete pre-created segments nobody took (a clean shutdown leaves none behind)."""

@@ -20,6 +20,17 @@ from rocketstore.files.mapped_file import MappedFile, offset_to_file_name, remov
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
+_CHUNK = 1 << 20
+
+
+def _only_zeros(path: str) -> bool:
+    """True when the file holds zero bytes only (never written)."""
+    zeros = bytes(_CHUNK)
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            if chunk != zeros[: len(chunk)]:
+                return False
+    return True
 
 
 class MappedFileQueue:
@@ -86,9 +97,7 @@ class MappedFileQueue:
                     raise CorruptStoreError(
                         "a stray file: segment files are named by their 20-digit start offset", full
                     )
-                if name in found:
-                    raise CorruptStoreError(f"the same segment is also in {found[name]}", full)
-                found[name] = full
+                found[name] = self._one_copy(found[name], full) if name in found else full
         names = sorted(found)
         if names and os.path.getsize(found[names[-1]]) == 0:
             # a zero-length last file is a crash artefact of file creation; RocketMQ 5 drops it
@@ -117,6 +126,21 @@ class MappedFileQueue:
                 f.close()
             raise
         self.files = files
+
+    def _one_copy(self, first: str, second: str) -> str:
+        """Of two copies of a segment, the one to load. A full-size copy holding only zeros is a
+        next segment made ahead in a folder the roll then did not take, left by a crash: it is
+        dropped (deleted in rw mode). Two copies that both hold data are an error."""
+        empty = [p for p in (second, first) if _only_zeros(p)]
+        for spare in empty:
+            if os.path.getsize(spare) == self.file_size:
+                kept = first if spare == second else second
+                if self.mode == "rw":
+                    log.warning("deleting %s: a segment made ahead, never written (%s is the segment)", spare, kept)
+                    os.unlink(spare)
+                return kept
+        what = f"{empty[0]} holds nothing: delete it" if empty else "both hold data: move aside the one not in use"
+        raise CorruptStoreError(f"the same segment is also in {first}; {what}", second)
 
     # -- segments ----------------------------------------------------------------------------------
     @property
