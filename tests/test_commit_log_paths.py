@@ -167,3 +167,35 @@ def test_load_drops_a_never_written_copy_of_a_segment(tmp_path: Path, store_conf
     spare.write_bytes((a / spare.name).read_bytes())
     with pytest.raises(CorruptStoreError, match="both hold data"):
         MessageStore.open(root, config, read_only=True)
+
+
+def test_a_read_only_open_lists_the_folders_again_when_a_writer_rolled_meanwhile(
+    tmp_path: Path, store_config: StoreConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only open of a live multi-path store lists a, then b. The writer rolling segments in
+    between made the union show a gap (a false CorruptStoreError). The open lists again until two
+    rounds agree; a real gap is still reported."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    root = tmp_path / "s"
+    config = store_config.copy(storePathCommitLog=f"{a},{b}")
+    writer = MessageStore.open(root, config)
+    try:
+        fill(writer, 2)
+        listdir, rolled = os.listdir, []
+
+        def listdir_while_writing(path: str) -> list[str]:
+            names = listdir(path)
+            if path == a and not rolled:  # the writer rolls after a was listed, before b is
+                rolled.append(True)
+                fill(writer, 6)
+            return names
+
+        monkeypatch.setattr(os, "listdir", listdir_while_writing)
+        with MessageStore.open(root, config, read_only=True) as reader:
+            assert rolled and reader.max_phy_offset == writer.max_phy_offset
+        monkeypatch.undo()
+    finally:
+        writer.shutdown()
+    os.unlink(os.path.join(b, f"{3 * CL_SIZE:020d}"))
+    with pytest.raises(CorruptStoreError, match=f"a gap: the previous segment {2 * CL_SIZE:020d} ends at"):
+        MessageStore.open(root, config, read_only=True)

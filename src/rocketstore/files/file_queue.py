@@ -14,13 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, RocketStoreError
 from rocketstore.files.disk import distinct_folders
 from rocketstore.files.mapped_file import MappedFile, offset_to_file_name, remove_leftover
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
 _CHUNK = 1 << 20
+_RELISTS = 5  # listings of several folders a read-only load makes at most after the first
 
 
 def _only_zeros(path: str) -> bool:
@@ -81,23 +82,13 @@ class MappedFileQueue:
     # -- load ------------------------------------------------------------------------------------
     def load(self) -> None:
         """Map every segment on disk; a stray or wrong-size file is an error that names it."""
+        folders = distinct_folders(self.paths + self.read_only_paths)
+        listed = self._list(folders)
+        if self.mode != "rw" and len(folders) > 1:
+            listed = self._settled(folders, listed)
         found: dict[str, str] = {}
-        for folder in distinct_folders(self.paths + self.read_only_paths):
-            if not os.path.isdir(folder):
-                if os.path.lexists(folder):  # a file (or a dangling link) where the segments' folder belongs
-                    raise CorruptStoreError("not a folder: segment files belong in a folder here", folder)
-                continue
-            for name in os.listdir(folder):
-                full = os.path.join(folder, name)
-                if remove_leftover(full, self.mode):
-                    continue
-                if os.path.isdir(full):
-                    raise CorruptStoreError("a folder where only segment files belong", full)
-                if not _NAME.fullmatch(name):
-                    raise CorruptStoreError(
-                        "a stray file: segment files are named by their 20-digit start offset", full
-                    )
-                found[name] = self._one_copy(found[name], full) if name in found else full
+        for name, full in listed:
+            found[name] = self._one_copy(found[name], full) if name in found else full
         names = sorted(found)
         if names and os.path.getsize(found[names[-1]]) == 0:
             # a zero-length last file is a crash artefact of file creation; RocketMQ 5 drops it
@@ -126,6 +117,37 @@ class MappedFileQueue:
                 f.close()
             raise
         self.files = files
+
+    def _list(self, folders: list[str]) -> list[tuple[str, str]]:
+        """(name, path) of every segment file in ``folders``; a stray entry is an error."""
+        listed = []
+        for folder in folders:
+            if not os.path.isdir(folder):
+                if os.path.lexists(folder):  # a file (or a dangling link) where the segments' folder belongs
+                    raise CorruptStoreError("not a folder: segment files belong in a folder here", folder)
+                continue
+            for name in sorted(os.listdir(folder)):
+                full = os.path.join(folder, name)
+                if remove_leftover(full, self.mode):
+                    continue
+                if os.path.isdir(full):
+                    raise CorruptStoreError("a folder where only segment files belong", full)
+                if not _NAME.fullmatch(name):
+                    raise CorruptStoreError(
+                        "a stray file: segment files are named by their 20-digit start offset", full
+                    )
+                listed.append((name, full))
+        return listed
+
+    def _settled(self, folders: list[str], listed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """A live writer may roll between the listings of two folders (a false gap): list them
+        again until two rounds agree, which makes the first of them a true snapshot."""
+        for _ in range(_RELISTS):
+            again = self._list(folders)
+            if again == listed:
+                return listed
+            listed = again
+        raise RocketStoreError(f"{', '.join(folders)} kept changing while they were listed")
 
     def _one_copy(self, first: str, second: str) -> str:
         """Of two copies of a segment, the one to load. A full-size copy holding only zeros is a
