@@ -8,14 +8,19 @@ import click
 
 from rocketstore.cli.common import (
     Common,
+    ProblemsFound,
     check_commit_log,
+    check_store,
+    lost_log,
     max_problems_option,
     open_store,
     recovery_info,
     store_options,
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say
+from rocketstore.meta.lockfile import refuse_if_locked
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
+from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
 
 EXIT_PROBLEMS = 1
 
@@ -61,18 +66,40 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Recover even when the commit log is missing or empty while consume queues hold units "
-    "(recovery then deletes every queue and index entry).",
+    help="Recover even when that loses messages: cut the commit log at a bad record that intact records "
+    "follow (as RocketMQ's recovery does: they are dropped), or, when the commit log is missing or empty "
+    "while consume queues hold units, delete every queue and index entry. Copy the store first.",
 )
-def recover(opts: Common, force: bool) -> None:
-    """Recover a store in place (as opening it for writing does: the commit log is cut at the first
-    bad record, queues and index are completed or truncated), then shut it down cleanly.
+@click.option("--dry-run", is_flag=True, help="Say what recover would do (recovery runs in memory); change nothing.")
+@click.pass_context
+def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> None:
+    """Recover a store in place, as opening it for writing does, then shut it down cleanly:
+    recovery checks the last 3 commit-log segments after a clean shutdown (every segment from the
+    checkpoint's after a crash) and ends the log at the first record there that fails its checks;
+    consume queues and index are completed or truncated to match.
+
+    Recovery runs in memory first. When the log would be cut at a bad record that intact records
+    follow, nothing is changed and recover exits with status 1, naming the record and what would
+    be dropped: give --force to cut as RocketMQ does. A torn last record (what a crash leaves) is
+    cut without it. --dry-run only says what recover would do (exit status 1 when it would refuse).
 
     Refused without --force when the commit log is missing or empty but consume queues hold units,
     and without --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
-    had_abort = os.path.exists(os.path.join(opts.store, "abort"))
     advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
-    store = open_store(opts, create=False, allow_lost_log=force, lost_log_advice=advice)
+    check_store(opts, writes=not dry_run, allow_lost_log=force, lost_log_advice=advice)
+    refuse_if_locked(opts.root)
+    plan = plan_recovery(opts.root, opts.config)
+    if dry_run:
+        lost = None if force else lost_log(opts)
+        refused = lost is not None or (plan.loses_data and not force)
+        _show_plan(opts, plan, refused, lost and f"{lost}: recover refuses it without --force ({advice})")
+        if refused:
+            ctx.exit(EXIT_PROBLEMS)
+        return
+    if plan.loses_data and not force:
+        raise ProblemsFound(_refusal(opts.root, plan), plan=plan.to_dict())
+    had_abort = os.path.exists(os.path.join(opts.root, "abort"))
+    store = open_store(opts, create=False, checked=True)
     try:
         report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
@@ -83,6 +110,9 @@ def recover(opts: Common, force: bool) -> None:
         "abortFileBefore": had_abort,
         "abortFileAfter": os.path.exists(os.path.join(store.root, "abort")),
         **offsets,
+        "droppedRecords": plan.intact_records,
+        "droppedBytes": plan.intact_bytes,
+        "cutAt": None if plan.bad is None else plan.bad.to_dict(),
         "recovery": report,
     }
     if opts.as_json:
@@ -93,6 +123,56 @@ def recover(opts: Common, force: bool) -> None:
         ("abort file after", info["abortFileAfter"]),
         ("commit log min offset", info["minOffset"]),
         ("commit log max offset", info["maxOffset"]),
+        *_cut_rows(plan),
         *((k, v) for k, v in (report or {}).items() if k != "queueEndsKept"),
     ]
     out_console().print(kv_table(f"recovered {store.root}", rows))
+
+
+def _cut_rows(plan: RecoveryPlan) -> list[tuple[str, object]]:
+    """What the cut dropped, for the table."""
+    if plan.bad is None:
+        return [("records dropped", 0)]
+    return [
+        ("log cut at", plan.bad.describe()),
+        ("records dropped", f"{plan.intact_records} intact record(s), {plan.intact_bytes} bytes"),
+    ]
+
+
+def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None) -> None:
+    """--dry-run's answer: what recover would do, or why it would refuse."""
+    why = lost
+    if plan.loses_data and refused:
+        why = _refusal(opts.root, plan, dry_run=True)
+    if opts.as_json:
+        print_json({"store": opts.root, "dryRun": True, "wouldRefuse": refused, "why": why, "plan": plan.to_dict()})
+        return
+    rows = [
+        ("log would end at", plan.end),
+        *_cut_rows(plan),
+        ("segments dropped", ", ".join(plan.recovery.dropped_files) or "none"),
+        ("verdict", "recover refuses without --force (below)" if refused else "recover would go ahead"),
+    ]
+    out_console().print(kv_table(f"recover --dry-run {opts.root}: nothing changed", rows))
+    if why:
+        say(why)
+
+
+def _refusal(root: str, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
+    """Why recover refuses a cut that drops intact records, and the ways on."""
+    assert plan.bad is not None
+    lines = [
+        f"recovery would cut the commit log at offset {plan.end} and drop the {plan.intact_records} intact "
+        f"record(s) ({plan.intact_bytes} bytes) after it" + ("" if dry_run else "; nothing was changed"),
+        f"the cause: {plan.bad.describe()}",
+        "options:",
+        "  --force: cut the log there, as RocketMQ's recovery does (those records are lost)",
+    ]
+    if plan.crc_keeps_all:
+        lines.append(
+            "  --set checkCRCOnRecover=false: keep that record and every one after it (only its body CRC fails; "
+            "the body stays as stored): every later open checks it again while it is in the last 3 segments or "
+            "after a crash, and cuts the log there unless it is given the setting too (a broker: in broker.conf)"
+        )
+    lines.append(f"  either way, copy the store first (cp -a {root} {root}.bak)")
+    return "\n".join(lines)

@@ -89,9 +89,14 @@ class DeferInterrupts:
 
 class ProblemsFound(CommandError):
     """A command did its work but found problems it has reported (damaged records it skipped):
-    ``error: ...`` on stderr and exit status 1, as ``verify`` for the problems it finds."""
+    ``error: ...`` on stderr and exit status 1, as ``verify`` for the problems it finds; ``details``
+    go into the --json error object."""
 
     exit_code = 1
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
 
 
 @dataclass
@@ -274,25 +279,14 @@ def open_store(
     create: bool = True,
     allow_lost_log: bool = False,
     lost_log_advice: str = RECOVER_FORCE,
+    checked: bool = False,
 ) -> MessageStore:
-    """``MessageStore.open`` for a command, after the checks an operator expects: a commit log
-    outside STORE (warned about; refused for writing without --external-commit-log), a
-    ``commitlog`` that is not a folder, a commit log gone while the queues remain (recovery would
-    drop every queue: warned about when reading, refused when writing), and, for a command that
-    creates a store, a folder that is not a store but holds one (a broker home given for its store)."""
+    """``MessageStore.open`` for a command, after ``check_store`` (unless the command ran it:
+    ``checked``) and, for a command that creates a store, refusing a folder that is not a store but
+    holds one (a broker home given for its store)."""
     writes = not read_only
-    check_commit_log(opts, writes=writes)
-    for path in opts.commit_log_paths:
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise CorruptStoreError("the commit log is not a folder", path)
-    lost = None if allow_lost_log else lost_log(opts)
-    if lost and writes:
-        raise CorruptStoreError(
-            f"{lost}: recovering it (as any open for writing does) would delete every consume queue "
-            f"and index entry; {lost_log_advice}"
-        )
-    if lost:
-        warn(f"WARNING: {lost}: every message is gone")
+    if not checked:
+        check_store(opts, writes=writes, allow_lost_log=allow_lost_log, lost_log_advice=lost_log_advice)
     if writes and create and os.path.isdir(opts.root) and not holds_store(opts.root, opts.commit_log_paths):
         inside = sorted(
             e.path
@@ -306,6 +300,27 @@ def open_store(
             )
         check_new_store_folder(opts)
     return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create)
+
+
+def check_store(
+    opts: Common, *, writes: bool, allow_lost_log: bool = False, lost_log_advice: str = RECOVER_FORCE
+) -> None:
+    """The checks an operator expects before a store is opened: a commit log outside STORE (warned
+    about; refused for writing without --external-commit-log), a ``commitlog`` that is not a
+    folder, and a commit log gone while the queues remain (recovery would drop every queue: warned
+    about when reading, refused when writing unless ``allow_lost_log``)."""
+    check_commit_log(opts, writes=writes)
+    for path in opts.commit_log_paths:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise CorruptStoreError("the commit log is not a folder", path)
+    lost = None if allow_lost_log else lost_log(opts)
+    if lost and writes:
+        raise CorruptStoreError(
+            f"{lost}: recovering it (as any open for writing does) would delete every consume queue "
+            f"and index entry; {lost_log_advice}"
+        )
+    if lost:
+        warn(f"WARNING: {lost}: every message is gone")
 
 
 def check_new_store_folder(opts: Common) -> None:

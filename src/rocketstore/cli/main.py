@@ -1,8 +1,9 @@
 """The ``rocketstore`` command group and its entry point.
 
-Exit codes: 0 success; 1 a check found problems (``verify``), nothing was found (``query``) or
-messages could not be read (``export``); 2 a usage error or a typed store error
-(``RocketStoreError``: printed on stderr, no traceback); 130 interrupted (Ctrl-C).
+Exit codes: 0 success; 1 a check found problems (``verify``), a cut that drops intact records was
+refused (``recover``), nothing was found (``query``) or messages could not be read (``export``); 2 a
+usage error or a typed store error (``RocketStoreError``: printed on stderr, no traceback); 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations

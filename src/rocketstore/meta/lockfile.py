@@ -90,6 +90,18 @@ def lock_holder(root: str) -> int | None:
     return None
 
 
+def refuse_if_locked(root: str) -> None:
+    """Raise the StoreLockedError an open for writing would when a process is known to hold
+    STORE's lock (before a command reads a store it is going to open for writing)."""
+    pid = lock_holder(root)
+    if pid is not None:
+        raise _locked(os.path.join(root, "lock"), pid)
+
+
+def _locked(path: str, pid: int | None) -> StoreLockedError:
+    return StoreLockedError(f"Lock failed, MQ already started: {describe_holder(pid)} holds {path}")
+
+
 def describe_holder(pid: int | None) -> str:
     """Who holds a store's lock, for a message: ``lock_holder``'s pid in words."""
     if pid == os.getpid():

@@ -171,7 +171,7 @@ def _longs_at(buf: Any, positions: np.ndarray) -> np.ndarray:
     return picked.view(">i8").reshape(-1).astype(np.int64)
 
 
-def _nonzero(mapped: MappedFile, start: int, end: int | None = None) -> int:
+def nonzero_bytes(mapped: MappedFile, start: int, end: int | None = None) -> int:
     """How many bytes of ``[start, end)`` of a segment are not zero."""
     end = mapped.file_size if end is None else end
     count = 0
@@ -287,20 +287,22 @@ def _stop_at(mapped: MappedFile, pos: int, reason: int, prop_crc: bool, *, first
     is its CRC (its TOTALSIZE is then trusted), else at the next plausible record start; not when
     only zeros follow (non-zero bytes after the segment's first stop are counted for the report)."""
     if reason == STOP_BLANK:
-        return Stop(pos, reason, blank_size=_INT.unpack(mapped.read(pos, 4))[0], dirty_after=_nonzero(mapped, pos + 8))
+        return Stop(
+            pos, reason, blank_size=_INT.unpack(mapped.read(pos, 4))[0], dirty_after=nonzero_bytes(mapped, pos + 8)
+        )
     if reason != STOP_BAD:  # zeros, or the file's end
-        stop = Stop(pos, reason, dirty_after=_nonzero(mapped, pos))
+        stop = Stop(pos, reason, dirty_after=nonzero_bytes(mapped, pos))
         stop.resume = _resync(mapped, pos) if stop.dirty_after else -1
         return stop
-    why, claimed, trusted = _diagnose(mapped, pos, prop_crc)
+    why, claimed, trusted = diagnose(mapped, pos, prop_crc)
     stop = Stop(pos, reason, why, claimed=claimed)
     if first:
-        stop.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
+        stop.dirty_after = nonzero_bytes(mapped, pos + max(claimed, 8))
         if not stop.dirty_after:
             return stop  # a torn record at the end of the data
     stop.resume = pos + claimed if trusted else _resync(mapped, pos + 1)
     if stop.resume < 0 and not first:
-        stop.dirty_after = _nonzero(mapped, pos + max(claimed, 8))
+        stop.dirty_after = nonzero_bytes(mapped, pos + max(claimed, 8))
     return stop
 
 
@@ -327,7 +329,7 @@ def _resync(mapped: MappedFile, start: int) -> int:
         found[magic] = mm.find(magic, at + 1)
 
 
-def _diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str, int, bool]:
+def diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str, int, bool]:
     """Why the record at ``pos`` fails, how many bytes it claims (0 when unknown), and whether
     that TOTALSIZE can be trusted (the record is well formed; only its CRC fails)."""
     room = mapped.file_size - pos

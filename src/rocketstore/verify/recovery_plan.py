@@ -1,0 +1,171 @@
+"""What recovery would do to the commit log, learnt before anything changes (``rocketstore recover``
+asks first): the store's own recovery run in memory (a read-only open, as export's), then
+verify's segment scan from where that recovery ends the log: what is wrong there, and the records
+after it that pass every check, CRC included, which a cut there drops."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocketstore.codec.scan import STOP_BLANK
+from rocketstore.config import StoreConfig
+from rocketstore.files.mapped_file import MappedFile
+from rocketstore.log.recovery import RecoveryReport
+from rocketstore.store import MessageStore
+from rocketstore.verify.commit_log import SegmentScan, diagnose, nonzero_bytes, scan_segment
+
+NORMAL_CHECKED = 3  # segments an open after a clean shutdown checks (RocketMQ's recoverNormally)
+
+
+@dataclass
+class BadRecord:
+    """Where recovery ends the log while something follows: a record that fails its checks, or
+    zeros where a record should start."""
+
+    file: str  # ``commitlog/<segment>``
+    position: int
+    offset: int
+    problem: str
+    body_crc_only: bool = False  # a well-formed record whose body CRC alone does not match
+
+    def describe(self) -> str:
+        return f"{self.file}@{self.position} (offset {self.offset}): {self.problem}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "position": self.position,
+            "offset": self.offset,
+            "problem": self.problem,
+            "bodyCrcOnly": self.body_crc_only,
+        }
+
+
+@dataclass
+class RecoveryPlan:
+    """What an open for writing would do to the commit log (``recovery``: its in-memory run)."""
+
+    recovery: RecoveryReport
+    segments: int  # commit-log segments before recovery
+    checked_from: str | None  # the first segment recovery checks (None: no segment)
+    unchecked: int  # segments before it, which recovery does not check (nor cut)
+    end: int  # where recovery ends the log
+    bad: BadRecord | None = None  # what is at ``end`` (None: the end of the data)
+    intact_records: int = 0  # records past ``end`` that pass every check: recovery drops them
+    intact_bytes: int = 0
+    crc_keeps_all: bool = False  # with checkCRCOnRecover=false recovery would drop no intact record
+    kept_bad: list[int] = field(default_factory=list)  # bad records before the checked segments: kept
+
+    @property
+    def loses_data(self) -> bool:
+        """Recovery would drop records that pass their checks (more than a torn tail)."""
+        return self.intact_records > 0
+
+    def checked(self) -> str:
+        """What recovery checks, in words."""
+        if self.checked_from is None:
+            return "nothing (no commit-log segment)"
+        if self.recovery.abnormal:
+            return f"every segment from {self.checked_from} on (after a crash: from the checkpoint's segment)"
+        if self.unchecked:
+            return (
+                f"the last {self.segments - self.unchecked} of {self.segments} segments, from {self.checked_from} "
+                "(after a clean shutdown, as RocketMQ)"
+            )
+        return f"all {self.segments} segment(s) (after a clean shutdown, the last {NORMAL_CHECKED} are checked)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checked": self.checked(),
+            "checkedFrom": self.checked_from,
+            "uncheckedSegments": self.unchecked,
+            "logEnd": self.end,
+            "badRecord": None if self.bad is None else self.bad.to_dict(),
+            "intactRecordsAfter": self.intact_records,
+            "intactBytesAfter": self.intact_bytes,
+            "checkCrcOffKeepsAll": self.crc_keeps_all,
+            "keptBadRecords": list(self.kept_bad),
+        }
+
+
+def plan_recovery(root: str, config: StoreConfig) -> RecoveryPlan:
+    """Run the store's recovery in memory and scan the log from where it ends it (nothing on disk
+    changes); its log messages are held back (the caller reports the plan)."""
+    with _quiet(), MessageStore.open(root, config, read_only=True) as store:
+        report = store.recovery
+    assert report is not None  # a read-only open recovers
+    with MessageStore.open(root, config, read_only=True, recover=False) as raw:
+        files = list(raw.commit_log.queue.files)
+        first = _first_checked(files, report)
+        plan = RecoveryPlan(
+            report,
+            len(files),
+            None if first is None else files[first].file_name,
+            first or 0,
+            report.process_offset,
+            kept_bad=list(report.kept_bad_records),
+        )
+        _look_past_end(plan, files, raw.delay_millis, config.force_verify_prop_crc)
+    return plan
+
+
+def _first_checked(files: list[MappedFile], report: RecoveryReport) -> int | None:
+    if not files:
+        return None
+    if report.abnormal:
+        names = [f.file_name for f in files]
+        return names.index(report.start_file) if report.start_file in names else 0
+    return max(0, len(files) - NORMAL_CHECKED)
+
+
+def _look_past_end(plan: RecoveryPlan, files: list[MappedFile], delay: tuple[int, ...], prop_crc: bool) -> None:
+    """What is at the end recovery finds and what follows it (segments holding only zeros there
+    are not scanned)."""
+    end = plan.end
+    later = [f for f in files if f.end_offset > end]
+    if not any(nonzero_bytes(f, max(end - f.file_from_offset, 0)) for f in later):
+        return
+    scans = [scan_segment(f, delay, 0, prop_crc=prop_crc) for f in later]
+    for scan in scans:
+        after = scan.part.offsets >= end
+        plan.intact_records += int(after.sum())
+        plan.intact_bytes += int(scan.part.sizes[after].sum())
+    holder = later[0]
+    pos = end - holder.file_from_offset
+    if plan.recovery.stopped_at_bad_record:
+        why, _claimed, trusted = diagnose(holder, pos, prop_crc)
+        plan.bad = BadRecord(f"commitlog/{holder.file_name}", pos, end, why, trusted and not prop_crc)
+    else:
+        plan.bad = BadRecord(
+            f"commitlog/{holder.file_name}", pos, end, "zeros where a record should start (data follows them)"
+        )
+    plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, end) == 0
+
+
+def _intact_after_other_damage(scans: list[SegmentScan], end: int) -> int:
+    """Records that pass every check past the first damage at or after ``end`` other than a body
+    CRC (where recovery with checkCRCOnRecover=false would end the log)."""
+    for scan in scans:
+        for stop in scan.stops:
+            at = scan.base + stop.pos
+            if at < end or stop.reason == STOP_BLANK or stop.skipped:  # skipped: only its CRC fails
+                continue
+            return sum(int((s.part.offsets >= at).sum()) for s in scans)
+    return 0
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The store's log messages held back (an in-memory recovery's "commit log cut at N" is the
+    plan's to report)."""
+    logger = logging.getLogger("rocketstore")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -1,0 +1,131 @@
+"""Diagnosing and repairing damaged stores from the command line: recover asks before it drops
+intact records, says what it checked and what it left, verify says what to do next, and the
+messages name what is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.results import PutResult
+from test_cli import TINY, TINY_SETS, hashes, jsonl, run
+
+COUNT = 60  # about 4 segments of 4 KiB
+BODY_AT = 90  # a byte of the body of a record (its body starts at 88: IPv4 hosts, no properties before it)
+
+
+def _store(root: Path, count: int = COUNT) -> list[PutResult]:
+    """``count`` messages in T/0, each with key k<i>, cleanly shut down; their put results."""
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        results = [store.put(Message("T", f"message {i:04d} " * 6, keys=[f"k{i}"])) for i in range(count)]
+        for result in results:
+            result.raise_for_status()
+        assert store.wait_for_dispatch()
+    return results
+
+
+def _patch(root: Path, offset: int, data: bytes) -> Path:
+    """Write ``data`` at commit-log ``offset``; the segment written."""
+    size = TINY["mappedFileSizeCommitLog"]
+    segment = root / "commitlog" / f"{offset - offset % size:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(offset % size)
+        f.write(data)
+    return segment
+
+
+def _flip(root: Path, offset: int) -> Path:
+    size = TINY["mappedFileSizeCommitLog"]
+    segment = root / "commitlog" / f"{offset - offset % size:020d}"
+    byte = segment.read_bytes()[offset % size]
+    return _patch(root, offset, bytes([byte ^ 0xFF]))
+
+
+def _exported(root: Path, *extra: str) -> int:
+    result = run("export", root, *TINY_SETS, *extra)
+    return len(jsonl(result.stdout))
+
+
+# -- C1: recover refuses to drop intact records ----------------------------------------------------
+def test_recover_refuses_a_cut_that_drops_intact_records_and_force_cuts(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root)
+    bad = len(results) - 15  # in the last 3 segments, which recovery after a clean shutdown checks
+    phy = results[bad].commit_log_offset
+    segment = _flip(root, phy + BODY_AT)
+    after = results[bad + 1 :]
+    intact = sum(r.wrote_bytes for r in after)
+    before = hashes(root)
+
+    for extra in ([], ["--dry-run"]):
+        result = run("recover", root, *TINY_SETS, *extra)
+        assert result.exit_code == 1, result.output
+        text = result.stderr + result.stdout
+        assert f"commitlog/{segment.name}@{phy % 4096} (offset {phy}): body CRC" in text
+        assert f"drop the {len(after)} intact record(s) ({intact} bytes)" in text
+        assert "--force" in text and "--set checkCRCOnRecover=false" in text and "cp -a" in text
+    result = run("recover", root, *TINY_SETS, "--json")
+    assert result.exit_code == 1
+    plan = json.loads(result.stdout)["error"]["plan"]
+    assert plan["intactRecordsAfter"] == len(after) and plan["badRecord"]["bodyCrcOnly"] is True
+    dry = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json").stdout)
+    assert dry["wouldRefuse"] is True and dry["plan"]["logEnd"] == phy
+    assert hashes(root) == before  # nothing changed
+
+    result = run("recover", root, *TINY_SETS, "--force", "--json")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert (info["droppedRecords"], info["droppedBytes"]) == (len(after), intact)
+    assert info["cutAt"]["offset"] == phy and info["maxOffset"] == phy
+    assert _exported(root) == bad
+
+
+def test_recover_keeps_a_body_crc_damaged_record_with_check_crc_off(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root)
+    _flip(root, results[-10].commit_log_offset + BODY_AT)
+    result = run("recover", root, *TINY_SETS, "--set", "checkCRCOnRecover=false", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["droppedRecords"] == 0
+    assert _exported(root, "--set", "checkCRCOnRecover=false") == COUNT  # an open checking CRCs cuts it
+
+
+def test_recover_refusal_for_header_damage_does_not_offer_check_crc_off(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root)
+    phy = results[-10].commit_log_offset
+    _patch(root, phy + 4, b"\xde\xad\xbe\xef")  # the magic code
+    before = hashes(root)
+    result = run("recover", root, *TINY_SETS)
+    assert result.exit_code == 1
+    assert f"(offset {phy}): bad magic code 0xDEADBEEF" in result.stderr
+    assert "drop the 9 intact record(s)" in result.stderr
+    assert "checkCRCOnRecover" not in result.stderr and "--force" in result.stderr
+    assert hashes(root) == before
+
+
+def test_recover_cuts_a_torn_tail_without_force_and_says_so(tmp_path: Path) -> None:
+    """A crash's torn last record: nothing intact follows it, so recover cuts it (as RocketMQ)."""
+    root = tmp_path / "s"
+    results = _store(root)
+    last = results[-1]
+    _patch(root, last.commit_log_offset + 60, bytes(last.wrote_bytes - 60))  # only its head was written
+    (root / "abort").touch()
+    result = run("recover", root, *TINY_SETS, "--json")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["cutAt"]["offset"] == last.commit_log_offset and info["droppedRecords"] == 0
+    assert info["maxOffset"] == last.commit_log_offset
+    assert _exported(root) == COUNT - 1
+    table = run("recover", root, *TINY_SETS).stdout
+    assert "records dropped" in table
+
+
+def test_recover_of_a_sound_store_drops_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store(root)
+    dry = run("recover", root, *TINY_SETS, "--dry-run")
+    assert dry.exit_code == 0 and "recover would go ahead" in dry.stdout
+    info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
+    assert info["droppedRecords"] == 0 and info["cutAt"] is None
