@@ -199,3 +199,25 @@ def test_a_read_only_open_lists_the_folders_again_when_a_writer_rolled_meanwhile
     os.unlink(os.path.join(b, f"{3 * CL_SIZE:020d}"))
     with pytest.raises(CorruptStoreError, match=f"a gap: the previous segment {2 * CL_SIZE:020d} ends at"):
         MessageStore.open(root, config, read_only=True)
+
+
+def test_fast_fail_if_no_buffer_in_store_pool(tmp_path: Path, store_config: StoreConfig) -> None:
+    """transientStorePoolEnable with one buffer, held by a full segment the stalled commit has not
+    moved to the file: fastFailIfNoBufferInStorePool=true makes no segment and the put gets
+    CREATE_MAPPED_FILE_FAILED (RocketMQ 4.9.8's AllocateMappedFileService); once a commit gives the
+    buffer back, puts go on. With false (the default) the new segment is written straight through."""
+    pooled = store_config.copy(transientStorePoolEnable=True, transientStorePoolSize=1)
+    with MessageStore.open(tmp_path / "fail", pooled, fastFailIfNoBufferInStorePool=True) as store:
+        store.services.commit.stop()  # the commit stalls (a slow disk): the buffer is not given back
+        queue = store.commit_log.queue
+        statuses = {store.put(Message("T", BODY)).status for _ in range(25)}  # 2 segments' worth
+        assert statuses == {PutMessageStatus.PUT_OK, PutMessageStatus.CREATE_MAPPED_FILE_FAILED}
+        assert "fastFailIfNoBufferInStorePool" in store.commit_log.roll_error
+        assert len(queue.files) == 1 and store.pool.available() == 0
+        store.flush()  # commits everything: the full segment's buffer comes back
+        put_ok(store, Message("T", BODY))
+        assert len(queue.files) == 2 and queue.files[1].write_buffer is not None
+    with MessageStore.open(tmp_path / "through", pooled) as store:
+        store.services.commit.stop()
+        fill(store, 2)
+        assert store.commit_log.queue.files[1].write_buffer is None

@@ -188,7 +188,7 @@ class MessageStore:
             self.pool: TransientStorePool | None = None
             self._sync_flush = config.is_sync_flush  # fixed at the open, as the flush service chosen
             if config.uses_transient_store_pool and not self.read_only:
-                self.pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log)
+                self.pool = TransientStorePool.of(config)
             self.commit_log = CommitLog(
                 config.commit_log_paths,
                 config.mapped_file_size_commit_log,

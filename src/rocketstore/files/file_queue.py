@@ -190,6 +190,8 @@ class MappedFileQueue:
         return self._create(create_offset, first_in_queue=last is None)
 
     def _create(self, offset: int, first_in_queue: bool) -> MappedFile:
+        if self.pool is not None and self.pool.fast_fail and not self.pool.available():
+            raise OSError("no free buffer in the transient store pool (fastFailIfNoBufferInStorePool)")
         index = offset // self.file_size
         folder = self._folder_for(index)
         os.makedirs(folder, exist_ok=True)

@@ -4,7 +4,8 @@ With ``transientStorePoolEnable`` each new commit-log segment borrows a buffer o
 write into the buffer, the commit service moves what was written into the file mapping, and the
 flush service makes it durable (spec 13.3). Buffers are anonymous mappings (no up-front zeroing),
 locked in memory when the system allows it, and go back to the pool when their segment is full
-and committed.
+and committed. A segment made when none is free is written straight through to the file, or, with
+``fastFailIfNoBufferInStorePool``, not made: the put fails (RocketMQ 4.9.8's AllocateMappedFileService).
 """
 
 from __future__ import annotations
@@ -14,18 +15,32 @@ import contextlib
 import logging
 import mmap
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstore.config import StoreConfig
 
 log = logging.getLogger(__name__)
 
 
 class TransientStorePool:
-    def __init__(self, size: int, buffer_size: int, lock_memory: bool = True) -> None:
+    def __init__(self, size: int, buffer_size: int, lock_memory: bool = True, fast_fail: bool = False) -> None:
         self.size = size
         self.buffer_size = buffer_size
         self.lock_memory = lock_memory
+        self.fast_fail = fast_fail  # no buffer free: no new segment (else one written straight through)
         self._free: collections.deque[mmap.mmap] = collections.deque()
         self._made = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, config: StoreConfig) -> TransientStorePool:
+        """The pool ``config`` asks for: transientStorePoolSize buffers of a segment's size."""
+        return cls(
+            config.transient_store_pool_size,
+            config.mapped_file_size_commit_log,
+            fast_fail=config.fast_fail_if_no_buffer_in_store_pool,
+        )
 
     def borrow(self) -> mmap.mmap | None:
         """A free buffer, or None when all ``transientStorePoolSize`` are in use."""

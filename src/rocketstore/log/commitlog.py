@@ -111,6 +111,7 @@ class CommitLog:
         self._prefault_at = 0
         self.begin_time_in_lock = 0  # store time (ms) at which the put lock was taken, 0 when free
         self.refusing = False  # set by refuse_appends: no record is appended any more
+        self.roll_error = ""  # why the last new segment could not be made ("" once one was): logged once
 
     # -- load --------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -386,8 +387,12 @@ class CommitLog:
     def _roll_to_writable(self) -> MappedFile | None:
         try:
             mapped = self.queue.last_mapped_file(0)
-        except OSError:
+        except OSError as exc:
+            if str(exc) != self.roll_error:  # logged once, not for every put it fails
+                log.warning("no new commit-log segment: %s", exc)
+            self.roll_error = str(exc)
             return None
+        self.roll_error = ""
         self._current = mapped
         self._prefault_at = mapped.prefaulted if mapped is not None else 0
         return mapped
