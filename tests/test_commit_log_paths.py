@@ -3,6 +3,7 @@ twice, shared with the read-only set, and what a pre-created next segment leaves
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -221,3 +222,39 @@ def test_fast_fail_if_no_buffer_in_store_pool(tmp_path: Path, store_config: Stor
         store.services.commit.stop()
         fill(store, 2)
         assert store.commit_log.queue.files[1].write_buffer is None
+
+
+HOLD = """
+import sys
+from rocketstore import Message, MessageStore, StoreConfig
+store = MessageStore.open(sys.argv[1], StoreConfig(mappedFileSizeCommitLog=4096, flushIntervalCommitLog=3_600_000))
+for _ in range(25):
+    assert store.put(Message("T", b"x" * 300)).ok
+print("open", store.commit_log.queue.flushed_where, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_inspect_of_a_store_another_process_writes_does_not_claim_its_positions(tmp_path: Path) -> None:
+    """inspect opens read-only and recovers the files in memory: with the store held by a process
+    that flushed nothing yet, the table and --json must not present the recovered end as that
+    process's committed and flushed positions (--json adds positionsRecoveredFromFiles)."""
+    root = tmp_path / "s"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "open 0\n"  # nothing flushed
+        inspect = [sys.executable, "-m", "rocketstore.cli.main", "inspect", str(root), "--set"]
+        inspect.append("mappedFileSizeCommitLog=4096")
+        table = subprocess.run(inspect, env={**env, "COLUMNS": "200"}, capture_output=True, text=True, check=True)
+        info = json.loads(subprocess.run([*inspect, "--json"], env=env, capture_output=True, text=True).stdout)
+    finally:
+        child.kill()
+        child.wait()
+    assert info["lockHeldBy"] == child.pid and info["commitLog"]["positionsRecoveredFromFiles"] is True
+    assert set(info["commitLog"]["positions"]) == {"wrote", "committed", "flushed", "dispatched"}
+    assert "wrote / committed / flushed" not in table.stdout
+    assert "end of the data in the files (recovered now)" in table.stdout
+    assert "committed and flushed positions are not visible" in table.stdout

@@ -47,6 +47,7 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
     index_files = []
     for index in store.index.files:
         index_files.append({"name": index.file_name, "onDisk": os.path.exists(index.path), **index.header_dict()})
+    holder = lock_holder(store.root)  # a process that has the store open (its pid), or None
     config_dir = os.path.join(store.root, "config")
     config_files = []
     if os.path.isdir(config_dir):
@@ -58,12 +59,15 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         "store": store.root,
         "abortFile": not store.last_exit_ok,
         "lastExitOk": store.last_exit_ok,
-        "lockHeldBy": lock_holder(store.root),  # a process that has the store open (its pid), or None
+        "lockHeldBy": holder,
         "commitLog": {
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
             "fileSize": store.config.mapped_file_size_commit_log,
             "positions": store.positions(),
+            # another process writes: the positions are where a recovery of the files ends now, not
+            # that process's (what it committed and flushed cannot be seen from here)
+            "positionsRecoveredFromFiles": holder is not None,
             "files": files,
         },
         "queues": queues,
@@ -107,6 +111,16 @@ def _render(info: dict[str, Any]) -> None:
     console = out_console()
     log = info["commitLog"]
     lag = info["dispatchLag"]
+    if log["positionsRecoveredFromFiles"]:
+        positions = (
+            "end of the data in the files (recovered now)",
+            f"{log['positions']['wrote']} (the holder's committed and flushed positions are not visible from here)",
+        )
+        lag_row = ("dispatch lag in the files (the running process's may be less)", f"{lag['bytes']} bytes")
+    else:
+        marks = " / ".join(str(log["positions"][k]) for k in ("wrote", "committed", "flushed"))
+        positions = ("wrote / committed / flushed", marks)
+        lag_row = ("dispatch lag before recovery", f"{lag['bytes']} bytes")
     console.print(
         kv_table(
             f"store {info['store']}",
@@ -114,12 +128,9 @@ def _render(info: dict[str, Any]) -> None:
                 ("last exit", _last_exit(info)),
                 ("commit log min offset", log["minOffset"]),
                 ("commit log max offset", log["maxOffset"]),
-                (
-                    "wrote / committed / flushed",
-                    " / ".join(str(log["positions"][k]) for k in ("wrote", "committed", "flushed")),
-                ),
+                positions,
                 ("messages in consume queues", info["messages"]),
-                ("dispatch lag before recovery", f"{lag['bytes']} bytes"),
+                lag_row,
                 # the open re-reads from the consume queues' end or the index's last record, whichever
                 # is first, and dispatch skips what they hold: a clean store shows 1 or more here too
                 ("records re-checked by the open (queues, index)", lag["recordsDispatched"]),
