@@ -129,3 +129,91 @@ def test_recover_of_a_sound_store_drops_nothing(tmp_path: Path) -> None:
     assert dry.exit_code == 0 and "recover would go ahead" in dry.stdout
     info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
     assert info["droppedRecords"] == 0 and info["cutAt"] is None
+
+
+# -- C2: recover says what it checked and left; verify ends with the next steps --------------------
+def _next_steps(root: Path) -> list[str]:
+    report = json.loads(run("verify", root, *TINY_SETS, "--json").stdout)
+    return report["nextSteps"]
+
+
+def test_recover_says_which_segments_it_checked_and_what_it_left(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root, count=120)  # 7 segments: recovery after a clean shutdown checks the last 3
+    first = results[3].commit_log_offset  # in segment 0
+    _patch(root, first + 4, b"\xde\xad\xbe\xef")
+    segments = sorted(p.name for p in (root / "commitlog").iterdir())
+    table = run("recover", root, *TINY_SETS)
+    assert table.exit_code == 0, table.stderr
+    assert "checked" in table.stdout and "not checked" in table.stdout
+    info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
+    assert info["checked"].startswith(f"the last 3 of {len(segments)} segments, from {segments[-3]}")
+    assert info["notChecked"].startswith(f"the {len(segments) - 3} segment(s) before {segments[-3]}")
+    assert f"`rocketstore verify {root}` checks every record" in info["notChecked"]
+    assert info["nextSteps"] == []  # the walk did not reach the damage: nothing known is left
+    # records dispatched again from the start (the queues moved aside): the bad one is met and kept
+    (root / "consumequeue").rename(tmp_path / "cq.old")
+    result = run("recover", root, *TINY_SETS, "--json")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["recovery"]["keptBadRecords"] == [first]
+    (step,) = info["nextSteps"]
+    assert f"(at offset {first})" in step and "rocketstore export" in step
+
+
+def test_verify_next_step_for_consume_queues_works(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store(root)
+    queue = root / "consumequeue" / "T" / "0"
+    sorted(queue.iterdir())[0].unlink()  # the first file of the queue
+    (step,) = _next_steps(root)
+    moved = f"{root}-consumequeue.old"
+    assert f"`mv {root}/consumequeue {moved}`, then `rocketstore recover {root}`" in step
+    assert f"rocketstore spark rebuild {root}" in step
+    (root / "consumequeue").rename(moved)
+    assert run("recover", root, *TINY_SETS).exit_code == 0
+    result = run("verify", root, *TINY_SETS)
+    assert result.exit_code == 0 and "next step" not in result.stdout
+
+
+def test_verify_next_step_for_the_index_works(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store(root)
+    index = sorted((root / "index").iterdir())[0]
+    with open(index, "r+b") as f:
+        f.seek(40)
+        f.write(bytes(64 * 4))  # the hash slots: no key is found
+    (step,) = _next_steps(root)
+    assert step.startswith("index: ") and f"`mv {root}/index {root}-index.old`" in step
+    (root / "index").rename(f"{root}-index.old")
+    assert run("recover", root, *TINY_SETS).exit_code == 0
+    assert run("verify", root, *TINY_SETS).exit_code == 0
+
+
+def test_verify_next_step_for_config_files_and_the_checkpoint_is_recover(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store(root)
+    (root / "config" / "subscriptionGroup.json").write_text("garbage")
+    (root / "checkpoint").write_bytes((root / "checkpoint").read_bytes()[:10])
+    steps = _next_steps(root)
+    assert [s.split(":")[0] for s in steps] == ["checkpoint", "config files"] or [s.split(":")[0] for s in steps] == [
+        "config files",
+        "checkpoint",
+    ]
+    assert all(f"`rocketstore recover {root}`" in s for s in steps)
+    assert run("recover", root, *TINY_SETS).exit_code == 0
+    assert run("verify", root, *TINY_SETS).exit_code == 0
+
+
+def test_verify_next_steps_for_commit_log_damage(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root, count=120)
+    _flip(root, results[3].commit_log_offset + BODY_AT)  # before the last 3 segments: recovery keeps it
+    steps = _next_steps(root)
+    assert steps[0].startswith("commit log: no command repairs a record in place")
+    assert "rocketstore export" in steps[0] and "rocketstore import" in steps[0]
+    assert steps[1].startswith("body CRC: ") and "--set checkCRCOnRecover=false" in steps[1]
+    _patch(root, results[-5].commit_log_offset + 4, b"\xde\xad\xbe\xef")  # in the last 3: recovery cuts there
+    steps = _next_steps(root)
+    assert f"`rocketstore recover {root} --dry-run`" in steps[0]
+    assert not any(s.startswith("body CRC") for s in steps)  # not the only damage

@@ -20,6 +20,7 @@ from rocketstore.cli.common import (
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say
 from rocketstore.meta.lockfile import refuse_if_locked
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
+from rocketstore.verify.next_steps import in_place
 from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
 
 EXIT_PROBLEMS = 1
@@ -49,7 +50,8 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
     """Check every record's CRC and offset, every consume-queue unit and every index entry against
     the commit log, and that every record is in its queue and found by its keys. Nothing on disk
     changes. Exit status 1 when anything is wrong; damage that recovery repairs after a crash
-    (abort file present) is a note, not a problem."""
+    (abort file present) is a note, not a problem. The report ends with the next step for each
+    kind of problem found (recover, rebuilding queues or index, checkCRCOnRecover, a copy)."""
     check_commit_log(opts, writes=False)
     with progress_bar("verify", _log_bytes(opts), unit_bytes=True) as advance:
         report = verify_store(opts.store, opts.config, max_problems=max_problems, progress=advance)
@@ -78,6 +80,9 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     checkpoint's after a crash) and ends the log at the first record there that fails its checks;
     consume queues and index are completed or truncated to match.
 
+    The output says which segments recovery checked and which it did not (verify checks them), and
+    the next step for bad records it met before the checked segments and kept, as RocketMQ does.
+
     Recovery runs in memory first. When the log would be cut at a bad record that intact records
     follow, nothing is changed and recover exits with status 1, naming the record and what would
     be dropped: give --force to cut as RocketMQ does. A torn last record (what a crash leaves) is
@@ -103,6 +108,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     try:
         report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
+        steps = _left(plan, store.recovery.kept_bad_records if store.recovery else [])
     finally:
         store.shutdown()
     info = {
@@ -113,6 +119,9 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         "droppedRecords": plan.intact_records,
         "droppedBytes": plan.intact_bytes,
         "cutAt": None if plan.bad is None else plan.bad.to_dict(),
+        "checked": plan.checked(),
+        "notChecked": _not_checked(plan),
+        "nextSteps": steps,
         "recovery": report,
     }
     if opts.as_json:
@@ -123,10 +132,35 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         ("abort file after", info["abortFileAfter"]),
         ("commit log min offset", info["minOffset"]),
         ("commit log max offset", info["maxOffset"]),
+        ("checked", info["checked"]),
+        *([("not checked", info["notChecked"])] if info["notChecked"] else []),
         *_cut_rows(plan),
         *((k, v) for k, v in (report or {}).items() if k != "queueEndsKept"),
     ]
     out_console().print(kv_table(f"recovered {store.root}", rows))
+    for step in steps:
+        say(f"next step: {step}")
+
+
+def _not_checked(plan: RecoveryPlan) -> str | None:
+    """The segments recovery does not check, and how to check them."""
+    if not plan.unchecked:
+        return None
+    return (
+        f"the {plan.unchecked} segment(s) before {plan.checked_from} (records there are not read, or read without "
+        f"cutting the log): `rocketstore verify {plan.root}` checks every record"
+    )
+
+
+def _left(plan: RecoveryPlan, kept: list[int]) -> list[str]:
+    """What recovery left that it knows is wrong, and the next step for it."""
+    if not kept:
+        return []
+    shown = ", ".join(map(str, kept[:5])) + (f", ... ({len(kept)} in all)" if len(kept) > 5 else "")
+    return [
+        f"{len(kept)} record(s) before the segments recovery checks fail their checks (at offset {shown}); "
+        f"recovery keeps them, as RocketMQ does. {in_place(plan.root)}"
+    ]
 
 
 def _cut_rows(plan: RecoveryPlan) -> list[tuple[str, object]]:

@@ -16,6 +16,8 @@ The store is mapped as it is on disk (read-only, no recovery) and audited:
    or else what loading falls back to (its backup's older state, or nothing);
 6. the checkpoint: no timestamp later than the data it claims is flushed.
 
+The report ends with the next step for each kind of problem found (``verify.next_steps``).
+
 Damage that a crash leaves and recovery repairs (a torn record at the end of the log, queue
 units past the log end, records not dispatched yet, index files newer than the checkpoint) is a
 *note* when the ``abort`` file is present and a *problem* when it is not: a clean shutdown must
@@ -25,8 +27,9 @@ store of millions of records is checked in one pass over its files.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
@@ -46,6 +49,7 @@ from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
 from rocketstore.verify.index import check_index
 from rocketstore.verify.layout import check_layout, check_sizes
+from rocketstore.verify.next_steps import add_next_steps
 from rocketstore.verify.report import VerifyReport, iter_problem_lines
 
 __all__ = [
@@ -84,26 +88,41 @@ def verify_store(
     report = VerifyReport(store=root, abort_file=os.path.exists(os.path.join(root, "abort")), max_listed=max_problems)
     _note_in_use(report)
     reported = check_layout(root, config, report)
+    found: dict[str, int] = {}
+    log: LogColumns | None = None
     try:
         store = MessageStore.open(root, config, read_only=True, recover=False)
     except CorruptStoreError as exc:
         if exc.path is None or os.path.abspath(exc.path) not in reported:
             report.problem(f"the store cannot be loaded: {exc}")
         report.note("the store could not be loaded: records, queues and index were not checked")
+        add_next_steps(report, found, reported, config.commit_log_folders, log)
         return report
     try:
-        if check_log is None:
-            log = check_commit_log(store, report, progress)
-        else:
-            log = check_log(store, report)
-        check_queues(store, log, report)
-        check_index(store, log, report)
-        report_past_cut(log, report)
-        check_config_files(store, report)
-        check_checkpoint(store, log, report)
+        with _counted(report, found, "log"):
+            log = check_commit_log(store, report, progress) if check_log is None else check_log(store, report)
+        with _counted(report, found, "queues"):
+            check_queues(store, log, report)
+        with _counted(report, found, "index"):
+            check_index(store, log, report)
+        with _counted(report, found, "log"):
+            report_past_cut(log, report)
+        with _counted(report, found, "config"):
+            check_config_files(store, report)
+        with _counted(report, found, "checkpoint"):
+            check_checkpoint(store, log, report)
     finally:
         store.shutdown()
+    add_next_steps(report, found, reported, config.commit_log_folders, log)
     return report
+
+
+@contextlib.contextmanager
+def _counted(report: VerifyReport, found: dict[str, int], kind: str) -> Iterator[None]:
+    """Count the problems a check adds under ``kind`` (for the next steps)."""
+    before = report.problem_count
+    yield
+    found[kind] = found.get(kind, 0) + report.problem_count - before
 
 
 def _note_in_use(report: VerifyReport) -> None:

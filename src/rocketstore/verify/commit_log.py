@@ -47,6 +47,9 @@ class LogColumns:
     topics: list[str] = field(default_factory=list)
     cut: int | None = None  # where recovery cuts the log (the first bad record data follows); None: ``end``
     skipped: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # damaged [start, end)s
+    torn_at: int | None = None  # a torn record that ends the data (nothing but zeros after it)
+    other_damage: bool = False  # a damaged stretch other than a record whose body CRC alone fails
+    checked_from: int = 0  # where the segments an open after a clean shutdown checks begin (the last 3)
 
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "offsets",
@@ -384,6 +387,8 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     if scans[last].stops[-1].reason == STOP_BLANK and last + 1 < len(scans):
         last += 1  # the log goes on in the next file, which holds nothing yet
     cut: int | None = None
+    torn_at: int | None = None
+    other_damage = False
     end = scans[last].base + scans[last].stops[-1].pos
     skipped: list[tuple[int, int]] = []
     for i, scan in enumerate(scans[: last + 1]):
@@ -406,6 +411,7 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
                 continue
             if i == last and stop is scan.stops[-1] and not stop.dirty_after:  # nothing but zeros follows
                 if cut is None and stop.reason == STOP_BAD:
+                    torn_at = at
                     report.log_end_reason = f"a bad record at {at}"
                     report.damage(
                         f"{where}: {stop.why}: a torn record at the end of the log (recovery cuts the log here)"
@@ -417,6 +423,7 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
                 continue
             went_on = _went_on(scan, stop, i < last)
             skipped.append((at, scan.base + (stop.resume if stop.resume >= 0 else scan.size)))
+            other_damage = other_damage or not (stop.skipped and stop.why.startswith("body CRC"))
             if cut is None:
                 cut = at
                 after = stop.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
@@ -432,8 +439,9 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
         report.add_problems(scan.findings.problem_count, scan.findings.problems)
         report.add_notes(scan.findings.note_count, scan.findings.notes)
     log = _join_parts([scan.part for scan in scans[: last + 1]], scans[0].base, end)
-    log.cut = cut
+    log.cut, log.torn_at, log.other_damage = cut, torn_at, other_damage
     log.skipped = np.array(skipped, dtype=np.int64).reshape(-1, 2)
+    log.checked_from = scans[max(0, len(scans) - 3)].base
     if cut is not None:
         report.log_end_reason += f"; the data goes on to {end}, which verify checked too"
     report.records = len(log.offsets)

@@ -49,6 +49,7 @@ class BadRecord:
 class RecoveryPlan:
     """What an open for writing would do to the commit log (``recovery``: its in-memory run)."""
 
+    root: str
     recovery: RecoveryReport
     segments: int  # commit-log segments before recovery
     checked_from: str | None  # the first segment recovery checks (None: no segment)
@@ -98,10 +99,11 @@ def plan_recovery(root: str, config: StoreConfig) -> RecoveryPlan:
     with _quiet(), MessageStore.open(root, config, read_only=True) as store:
         report = store.recovery
     assert report is not None  # a read-only open recovers
-    with MessageStore.open(root, config, read_only=True, recover=False) as raw:
+    with _quiet(), MessageStore.open(root, config, read_only=True, recover=False) as raw:
         files = list(raw.commit_log.queue.files)
         first = _first_checked(files, report)
         plan = RecoveryPlan(
+            raw.root,
             report,
             len(files),
             None if first is None else files[first].file_name,

@@ -37,6 +37,7 @@ class VerifyReport:
     max_listed: int | None = None
     units_past_cut: int = 0  # queue units and index entries at or past where recovery cuts the log
     entries_past_cut: int = 0
+    next_steps: list[str] = field(default_factory=list)  # what to do about each kind of problem
 
     @property
     def ok(self) -> bool:
@@ -117,6 +118,7 @@ class VerifyReport:
             "noteCount": self.note_count,
             "problems": list(self.problems),
             "notes": list(self.notes),
+            "nextSteps": list(self.next_steps),
         }
 
 
@@ -132,7 +134,8 @@ def damage_at(report: VerifyReport, rows: np.ndarray, text: Callable[[int], str]
 
 
 def iter_problem_lines(report: VerifyReport) -> Iterator[str]:
-    """The report as text lines: notes, then problems, then the verdict."""
+    """The report as text lines: notes, then problems, the verdict, and the next step for each kind
+    of problem."""
     for note in report.notes:
         yield f"note: {note}"
     if report.note_count > len(report.notes):
@@ -142,3 +145,5 @@ def iter_problem_lines(report: VerifyReport) -> Iterator[str]:
     if report.problem_count > len(report.problems):
         yield f"problem: ... and {report.problem_count - len(report.problems)} more"
     yield f"{report.problem_count} problem(s)" if report.problem_count else "clean"
+    for step in report.next_steps:
+        yield f"next step: {step}"

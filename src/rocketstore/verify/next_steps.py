@@ -1,0 +1,117 @@
+"""What to do about each kind of problem ``verify`` lists: the lines that end its report. Only
+repairs that exist are named: ``recover`` (with ``--dry-run``, ``--force`` and
+checkCRCOnRecover=false), rebuilding queues or index (moved aside, then ``recover``; or ``spark
+rebuild``), and copying the readable messages into a new store (``export``, then ``import``)."""
+
+from __future__ import annotations
+
+import os
+
+from rocketstore.verify.commit_log import LogColumns
+from rocketstore.verify.report import VerifyReport
+
+CRC_OFF = (
+    "a record whose body CRC alone fails is kept, with every record after it, by a recovery given "
+    "--set checkCRCOnRecover=false (every later open needs it too while the record is in the last 3 "
+    "segments, or after a crash)"
+)
+
+
+def recover_log(store: str) -> str:
+    """The next step for damage recovery cuts the log at."""
+    return (
+        f"commit log: `rocketstore recover {store} --dry-run` says where recovery ends the log and what that "
+        f"drops; `rocketstore recover {store}` then cuts it there (it asks for --force before it drops records "
+        "that pass their checks)"
+    )
+
+
+def in_place(store: str) -> str:
+    """The next step for damage recovery leaves: none in place; a copy without it."""
+    return (
+        "commit log: no command repairs a record in place, and recovery after a clean shutdown leaves damage "
+        "before the last 3 segments as it is (RocketMQ serves the records it can read); for a store without it, "
+        f"copy the readable messages into a new store: `rocketstore export {store} -o all.jsonl`, then "
+        "`rocketstore import NEW_STORE -i all.jsonl` (new commit-log offsets; consumer offsets are not copied; a "
+        "body whose CRC fails is copied as stored)"
+    )
+
+
+def rebuild(store: str, folder: str) -> str:
+    """The next step for consume queues (``consumequeue``) or the index (``index``) that disagree
+    with the commit log: build them again from it."""
+    if folder == "consumequeue":
+        what, caveat = (
+            "consume queues",
+            " (a unit that disagrees with its record's own queue fields stays: the record is damaged)",
+        )
+    else:
+        what, caveat = "index", ""
+    return (
+        f"{what}: build them again from the commit log: `mv {store}/{folder} {store}-{folder}.old`, then "
+        f"`rocketstore recover {store}`; or `rocketstore spark rebuild {store}`{caveat}"
+    )
+
+
+def add_next_steps(
+    report: VerifyReport,
+    found: dict[str, int],
+    layout_paths: set[str],
+    log_folders: list[str],
+    log: LogColumns | None,
+) -> None:
+    """Add the next step for each kind of problem found: ``found`` counts the problems of each
+    check (``layout``, ``log``, ``queues``, ``index``, ``config``, ``checkpoint``),
+    ``layout_paths`` are the paths the layout check named."""
+    store = report.store
+    steps: list[str] = []
+    kinds = {_kind(path, store, log_folders) for path in layout_paths}
+    if "log files" in kinds:
+        steps.append(
+            "commit-log files: move a stray file or folder out of the commit-log folder; the records of a missing "
+            "segment, or of one of the wrong size, only a copy of the store can give back"
+        )
+    if "entries" in kinds:
+        steps.append("store entries: move an entry of the wrong kind (a folder for a file, or the reverse) out of it")
+    if found.get("log") and log is not None:
+        steps.extend(_log_steps(report, log))
+    if found.get("queues") or "queues" in kinds:
+        steps.append(rebuild(store, "consumequeue"))
+    if found.get("index") or "index" in kinds:
+        steps.append(rebuild(store, "index"))
+    if found.get("config"):
+        steps.append(
+            f"config files: `rocketstore recover {store}` writes each one again as the store loads it (from its "
+            "backup, or empty), keeping the bad file as .corrupt-*"
+        )
+    if found.get("checkpoint") or "checkpoint" in kinds:
+        steps.append(f"checkpoint: `rocketstore recover {store}` writes it again")
+    report.next_steps.extend(steps)
+
+
+def _log_steps(report: VerifyReport, log: LogColumns) -> list[str]:
+    """Damage recovery checks (it cuts the log there), damage it leaves, and body CRCs."""
+    starts = log.skipped[:, 0].tolist()
+    checked = report.abort_file or log.torn_at is not None or any(at >= log.checked_from for at in starts)
+    left = not checked or (not report.abort_file and any(at < log.checked_from for at in starts))
+    steps = [recover_log(report.store)] if checked else []
+    if left:
+        steps.append(in_place(report.store))
+    if starts and not log.other_damage:
+        steps.append(f"body CRC: {CRC_OFF}")
+    return steps
+
+
+def _kind(path: str, store: str, log_folders: list[str]) -> str:
+    """Which part of the store a path the layout check named belongs to (a store entry itself, of
+    the wrong kind: ``entries``)."""
+    parts = [
+        *((folder, "log files") for folder in log_folders),
+        *((os.path.join(store, name), kind) for name, kind in (("consumequeue", "queues"), ("index", "index"))),
+    ]
+    for folder, kind in parts:
+        if path.startswith(folder + os.sep):
+            return kind
+    if path == os.path.join(store, "checkpoint") and os.path.isfile(path):
+        return "checkpoint"
+    return "entries"
