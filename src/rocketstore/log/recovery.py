@@ -118,7 +118,7 @@ def recover(
     if damaged is not None:
         cq_from = min(cq_from, damaged)
     index_from = cq_from
-    if index is not None:
+    if index is not None:  # the files kept cover the log up to the last one's end (load keeps a prefix)
         index_from = index.files[-1].end_phy_offset if index.files else files[0].file_from_offset
     dispatch_from = min(cq_from, index_from)
 

@@ -259,8 +259,9 @@ class IndexFile:
         return np.frombuffer(raw, dtype=ENTRY_DTYPE)
 
     def header_problem(self, previous_end: int | None = None) -> str | None:
-        """What in the header contradicts itself, its entries or the end of the file before
-        (``previous_end``), as damage would; None for a header RocketMQ could have written.
+        """What in the header contradicts itself, its entries or the end of the file made before
+        (``previous_end``: files cover the log in the order they were made), as damage would; None
+        for a header RocketMQ could have written.
 
         Entries are added in log order: the first sets beginPhyOffset, each one endPhyOffset, and
         one new slot counts in hashSlotCount. A file without entries carries the ends of the one
@@ -274,6 +275,8 @@ class IndexFile:
         if previous_end is not None and begin < previous_end:
             return f"beginPhyOffset {begin} is before the previous file's end {previous_end}"
         if entries == 0:
+            if any(self.mapped.read(self._entries_at + INDEX_SIZE, INDEX_SIZE)):
+                return f"indexCount {self.index_count} (no entries), yet entry 1 is written"
             if begin != end or (previous_end is not None and begin != previous_end):
                 return f"no entries, yet beginPhyOffset {begin} and endPhyOffset {end}"
             if self.begin_timestamp != self.end_timestamp:

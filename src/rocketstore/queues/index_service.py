@@ -79,6 +79,32 @@ def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return hashes, records.offsets[rows], records.store_ts[rows]
 
 
+def creation_order(found: list[tuple[str, IndexFile | None]]) -> list[tuple[str, IndexFile | None]]:
+    """Index files (path, file; given in name order) in the order they were made, by their headers:
+    files with entries by the log range they cover, [beginPhyOffset, endPhyOffset] (a record's keys
+    may run from a full file into the next), then files without entries (a new file holds none
+    until its first key; its header carries the end of the file before).
+
+    A file whose header is not to be trusted (it contradicts itself; None: of the wrong size) goes
+    at the earliest place it may belong: where its name puts it (after the file named before it),
+    or before a file named after it that covers an earlier range (names out of order). Dropping it
+    then drops every file that may hold records after its own."""
+    keys = []
+    for i, (path, index) in enumerate(found):
+        name = os.path.basename(path)
+        if index is not None and index.header_problem() is None:
+            entries = index.index_count > 1
+            begin, end = index.begin_phy_offset, index.end_phy_offset
+            keys.append((not entries, begin, end, entries and not index.is_write_full(), name))
+            continue
+        before = found[i - 1][1] if i else None
+        at = [before.end_phy_offset if before is not None else 0]
+        at += [f.begin_phy_offset for _, f in found[i + 1 :] if f is not None]
+        begin = max(0, min(at))
+        keys.append((False, begin, begin - 1, False, name))  # before a file beginning there too
+    return [found[i] for i in sorted(range(len(found)), key=keys.__getitem__)]
+
+
 class IndexService:
     """Index files in creation order; the last one takes new keys until it is full."""
 
@@ -111,18 +137,21 @@ class IndexService:
         return index_file_size(self.slot_num, self.index_num)
 
     def load(self, last_exit_ok: bool) -> None:
-        """Open the index files; drop the first one not known to be whole (after a crash: newer
-        than the checkpoint, not full, or of the wrong size; after any exit: a header that
-        contradicts itself or its entries) and every later one: recovery rebuilds them.
+        """Open the index files in creation order and drop the first one not known to be whole and
+        every later one: recovery indexes the log again from the end of the files kept.
 
-        Recovery indexes the log again from the end of the last file kept (after a clean exit
-        too). A file of the wrong size after a clean exit is refused (CorruptStoreError). A
-        copy-on-write load with ``last_exit_ok`` (verify's, or a read-only open of a store shut
-        down cleanly) keeps a damaged header as it is, for verify to report it."""
+        Creation order is what the headers say (the log range each file covers, ``creation_order``),
+        not the names: a name is the local wall-clock time of creation, which a time-zone change, a
+        DST fall-back or a clock stepped back puts out of order. A file is not known whole after a
+        crash when it is newer than the checkpoint, not full or of the wrong size; after any exit,
+        when its header contradicts itself, its entries or the end of the file before it. A file of
+        the wrong size after a clean exit is refused (CorruptStoreError). A copy-on-write load with
+        ``last_exit_ok`` (verify's, or a read-only open of a store shut down cleanly) keeps every
+        file as it is, for verify to report it."""
         if not os.path.isdir(self.dir):
             return
+        found: list[tuple[str, IndexFile | None]] = []  # in name order; None: of the wrong size
         files: list[IndexFile] = []
-        dropping = False  # from the first file not known whole on: rebuilt from there
         try:
             for name in sorted(os.listdir(self.dir)):
                 path = os.path.join(self.dir, name)
@@ -132,26 +161,30 @@ class IndexService:
                     log.warning("skipping %s: not an index file", path)
                     continue
                 size = os.path.getsize(path)
-                if size != self.file_size:
-                    wrong = (
-                        f"index file is {size} bytes; maxHashSlotNum={self.slot_num} and "
-                        f"maxIndexNum={self.index_num} give {self.file_size}"
-                    )
-                    if last_exit_ok:
-                        raise CorruptStoreError(wrong, path)
-                    log.warning("dropping %s after a crash: %s; rebuilt by recovery", path, wrong)
+                if size == self.file_size:
+                    found.append((path, IndexFile.open(path, self.slot_num, self.index_num, self.mode)))
+                    continue
+                wrong = (
+                    f"index file is {size} bytes; maxHashSlotNum={self.slot_num} and "
+                    f"maxIndexNum={self.index_num} give {self.file_size}"
+                )
+                if last_exit_ok:
+                    raise CorruptStoreError(wrong, path)
+                log.warning("dropping %s after a crash: %s; rebuilt by recovery", path, wrong)
+                found.append((path, None))
+            checked = self.mode == "rw" or not last_exit_ok  # else maybe verify's load: it keeps what it finds
+            dropping = False  # from the first file not known whole on: rebuilt from there
+            for path, index in creation_order(found):
+                if index is None:  # of the wrong size
                     dropping = True
                     if self.mode == "rw":
                         os.unlink(path)
                     continue
-                index = IndexFile.open(path, self.slot_num, self.index_num, self.mode)
                 if dropping:
                     log.info("dropping index file %s after a dropped one, rebuilt by recovery", path)
                     index.destroy(0)
                     continue
-                damage = None
-                if self.mode == "rw" or not last_exit_ok:  # else maybe verify's load: it keeps what it finds
-                    damage = index.header_problem(files[-1].end_phy_offset if files else None)
+                damage = index.header_problem(files[-1].end_phy_offset if files else None) if checked else None
                 if damage is not None:
                     log.warning("dropping index file %s (a damaged header: %s); rebuilt by recovery", path, damage)
                 elif not (last_exit_ok or self._durable(index)):
@@ -162,9 +195,10 @@ class IndexService:
                     index.destroy(0)
                     continue
                 files.append(index)
-        except BaseException:  # the files opened so far are nobody's yet: close them
-            for index in files:
-                index.close()
+        except BaseException:  # the files opened are nobody's yet: close them (closing a dropped one is a no-op)
+            for _, index in found:
+                if index is not None:
+                    index.close()
             raise
         self.files = files
 

@@ -1,0 +1,130 @@
+"""Index files over their lifetime: the order they are loaded in (names are local wall-clock
+times), when the next one is made, and which records they hold."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_GEOMETRY, put_ok
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.verify import verify_store
+
+PER_FILE = 8  # index entries a file holds: 4 messages (UNIQ_KEY and one key each)
+
+
+@pytest.fixture
+def config() -> StoreConfig:
+    return StoreConfig(**{**TINY_GEOMETRY, "maxHashSlotNum": 8, "maxIndexNum": PER_FILE + 1})
+
+
+@pytest.fixture
+def set_tz() -> Iterator[Callable[[str], None]]:
+    """``set_tz("UTC0")``: the process's local time zone from now on (restored at teardown)."""
+    before = os.environ.get("TZ")
+
+    def set_to(tz: str) -> None:
+        os.environ["TZ"] = tz
+        time.tzset()
+
+    yield set_to
+    if before is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def _put(store: MessageStore, keys: range) -> dict[str, int]:
+    """One message per key; key -> its commit-log offset (dispatched)."""
+    offsets = {f"k{i}": put_ok(store, Message("T", b"m%d" % i, keys=f"k{i}")).commit_log_offset for i in keys}
+    assert store.wait_for_dispatch()
+    return offsets
+
+
+def _found(store: MessageStore, key: str, topic: str = "T") -> list[int]:
+    return [m.commit_log_offset for m in store.query_message(topic, key).messages]
+
+
+def _missing(store: MessageStore, offsets: dict[str, int]) -> list[str]:
+    """The keys a query does not find (at their offset alone)."""
+    return [k for k, at in offsets.items() if _found(store, k) != [at]]
+
+
+def _names(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "index"))
+
+
+# -- I1: files whose names sort out of creation order -------------------------------------------------
+
+
+def _written_across_a_time_zone_change(root: Path, config: StoreConfig, set_tz) -> dict[str, int]:
+    """Index files named in UTC+8, then (the store reopened in UTC, as after a clock stepped back)
+    a newer one whose name, 8 hours earlier, sorts before them; every shutdown clean."""
+    set_tz("EAST-8")
+    with MessageStore.open(root, config) as store:
+        offsets = _put(store, range(6))  # a full file and half of the next
+    before = _names(root)
+    set_tz("UTC0")
+    with MessageStore.open(root, config) as store:
+        offsets |= _put(store, range(6, 11))  # fills the second file and starts a third
+    after = _names(root)
+    assert len(before) == 2 and len(after) == 3 and after[0] not in before  # the newest sorts first
+    return offsets
+
+
+def test_a_clean_reopen_keeps_index_files_named_out_of_creation_order(tmp_path, config, set_tz) -> None:
+    """Files are taken in the order their headers say they were made: a reopen keeps all three
+    and finds every key (it dropped the two older ones as "damaged" and never indexed them
+    again); files made after it, named later again or earlier (a clock stepped back while the
+    store runs), do not upset the next open."""
+    root = tmp_path / "store"
+    offsets = _written_across_a_time_zone_change(root, config, set_tz)
+    names = _names(root)
+    with MessageStore.open(root, config) as store:
+        assert _names(root) == names
+        assert _missing(store, offsets) == []
+        offsets |= _put(store, range(11, 20))  # two more files, named in UTC
+    set_tz("EAST-8")
+    with MessageStore.open(root, config) as store:
+        assert _missing(store, offsets) == []
+        offsets |= _put(store, range(20, 26))
+        set_tz("UTC0")  # the clock steps back while the store runs
+        offsets |= _put(store, range(26, 34))
+        assert _missing(store, offsets) == []
+    with MessageStore.open(root, config) as store:
+        assert _missing(store, offsets) == []
+    assert verify_store(root, config).ok
+
+
+def test_a_crash_rebuilds_only_what_is_not_known_whole_when_names_are_out_of_order(tmp_path, config, set_tz) -> None:
+    """After a crash the newest file (named first, not full) is dropped and its records indexed
+    again, the older full ones kept: the first file not known whole is the first by header."""
+    root = tmp_path / "store"
+    offsets = _written_across_a_time_zone_change(root, config, set_tz)
+    newest = _names(root)[0]
+    (root / "abort").write_bytes(b"")  # as a crash leaves it
+    with MessageStore.open(root, config) as store:
+        assert _missing(store, offsets) == []
+        assert newest not in _names(root) and len(_names(root)) == 3  # rebuilt in a new file
+    assert verify_store(root, config).ok
+
+
+def test_a_query_takes_the_newest_records_first_whatever_the_file_names(tmp_path, config, set_tz) -> None:
+    """query_message walks the files from the newest, as RocketMQ's queryOffset, and stops at
+    maxNum: the newest by the log, not by name."""
+    root = tmp_path / "store"
+    _written_across_a_time_zone_change(root, config, set_tz)
+    with MessageStore.open(root, config) as store:
+        old = put_ok(store, Message("T", b"a", keys="dup")).commit_log_offset
+        assert store.wait_for_dispatch()
+    with MessageStore.open(root, config) as store:  # the key again, in the file named first
+        new = put_ok(store, Message("T", b"b", keys="dup")).commit_log_offset
+        assert store.wait_for_dispatch()
+        assert [m.commit_log_offset for m in store.query_message("T", "dup", max_num=1).messages] == [new]
+    with MessageStore.open(root, config) as store:
+        assert [m.commit_log_offset for m in store.query_message("T", "dup").messages] == [old, new]
