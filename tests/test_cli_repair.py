@@ -217,3 +217,45 @@ def test_verify_next_steps_for_commit_log_damage(tmp_path: Path) -> None:
     steps = _next_steps(root)
     assert f"`rocketstore recover {root} --dry-run`" in steps[0]
     assert not any(s.startswith("body CRC") for s in steps)  # not the only damage
+
+
+# -- C4: query names a damaged record instead of saying there is none ------------------------------
+def test_query_of_a_damaged_record_says_what_is_wrong_with_it(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root, count=120)
+    target = results[5]  # before the last 3 segments: recovery after a clean shutdown keeps it
+    phy = target.commit_log_offset
+    msg_id = jsonl(run("query", root, *TINY_SETS, "--offset", phy, "--json").stdout)[0]["msgId"]
+    segment = _patch(root, phy, (-16776512).to_bytes(4, "big", signed=True))  # its TOTALSIZE
+    what = f"commitlog/{segment.name}@{phy % 4096}: TOTALSIZE -16776512 is below the smallest record's 91 bytes"
+    result = run("query", root, *TINY_SETS, "--offset", phy)
+    assert result.exit_code == 1
+    assert f"the record at commit-log offset {phy} fails its checks: {what}" in result.stderr
+    result = run("query", root, *TINY_SETS, "--msg-id", msg_id)
+    assert result.exit_code == 1
+    assert f"the record at commit-log offset {phy} it names fails its checks: {what}" in result.stderr
+    result = run("query", root, *TINY_SETS, "--topic", "T", "--key", "k5")
+    assert result.exit_code == 1
+    assert "the index points at 1 record(s) that fail their checks" in result.stderr and what in result.stderr
+    # an offset inside a record is no record start
+    result = run("query", root, *TINY_SETS, "--offset", results[6].commit_log_offset + 8)
+    assert result.exit_code == 1 and "no record starts at commit-log offset" in result.stderr
+
+
+def test_query_of_a_record_with_a_wrong_physical_offset_field(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root, count=120)
+    phy = results[5].commit_log_offset
+    _patch(root, phy + 28, (phy - 100).to_bytes(8, "big"))  # PHYSICALOFFSET
+    result = run("query", root, *TINY_SETS, "--offset", phy)
+    assert result.exit_code == 1 and f"the PHYSICALOFFSET field says {phy - 100}" in result.stderr
+
+
+def test_query_past_the_cut_recovery_makes_in_memory_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root)
+    cut = results[-10].commit_log_offset
+    _flip(root, cut + BODY_AT)  # in the last 3 segments: the read-only open cuts the log there
+    result = run("query", root, *TINY_SETS, "--offset", results[-5].commit_log_offset)
+    assert result.exit_code == 1
+    assert f"(recovery ends the log at {cut}, where a record fails its checks)" in result.stderr

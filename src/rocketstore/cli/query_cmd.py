@@ -12,10 +12,12 @@ from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
 from rocketstore.codec.message import StoredMessage
 from rocketstore.store import MessageStore
+from rocketstore.verify.commit_log import damaged_record_at
 
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 EXIT_NOT_FOUND = 1
 _UNCAPPED = 2**31 - 1  # maxMsgsNumBatch for the store a key query opens: _by_key sets its batches
+_LONG_MAX = 2**63 - 1
 
 
 def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -34,6 +36,30 @@ def _at(store: MessageStore, offset: int) -> StoredMessage | None:
         return None
     msg = store.look_message_by_offset(offset)
     return msg if msg is not None and msg.commit_log_offset == offset else None
+
+
+def _damaged(store: MessageStore, offset: int) -> str | None:
+    """What is wrong with a record at ``offset`` that cannot be read (None: no record starts there,
+    or it is past the end of the log as recovery leaves it)."""
+    if offset < 0 or offset >= store.max_phy_offset:
+        return None
+    return damaged_record_at(store, offset)
+
+
+def _past_cut(store: MessageStore, offset: int) -> str:
+    """Words for an offset past where recovery cut the log (in memory) at a bad record; else ''."""
+    report = store.recovery
+    if report is None or not report.stopped_at_bad_record or offset < report.process_offset:
+        return ""
+    return f" (recovery ends the log at {report.process_offset}, where a record fails its checks)"
+
+
+def _unreadable_hits(store: MessageStore, topic: str, key: str, begin: int, end: int | None) -> list[str]:
+    """What is wrong with each record the index gives for ``topic`` and ``key`` that cannot be read."""
+    wide_end = _LONG_MAX if end is None else end + 1000
+    hits = store.index.query_offsets(topic, key, _UNCAPPED, max(0, begin - 1000), wide_end)
+    found = (_damaged(store, phy) for phy in sorted(set(hits)) if store.look_message_by_offset(phy) is None)
+    return [problem for problem in found if problem is not None]
 
 
 def _by_key(
@@ -92,7 +118,8 @@ def query(
     max_num: int,
 ) -> None:
     """Find messages: --topic T --key K (index query, hash collisions removed), --msg-id ID, or
-    --offset N. Prints a table, or export JSON lines with --json; exit status 1 when none is found.
+    --offset N. Prints a table, or export JSON lines with --json; exit status 1 when none is found
+    (a record there that fails its checks is named, with what is wrong with it).
     With --topic, an --msg-id that is not an offset msgId of this store is also looked up as a
     UNIQ_KEY (the id clients call msgId)."""
     given = [name for name, value in (("--key", key), ("--msg-id", msg_id), ("--offset", offset)) if value is not None]
@@ -115,6 +142,11 @@ def query(
                     f"--set maxMsgsNumBatch={max_num} raises it"
                 )
             what = f"no message of topic {topic!r} with key {key!r}"
+            if not messages and (damaged := _unreadable_hits(store, topic, key, begin, end)):
+                what += (
+                    f" can be read: the index points at {len(damaged)} record(s) that fail their checks (the "
+                    f"message, or one of another key with the same hash): {'; '.join(damaged)}"
+                )
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
             found = _at(store, where)
@@ -123,7 +155,12 @@ def query(
             elif topic:
                 messages = [m for m in store.query_message(topic, msg_id, want).messages if m.uniq_key == msg_id]
             what = f"no message with msgId {msg_id}"
-            if not topic:
+            damaged = _damaged(store, where) if not messages else None
+            if damaged is not None:
+                what += f" can be read: the record at commit-log offset {where} it names fails its checks: {damaged}"
+            elif _past_cut(store, where):
+                what += f": commit-log offset {where}, which it names, is not in the log{_past_cut(store, where)}"
+            elif not topic:
                 what += (
                     " (it is not an offset msgId of this store; if it is a client msgId, the UNIQ_KEY clients "
                     "show, give --topic to look it up in the index)"
@@ -132,7 +169,10 @@ def query(
             assert offset is not None
             found = _at(store, offset)
             messages = [found] if found is not None else []
-            what = f"no record starts at commit-log offset {offset}"
+            damaged = _damaged(store, offset) if found is None else None
+            what = f"no record starts at commit-log offset {offset}{_past_cut(store, offset)}"
+            if damaged is not None:
+                what = f"the record at commit-log offset {offset} fails its checks: {damaged}"
     finally:
         store.shutdown()
     if not messages:

@@ -360,6 +360,29 @@ def diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str,
     return f"a record that fails the reader's checks (TOTALSIZE {total})", total, False
 
 
+def damaged_record_at(store: MessageStore, offset: int) -> str | None:
+    """What is wrong with a record that starts at commit-log ``offset`` but fails its checks
+    (``commitlog/<segment>@<position>: why``), its segment scanned from the start to tell a record
+    start from any other offset; None when no damaged record starts there."""
+    for mapped in store.commit_log.queue.files:
+        if not mapped.file_from_offset <= offset < mapped.end_offset:
+            continue
+        pos = offset - mapped.file_from_offset
+        scan = scan_segment(mapped, store.delay_millis, 0, prop_crc=store.config.force_verify_prop_crc)
+        where = f"commitlog/{mapped.file_name}@{pos}"
+        for stop in scan.stops:
+            if stop.pos == pos and stop.reason == STOP_BAD:
+                return f"{where}: {stop.why}"
+        if offset in scan.part.offsets and mapped.hold():
+            try:
+                phy = int(_longs_at(mapped.mm, np.array([pos + rec.PHYSICAL_OFFSET_POSITION]))[0])
+            finally:
+                mapped.release()
+            return None if phy == offset else f"{where}: the PHYSICALOFFSET field says {phy}"
+        return None
+    return None
+
+
 def check_commit_log(
     store: MessageStore, report: VerifyReport, progress: Callable[[int], None] | None = None
 ) -> LogColumns:
