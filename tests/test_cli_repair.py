@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.results import PutResult
 from test_cli import TINY, TINY_SETS, hashes, jsonl, run
@@ -259,3 +261,23 @@ def test_query_past_the_cut_recovery_makes_in_memory_says_so(tmp_path: Path) -> 
     result = run("query", root, *TINY_SETS, "--offset", results[-5].commit_log_offset)
     assert result.exit_code == 1
     assert f"(recovery ends the log at {cut}, where a record fails its checks)" in result.stderr
+
+
+# -- C7/C8: recover and clean deliver no delayed message; recover says what an emptied table does --
+def _delayed_store(root: Path) -> None:
+    """Three delayed messages (level 1) waiting in SCHEDULE_TOPIC_XXXX."""
+    result = run("produce", root, *TINY_SETS, "--topic", "Later", "--delay-level", 1, "--count", 3, "--body", "x")
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("command", ["clean", "recover"])
+def test_clean_and_recover_start_no_schedule_service(tmp_path: Path, command: str) -> None:
+    """A schedule service corrects a delay offset past its queue when it starts (and then delivers
+    what is due): clean and recover leave it as it is, since neither starts one."""
+    root = tmp_path / "s"
+    _delayed_store(root)
+    offsets = root / "config" / "delayOffset.json"
+    offsets.write_text('{"offsetTable":{1:99}}')
+    result = run(command, root, *TINY_SETS)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(offsets.read_text().replace("{1:", '{"1":'))["offsetTable"] == {"1": 99}

@@ -19,6 +19,7 @@ from rocketstore.cli.common import (
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say
 from rocketstore.meta.lockfile import refuse_if_locked
+from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
 from rocketstore.verify.next_steps import in_place
 from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
@@ -88,6 +89,8 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     be dropped: give --force to cut as RocketMQ does. A torn last record (what a crash leaves) is
     cut without it. --dry-run only says what recover would do (exit status 1 when it would refuse).
 
+    No delayed message is delivered (the store is opened without its schedule service).
+
     Refused without --force when the commit log is missing or empty but consume queues hold units,
     and without --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
     advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
@@ -104,7 +107,8 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     if plan.loses_data and not force:
         raise ProblemsFound(_refusal(opts.root, plan), plan=plan.to_dict())
     had_abort = os.path.exists(os.path.join(opts.root, "abort"))
-    store = open_store(opts, create=False, checked=True)
+    with no_delayed_delivery():  # recovery only: no delayed message is delivered
+        store = open_store(opts, create=False, checked=True)
     try:
         report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}

@@ -6,6 +6,7 @@ import click
 
 from rocketstore.cli.common import Common, open_store, require_topics, store_options
 from rocketstore.cli.output import kv_table, out_console, print_json
+from rocketstore.services.wiring import no_delayed_delivery
 
 
 @click.command()
@@ -22,9 +23,12 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     """Delete the commit-log files older than fileReservedTime hours now, outside deleteWhen
     (RocketMQ's deleteExpiredCommitLog), in batches of deleteFileBatchMax, never the newest file;
     consume-queue and index files below the new minimum offset follow. Past the disk's
-    clean-forcibly ratio young files go too, as in the running store. A commit log outside STORE
-    (storePathCommitLog) is refused without --external-commit-log."""
-    with open_store(opts, create=False) as store:
+    clean-forcibly ratio young files go too, as in the running store. No delayed message is
+    delivered while it runs (the store is opened without its schedule service). A commit log
+    outside STORE (storePathCommitLog) is refused without --external-commit-log."""
+    with no_delayed_delivery():  # a clean delivers nothing, however long it takes
+        store = open_store(opts, create=False)
+    with store:
         present = {*store.queue_ids(), *store.topics.topics()}
         for name in delete_topics:  # a misspelt topic is refused before anything is deleted
             require_topics(opts.root, present, name.__eq__, f"--delete-topic {name!r}")
