@@ -281,3 +281,18 @@ def test_clean_and_recover_start_no_schedule_service(tmp_path: Path, command: st
     result = run(command, root, *TINY_SETS)
     assert result.exit_code == 0, result.stderr
     assert json.loads(offsets.read_text().replace("{1:", '{"1":'))["offsetTable"] == {"1": 99}
+
+
+def test_recover_of_an_unreadable_delay_offsets_file_says_delivered_messages_come_again(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _delayed_store(root)
+    (root / "config" / "delayOffset.json").write_text('{"offsetTable":"x"}')
+    step = next(s for s in _next_steps(root) if s.startswith("config files"))
+    assert "delayOffset.json" in step and "delivers again the delayed messages already delivered" in step
+    result = run("recover", root, *TINY_SETS, "--json")
+    assert result.exit_code == 0, result.stderr
+    (warning,) = json.loads(result.stdout)["warnings"]
+    assert "config/delayOffset.json could not be read" in warning and "the 3 unit(s) of SCHEDULE_TOPIC_XXXX" in warning
+    assert "already delivered are delivered again" in warning
+    assert f"WARNING: {warning}" in result.stderr
+    assert "WARNING" not in run("recover", root, *TINY_SETS).stderr  # written again: read the next time

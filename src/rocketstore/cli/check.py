@@ -17,9 +17,11 @@ from rocketstore.cli.common import (
     recovery_info,
     store_options,
 )
-from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say
+from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.meta.lockfile import refuse_if_locked
 from rocketstore.services.wiring import no_delayed_delivery
+from rocketstore.store import MessageStore
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
 from rocketstore.verify.next_steps import in_place
 from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
@@ -113,8 +115,11 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
         steps = _left(plan, store.recovery.kept_bad_records if store.recovery else [])
+        warnings = [w for w in (_delay_offsets_lost(store),) if w]
     finally:
         store.shutdown()
+    for text in warnings:
+        warn(f"WARNING: {text}")
     info = {
         "store": store.root,
         "abortFileBefore": had_abort,
@@ -126,6 +131,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         "checked": plan.checked(),
         "notChecked": _not_checked(plan),
         "nextSteps": steps,
+        "warnings": warnings,
         "recovery": report,
     }
     if opts.as_json:
@@ -144,6 +150,26 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     out_console().print(kv_table(f"recovered {store.root}", rows))
     for step in steps:
         say(f"next step: {step}")
+
+
+def _delay_offsets_lost(store: MessageStore) -> str | None:
+    """What a delayOffset.json that could not be read means (None when it was read): the offsets
+    loading fell back to (none, or its backup's) are written, and delivery starts over from them."""
+    problem = store.delay_offsets.load_problem
+    if problem is None:
+        return None
+    waiting = 0
+    for level in range(1, len(store.delay_millis) + 1):
+        cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
+        if cq is not None:
+            waiting += max(0, cq.max_offset_in_queue() - max(store.delay_offsets.get(level), cq.min_offset_in_queue()))
+    return (
+        f"config/delayOffset.json could not be read ({problem}); recover wrote the delay offsets again as loaded, as "
+        f"RocketMQ does: the next process that keeps the store open for writing delivers the {waiting} unit(s) of "
+        f"{SCHEDULE_TOPIC} past them, so delayed messages already delivered are delivered again. To avoid that, "
+        "set each level's offset (its first unit not yet delivered) in config/delayOffset.json before then (the "
+        "unreadable content is kept as config/delayOffset.json.corrupt-*)"
+    )
 
 
 def _not_checked(plan: RecoveryPlan) -> str | None:

@@ -17,6 +17,13 @@ CRC_OFF = (
 )
 
 
+DELAY_OFFSETS = (
+    "; for delayOffset.json that means the next process that keeps the store open for writing delivers "
+    "again the delayed messages already delivered past the offsets loaded: to avoid that, set each level's "
+    "offset (its first unit not yet delivered) in config/delayOffset.json by hand first"
+)
+
+
 def recover_log(store: str) -> str:
     """The next step for damage recovery cuts the log at."""
     return (
@@ -83,6 +90,7 @@ def add_next_steps(
         steps.append(
             f"config files: `rocketstore recover {store}` writes each one again as the store loads it (from its "
             "backup, or empty), keeping the bad file as .corrupt-*"
+            + (DELAY_OFFSETS if found.get("delay offsets") else "")
         )
     if found.get("checkpoint") or "checkpoint" in kinds:
         steps.append(f"checkpoint: `rocketstore recover {store}` writes it again")
