@@ -4,6 +4,8 @@ times), when the next one is made, and which records they hold."""
 from __future__ import annotations
 
 import os
+import shutil
+import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 
 from conftest import TINY_GEOMETRY, put_ok
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.queues.index_file import HEADER
 from rocketstore.verify import verify_store
 
 PER_FILE = 8  # index entries a file holds: 4 messages (UNIQ_KEY and one key each)
@@ -128,3 +131,59 @@ def test_a_query_takes_the_newest_records_first_whatever_the_file_names(tmp_path
         assert [m.commit_log_offset for m in store.query_message("T", "dup", max_num=1).messages] == [new]
     with MessageStore.open(root, config) as store:
         assert [m.commit_log_offset for m in store.query_message("T", "dup").messages] == [old, new]
+
+
+# -- I2: the next file is made by the next record, keys or not ---------------------------------------
+
+
+def _headers(root: Path) -> list[tuple[int, ...]]:
+    """(beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount) per file."""
+    return [HEADER.unpack((root / "index" / name).read_bytes()[:40]) for name in _names(root)]
+
+
+@pytest.mark.parametrize("sys_flag", [0, 12])  # no keys at all; a ROLLBACK record (its keys not indexed)
+def test_a_record_after_a_full_file_makes_the_next_one(tmp_path, config, sys_flag) -> None:
+    """RocketMQ's buildIndex gets the last file, or makes the next, for every record dispatched:
+    a record without index keys after a full file makes the next one, whose header carries the
+    full one's end with indexCount 0 (written by its first put), and moves the checkpoint's
+    indexMsgTimestamp to the full file's end. The file was made only when a key came."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, config) as store:
+        offsets = _put(store, range(PER_FILE // 2))  # fills the first file exactly
+        assert len(_names(root)) == 1
+        assert store.put_as_is(Message("T", b"none", keys="k" if sys_flag else None, sys_flag=sys_flag)).ok
+        assert store.wait_for_dispatch()
+        full, new = _headers(root)
+        assert full[5] == PER_FILE + 1
+        assert new == (full[1], full[1], full[3], full[3], 0, 0)
+        assert store.checkpoint.index_msg_timestamp == full[1]
+    headers = _headers(root)
+    shutil.rmtree(root / "index")
+    with MessageStore.open(root, config):  # recovery indexes the log again, in batches: the same files
+        assert _headers(root) == headers
+    with MessageStore.open(root, config) as store:  # indexCount 0 loads as RocketMQ loads it: 1
+        assert _missing(store, offsets) == []
+        offsets |= _put(store, range(10, 11))
+        assert _missing(store, offsets) == []
+        assert _headers(root)[1][5] == 3
+    assert verify_store(root, config).ok
+
+
+def test_an_index_file_written_with_index_count_1_loads_as_one_with_0(tmp_path, config) -> None:
+    """An empty file's header holds indexCount 0 (RocketMQ's) or 1 (rocketstore wrote it so
+    before): either loads as no entries, and the next key is entry 1."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, config) as store:
+        assert store.put_as_is(Message("T", b"first")).ok  # no keys: the first record dispatched makes the file
+        assert store.wait_for_dispatch()
+    assert _headers(root) == [(0, 0, 0, 0, 0, 0)]
+    path = root / "index" / _names(root)[0]
+    with open(path, "r+b") as f:
+        f.seek(36)
+        f.write(struct.pack(">i", 1))
+    with MessageStore.open(root, config) as store:
+        offsets = _put(store, range(1))
+        assert _missing(store, offsets) == []
+    header = _headers(root)[0]
+    assert header[5] == 3 and header[2] == offsets["k0"] == header[3]
+    assert verify_store(root, config).ok

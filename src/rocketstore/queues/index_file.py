@@ -69,7 +69,7 @@ class IndexFile:
             index.begin_phy_offset = index.end_phy_offset = end_phy
         if end_ts > 0:
             index.begin_timestamp = index.end_timestamp = end_ts
-        index._write_header()
+        index._write_header(index_count=0)  # as RocketMQ's: indexCount is written by the first put
         return index
 
     @classmethod
@@ -77,7 +77,8 @@ class IndexFile:
         mapped = MappedFile.open(path, 0, index_file_size(slot_num, index_num), mode, sparse=True)
         return cls(mapped, slot_num, index_num)
 
-    def _write_header(self) -> None:
+    def _write_header(self, index_count: int | None = None) -> None:
+        """Write the header fields (``index_count``: written in place of the file's own)."""
         self.mapped.write_at(
             0,
             HEADER.pack(
@@ -86,7 +87,7 @@ class IndexFile:
                 self.begin_phy_offset,
                 self.end_phy_offset,
                 self.hash_slot_count,
-                self.index_count,
+                self.index_count if index_count is None else index_count,
             ),
         )
 

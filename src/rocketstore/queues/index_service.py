@@ -218,25 +218,41 @@ class IndexService:
         if not len(records):
             return
         with self._lock:
-            last = self.files[-1] if self.files else None
-            done_keys = 0
-            if last is not None and int(records.offsets[0]) <= last.end_phy_offset:
-                end_phy = last.end_phy_offset
-                # records before the last indexed one are done; that one may be only partly done
-                # (its keys can straddle two files, and a crash may have dropped the second)
-                start = int(np.searchsorted(records.offsets, end_phy, side="left"))
-                if start >= len(records):
-                    return
-                if start:
-                    records = records.select(np.arange(len(records)) >= start)
-                if int(records.offsets[0]) == end_phy:
-                    done_keys = self._indexed_keys_of(end_phy)  # dropped below, if that record has keys
-            hashes, phy_arr, time_arr = index_entries(records)
-            if done_keys:
-                other = np.flatnonzero(phy_arr != phy_arr[0]) if len(phy_arr) else []
-                done_keys = min(done_keys, int(other[0]) if len(other) else len(phy_arr))
-                hashes, phy_arr, time_arr = hashes[done_keys:], phy_arr[done_keys:], time_arr[done_keys:]
-            self._put_entries(hashes, phy_arr, time_arr)
+            last = int(records.offsets[-1])
+            self._next_file_if_full(last)
+            self._build_index(records)
+            self._next_file_if_full(last)
+
+    def _next_file_if_full(self, after: int) -> None:
+        """Make the next file when the last one is full (or there is none) and a record at ``after``
+        comes after its last entry, keys or not (ROLLBACK too): RocketMQ's buildIndex gets the last
+        file, or makes the next one, for every record dispatched. Making it flushes the full file
+        and moves the checkpoint's indexMsgTimestamp (spec 8.4, 8.5). Called before a batch (the
+        last file was full already) and after it (the batch filled it)."""
+        last = self.files[-1] if self.files else None
+        if last is None or (last.is_write_full() and after > last.end_phy_offset):
+            self._writable_file()
+
+    def _build_index(self, records: Records) -> None:
+        """``build_index`` with the last file there."""
+        end_phy = self.files[-1].end_phy_offset
+        done_keys = 0
+        if int(records.offsets[0]) <= end_phy:
+            # records before the last indexed one are done; that one may be only partly done
+            # (its keys can straddle two files, and a crash may have dropped the second)
+            start = int(np.searchsorted(records.offsets, end_phy, side="left"))
+            if start >= len(records):
+                return
+            if start:
+                records = records.select(np.arange(len(records)) >= start)
+            if int(records.offsets[0]) == end_phy:
+                done_keys = self._indexed_keys_of(end_phy)  # dropped below, if that record has keys
+        hashes, phy_arr, time_arr = index_entries(records)
+        if done_keys:
+            other = np.flatnonzero(phy_arr != phy_arr[0]) if len(phy_arr) else []
+            done_keys = min(done_keys, int(other[0]) if len(other) else len(phy_arr))
+            hashes, phy_arr, time_arr = hashes[done_keys:], phy_arr[done_keys:], time_arr[done_keys:]
+        self._put_entries(hashes, phy_arr, time_arr)
 
     def _indexed_keys_of(self, phy: int) -> int:
         """How many keys of the record at ``phy`` (the last one indexed) the files already hold:
@@ -262,14 +278,17 @@ class IndexService:
 
     def build_index_requests(self, requests: list[tuple]) -> None:
         """``build_index`` for a few dispatch request tuples, key by key (no numpy set-up)."""
+        requests = [r for r in requests if r[D_TOPIC] is not None]  # not end-of-file markers
+        if not requests:
+            return
         with self._lock:
-            last = self.files[-1] if self.files else None
-            end_phy = last.end_phy_offset if last is not None else -1
+            self._next_file_if_full(requests[-1][D_OFFSET])
+            end_phy = self.files[-1].end_phy_offset
             entries = []
             add = entries.append
             for r in requests:
                 topic = r[D_TOPIC]
-                if topic is None or r[D_SYSFLAG] & _ROLLBACK == _ROLLBACK:
+                if r[D_SYSFLAG] & _ROLLBACK == _ROLLBACK:
                     continue
                 phy = r[D_OFFSET]
                 if phy < end_phy:
@@ -284,6 +303,7 @@ class IndexService:
                     add((topic_key_hash(topic, key), phy, store_ts))
             while entries:
                 entries = entries[self._writable_file().put_few(entries) :]
+            self._next_file_if_full(requests[-1][D_OFFSET])
 
     def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
