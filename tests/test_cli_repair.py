@@ -11,7 +11,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.results import PutResult
-from test_cli import TINY, TINY_SETS, hashes, jsonl, run
+from test_cli import TINY, TINY_SETS, hashes, jsonl, open_in_another_process, run
 
 COUNT = 60  # about 4 segments of 4 KiB
 BODY_AT = 90  # a byte of the body of a record (its body starts at 88: IPv4 hosts, no properties before it)
@@ -296,3 +296,40 @@ def test_recover_of_an_unreadable_delay_offsets_file_says_delivered_messages_com
     assert "already delivered are delivered again" in warning
     assert f"WARNING: {warning}" in result.stderr
     assert "WARNING" not in run("recover", root, *TINY_SETS).stderr  # written again: read the next time
+
+
+# -- C9: messages that name the right place -------------------------------------------------------
+def test_export_names_no_position_0_for_an_unreadable_record(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root, count=120)
+    phy = results[5].commit_log_offset  # before the last 3 segments: kept by recovery
+    _patch(root, phy, (-16776512).to_bytes(4, "big", signed=True))
+    result = run("export", root, *TINY_SETS)
+    assert result.exit_code == 1
+    size = results[5].wrote_bytes
+    assert (
+        f"(commit-log offset {phy}, {size} bytes) cannot be read, not exported: the record claims -16776512 bytes; "
+        f"{size} are there" in result.stderr
+    )
+    assert "the record at 0" not in result.stderr
+
+
+def test_verify_names_the_missing_segment_of_a_gap(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store(root)
+    segments = sorted((root / "commitlog").iterdir())
+    segments[1].unlink()
+    result = run("verify", root, *TINY_SETS, "--json")
+    problems = json.loads(result.stdout)["problems"]
+    expected = f"commitlog/{segments[2].name}: a gap: {segments[1].name} is missing (the file should start at "
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_the_lock_error_names_the_holder_pid(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _store(root, count=3)
+    with open_in_another_process(root) as pid:
+        for args in (("recover",), ("clean",), ("produce", "--topic", "T", "--body", "x")):
+            result = run(args[0], root, *TINY_SETS, *args[1:])
+            assert result.exit_code == 2, args
+            assert f"Lock failed, MQ already started: another process (pid {pid}) holds {root}/lock" in result.stderr

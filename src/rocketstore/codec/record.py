@@ -187,17 +187,17 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = False) ->
     bytes when a caller asks for them.
     """
     if len(buf) - pos < 8:
-        raise RecordError(f"no record at {pos}: {len(buf) - pos} bytes left")
+        raise RecordError(f"no record{_at(pos)}: {len(buf) - pos} bytes left")
     total = _INT.unpack_from(buf, pos)[0]
     if total < 91 or pos + total > len(buf):
-        raise RecordError(f"the record at {pos} claims {total} bytes; {len(buf) - pos} are there")
+        raise RecordError(f"the record{_at(pos)} claims {total} bytes; {len(buf) - pos} are there")
     if pos or total != len(buf) or type(buf) is not bytes:  # the record alone, as bytes
         buf = bytes(buf[pos : pos + total])
     message = decode_record(buf)
     if message is None:
         raise RecordError(_what_is_wrong(buf, pos))
     if check_crc and message.body_len and not message.body_crc_ok():  # RocketMQ checks no empty body
-        raise RecordError(f"body CRC mismatch in the record at {pos}")
+        raise RecordError(f"body CRC mismatch in the record{_at(pos)}")
     return message
 
 
@@ -293,12 +293,18 @@ def _decode_any(raw: bytes) -> StoredMessage | None:
     return StoredMessage(h, raw, (body_at, topic_at, topic_len, props_at, props_len))
 
 
+def _at(pos: int) -> str:
+    """Where a record is, for a message: its position in a buffer of records, none for a record
+    decoded alone (at 0), whose caller knows where it is in the log."""
+    return f" at {pos}" if pos else ""
+
+
 def _what_is_wrong(raw: bytes, pos: int) -> str:
     if len(raw) < 8:
-        return f"no record at {pos}"
+        return f"no record{_at(pos)}"
     total, magic = _INT2.unpack_from(raw)
     if magic == BLANK_MAGIC_CODE:
-        return f"the record at {pos} is the end-of-file marker"
+        return f"the record{_at(pos)} is the end-of-file marker"
     if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-        return f"bad magic code {magic & 0xFFFFFFFF:#010x} at {pos}"
-    return f"the record at {pos} has TOTALSIZE {total} but its fields do not add up to it"
+        return f"bad magic code {magic & 0xFFFFFFFF:#010x}{_at(pos)}"
+    return f"the record{_at(pos)} has TOTALSIZE {total} but its fields do not add up to it"

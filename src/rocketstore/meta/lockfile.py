@@ -44,9 +44,7 @@ class StoreLock:
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
-                    raise StoreLockedError(
-                        f"Lock failed, MQ already started: another process holds {self.path}"
-                    ) from None
+                    raise _locked(self.path, lock_holder(os.path.dirname(self.path))) from None
                 raise
             os.pwrite(fd, b"lock", 0)
             os.fsync(fd)

@@ -349,8 +349,8 @@ def diagnose(mapped: MappedFile, pos: int, prop_crc: bool = False) -> tuple[str,
     raw = mapped.read(pos, total)
     try:
         msg = rec.decode(raw)
-    except RecordError as exc:  # it decoded the record alone: its offsets are from 0
-        what = str(exc).replace("the record at 0 ", f"the record at {mapped.file_from_offset + pos} ", 1)
+    except RecordError as exc:  # it decoded the record alone: its text gives no position
+        what = str(exc).replace("the record ", f"the record at {mapped.file_from_offset + pos} ", 1)
         return f"a malformed record: {what}", total, False
     if prop_crc and not rec.check_crc_property(raw):
         return "its __CRC32# property is missing or does not match the record (forceVerifyPropCRC)", total, True
