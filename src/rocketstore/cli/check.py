@@ -88,8 +88,9 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
 
     Recovery runs in memory first. When the log would be cut at a bad record that intact records
     follow, nothing is changed and recover exits with status 1, naming the record and what would
-    be dropped: give --force to cut as RocketMQ does. A torn last record (what a crash leaves) is
-    cut without it. --dry-run only says what recover would do (exit status 1 when it would refuse).
+    be dropped: give --force to cut as RocketMQ does (or, when only that record's body CRC fails,
+    --set checkCRCOnRecover=false to keep it). A torn last record (what a crash leaves) is cut
+    without --force. --dry-run only says what recover would do (exit status 1 when it would refuse).
 
     No delayed message is delivered (the store is opened without its schedule service).
 

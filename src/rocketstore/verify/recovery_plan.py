@@ -11,12 +11,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rocketstore.codec.scan import STOP_BLANK
 from rocketstore.config import StoreConfig
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.recovery import RecoveryReport
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import SegmentScan, diagnose, nonzero_bytes, scan_segment
+from rocketstore.verify.commit_log import SegmentScan, diagnose, scan_segment
 
 NORMAL_CHECKED = 3  # segments an open after a clean shutdown checks (RocketMQ's recoverNormally)
 
@@ -129,7 +131,7 @@ def _look_past_end(plan: RecoveryPlan, files: list[MappedFile], delay: tuple[int
     are not scanned)."""
     end = plan.end
     later = [f for f in files if f.end_offset > end]
-    if not any(nonzero_bytes(f, max(end - f.file_from_offset, 0)) for f in later):
+    if not any(_holds_data(f, max(end - f.file_from_offset, 0)) for f in later):
         return
     scans = [scan_segment(f, delay, 0, prop_crc=prop_crc) for f in later]
     for scan in scans:
@@ -158,6 +160,22 @@ def _intact_after_other_damage(scans: list[SegmentScan], end: int) -> int:
                 continue
             return sum(int((s.part.offsets >= at).sum()) for s in scans)
     return 0
+
+
+def _holds_data(mapped: MappedFile, start: int) -> bool:
+    """Whether a byte of a segment from ``start`` on is not zero (8 bytes at a time over the
+    mapping: the empty rest of a 1 GiB segment is checked in milliseconds)."""
+    if not mapped.hold():
+        return False
+    try:
+        data = np.frombuffer(mapped.mm, np.uint8)[start:]
+        head = (-start) % 8
+        whole = head + (len(data) - head) // 8 * 8
+        found = bool(data[:head].any() or data[whole:].any() or np.count_nonzero(data[head:whole].view(np.uint64)))
+        del data  # the view must not outlive the mapping
+        return found
+    finally:
+        mapped.release()
 
 
 @contextlib.contextmanager
