@@ -13,8 +13,9 @@ Where this goes beyond RocketMQ, it is to lose nothing:
   skips a record starting exactly there);
 * a queue whose tail recovery cut for damage is dispatched again from its own end (RocketMQ
   starts at the highest end over all queues);
-* records of a topic deleted since (``config/deletedTopics.json``) are not dispatched again: the
-  dispatcher skips them, so a reopen does not bring the removed queue back;
+* records of a topic deleted since (``config/deletedTopics.json``) are not put in the consume
+  queues again: the dispatcher skips them there, so a reopen does not bring the removed queue
+  back (they are indexed again, as every record is);
 * only the segments RocketMQ checks (the last three after a clean exit, from the checkpoint's
   segment after a crash) are ever cut: a bad record before them, met while rebuilding, ends the
   dispatch of its segment but keeps the log.
@@ -195,7 +196,7 @@ def recover(
         again = index.truncate(process_offset)
         if again is not None:  # index entries for cut records went with their files: index the rest again
             report.reindexed_from = again
-            _reindex(commit_log, index, again, process_offset, delay_millis, dispatcher)
+            _reindex(commit_log, index, again, process_offset, delay_millis)
     dropped = [f for f in files if f.file_from_offset > process_offset]
     report.dropped_files = [f.file_name for f in dropped]
     holding = [f.file_name for f in dropped if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
@@ -229,19 +230,14 @@ def _reindex(
     start: int,
     end: int,
     delay_millis: tuple[int, ...],
-    dispatcher: Dispatcher,
 ) -> None:
-    """Index the records in ``[start, end)`` of the log again (not those of deleted topics)."""
-
-    def build(records: Records) -> None:
-        index.build_index(dispatcher.live(records))
-
+    """Index the records in ``[start, end)`` of the log again (deleted topics' too, as RocketMQ)."""
     for mapped in commit_log.queue.files:
         if mapped.end_offset <= start or mapped.file_from_offset >= end:
             continue
         begin = max(start, mapped.file_from_offset) - mapped.file_from_offset
         stop = min(end, mapped.end_offset) - mapped.file_from_offset
-        walk_segment(mapped, begin, stop, build, check_crc=False, delay_millis=delay_millis)
+        walk_segment(mapped, begin, stop, index.build_index, check_crc=False, delay_millis=delay_millis)
 
 
 def _last_file_starting_at_or_before(files: list[MappedFile], offset: int) -> int:

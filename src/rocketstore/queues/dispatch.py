@@ -5,9 +5,11 @@ them already) or from scanning the log (recovery, rebuilds, stores written elsew
 they arrive in log order and are applied in batches.
 
 Records of a deleted topic below the log end its deletion recorded (``meta.deleted_topics``) are
-skipped, for the consume queues and the index alike: recovery and rebuilds walk the log again,
-and must not bring the removed queue back. Dispatch in a running store is past every such end,
-so the hot path pays one comparison per batch for it.
+skipped for the consume queues: recovery and rebuilds walk the log again, and must not bring the
+removed queue back. They are indexed all the same, as RocketMQ indexes every record it dispatches
+(a deletion does not touch the index): a query finds them whether or not a crash came between.
+Dispatch in a running store is past every such end, so the hot path pays one comparison per
+batch for it.
 """
 
 from __future__ import annotations
@@ -52,15 +54,10 @@ class Dispatcher:
         self.skip_below = 0  # the highest of those ends: records at or after it are never skipped
 
     def set_deleted(self, table: dict[str, int]) -> None:
-        """Skip the records of each topic in ``table`` below its offset from now on."""
+        """Keep the records of each topic in ``table`` below its offset out of the consume queues
+        from now on."""
         self.deleted = dict(table)
         self.skip_below = max(table.values(), default=0)
-
-    def live(self, records: Records) -> Records:
-        """``records`` without those of deleted topics below their deletion's log end."""
-        if not len(records) or records.offsets[0] >= self.skip_below:
-            return records
-        return drop_deleted(records, self.deleted)
 
     def dispatch(self, requests: list[tuple]) -> None:
         """Build the consume queues (NOT/COMMIT records) and the index for dispatch requests."""
@@ -80,12 +77,13 @@ class Dispatcher:
     def _dispatch_few(self, requests: list[tuple]) -> None:
         """A handful of records (a quiet store, SYNC_FLUSH): record by record, without numpy's
         set-up costs, which would dominate here."""
+        queued = requests
         if requests and requests[0][D_OFFSET] < self.skip_below:  # recovery of a store with deleted topics
             deleted = self.deleted
-            requests = [r for r in requests if r[D_OFFSET] >= deleted.get(r[D_TOPIC], -1)]
+            queued = [r for r in requests if r[D_OFFSET] >= deleted.get(r[D_TOPIC], -1)]
         groups: dict[tuple[str, int], list[tuple]] = {}
         last_queued_ts = 0
-        for r in requests:
+        for r in queued:
             if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT:
                 groups.setdefault((r[D_TOPIC], r[D_QUEUE_ID]), []).append(r)
                 last_queued_ts = r[D_STORE_TS]
@@ -105,10 +103,11 @@ class Dispatcher:
         """Build the consume queues (NOT/COMMIT records) and the index for ``records``."""
         if not len(records):
             return
+        live = records
         if records.offsets[0] < self.skip_below:  # recovery or a rebuild of a store with deleted topics
-            records = drop_deleted(records, self.deleted)
+            live = drop_deleted(records, self.deleted)
         # NOT (0) and COMMIT (8) records are queued: bit 0x4 clear
-        queued = records.select((records.sys_flags & _PREPARED_BIT) == 0)
+        queued = live.select((live.sys_flags & _PREPARED_BIT) == 0)
         n = len(queued)
         if n:
             topic_ids = {t: i for i, t in enumerate(dict.fromkeys(queued.topics))}

@@ -108,7 +108,8 @@ def _scan_for_rebuild(
 ) -> list[dict]:
     """A task: scan whole segments as the store's dispatch (reput) does, without CRC checks; store
     per segment the consume-queue units and index entries (npz) and report where the scan stopped.
-    Records of ``deleted`` topics (config/deletedTopics.json) below their offset there get neither."""
+    Records of ``deleted`` topics (config/deletedTopics.json) below their offset there are indexed,
+    not queued (as the store's dispatch)."""
     from rocketstore.codec.records import Records
     from rocketstore.log.walk import walk_segment
 
@@ -126,8 +127,8 @@ def _scan_for_rebuild(
         count = 0
         for records in found:
             count += len(records)
-            records = drop_deleted(records, deleted)
-            queued = records.select((records.sys_flags & 0x4) == 0)
+            live = drop_deleted(records, deleted)
+            queued = live.select((live.sys_flags & 0x4) == 0)
             if len(queued):
                 tids = [topics.setdefault(t, len(topics)) for t in queued.topics]
                 cols["tid"].append(np.array(tids, dtype=np.int32))
@@ -157,8 +158,8 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     one step where the file system can: ``_swap_in``), all under the store's lock (no writer may
     run meanwhile). The commit log is not changed.
 
-    Records are dispatched as the store's reput does (no CRC checks), but for those of topics
-    deleted since (config/deletedTopics.json); a log whose scan stops short of a segment's end
+    Records are dispatched as the store's reput does (no CRC checks), but those of topics deleted
+    since (config/deletedTopics.json) are only indexed; a log whose scan stops short of a segment's end
     while later segments hold data is refused (CorruptStoreError)."""
     from rocketstore.codec.scan import STOP_BLANK, STOP_END
 
