@@ -216,3 +216,28 @@ def test_a_deleted_topics_records_are_found_by_a_query_after_a_crash_too(tmp_pat
         assert store.get_max_offset_in_queue("T", 0) == 1
     report = verify_store(root, config)
     assert report.ok and not [n for n in report.notes if "not indexed" in n], (report.problems, report.notes)
+
+
+# -- C3: verify and an indexCount over the file's room -----------------------------------------------
+
+
+@pytest.mark.parametrize("which", [0, -1])  # a full file; the last one, half full (its unwritten entries zeros)
+def test_verify_reads_an_index_count_over_the_files_room_as_full(tmp_path, config, which) -> None:
+    """indexCount 0x7fffffff: the store reads the file as full, as RocketMQ does, and queries find
+    its keys; verify reports the header once and checks the entries as the store reads them. It
+    gave up on the file and reported each of its keys as not found by a query."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, config) as store:
+        offsets = _put(store, range(6))
+    path = root / "index" / _names(root)[which]
+    with open(path, "r+b") as f:
+        f.seek(36)
+        f.write(struct.pack(">i", 0x7FFFFFFF))
+    report = verify_store(root, config)
+    assert report.problems == [
+        f"index/{path.name}: indexCount 2147483647 is out of range (at most {PER_FILE + 1}); "
+        "read as full, as RocketMQ reads it"
+    ]
+    assert report.index_entries == report.keys == 12
+    with MessageStore.open(root, config, read_only=True) as store:
+        assert _missing(store, offsets) == []

@@ -59,13 +59,19 @@ def _check_index_file(
     against (None: unknown)."""
     where = f"index/{f.file_name}"
     begin_ts, end_ts, begin_phy, end_phy, slot_count, raw_count = HEADER.unpack(f.mapped.read(0, INDEX_HEADER_SIZE))
-    nothing = np.zeros(0, np.int64)
+    entries = f.entries()  # as the store reads them (an indexCount over the file's room: full)
     if not 0 <= raw_count <= f.index_num:
-        report.problem(f"{where}: indexCount {raw_count} is out of range (at most {f.index_num})")
-        return nothing, 0
-    count = max(raw_count, 1)
-    entries = f.entries()[: count - 1]
+        read_as = "no entries" if raw_count < 0 else "full"
+        report.problem(
+            f"{where}: indexCount {raw_count} is out of range (at most {f.index_num}); "
+            f"read as {read_as}, as RocketMQ reads it"
+        )
+    if raw_count > f.index_num:  # the real count is lost: the entries never written (zeros) are not entries
+        set_fields = [entries[name] != 0 for name in ("hash", "phy", "diff", "prev")]
+        written = np.flatnonzero(np.logical_or.reduce(set_fields))
+        entries = entries[: int(written[-1]) + 1 if len(written) else 0]
     k = len(entries)
+    count = k + 1
     report.index_entries += k
     slots_n = f.slot_num
     slot_table = np.frombuffer(f.mapped.read(INDEX_HEADER_SIZE, slots_n * HASH_SLOT_SIZE), dtype=">i4").astype(np.int64)
