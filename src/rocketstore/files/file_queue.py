@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import re
 import threading
@@ -16,22 +17,20 @@ from collections.abc import Callable
 
 from rocketstore.errors import CorruptStoreError, RocketStoreError
 from rocketstore.files.disk import distinct_folders
-from rocketstore.files.mapped_file import MappedFile, offset_to_file_name, remove_leftover
+from rocketstore.files.mapped_file import MappedFile, holds_data, offset_to_file_name, remove_leftover
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
-_CHUNK = 1 << 20
 _RELISTS = 5  # listings of several folders a read-only load makes at most after the first
 
 
 def _only_zeros(path: str) -> bool:
     """True when the file holds zero bytes only (never written)."""
-    zeros = bytes(_CHUNK)
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_CHUNK):
-            if chunk != zeros[: len(chunk)]:
-                return False
-    return True
+    with open(path, "rb") as f:
+        if not os.fstat(f.fileno()).st_size:
+            return True
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return not holds_data(mm)
 
 
 class MappedFileQueue:
