@@ -333,3 +333,19 @@ def test_the_lock_error_names_the_holder_pid(tmp_path: Path) -> None:
             result = run(args[0], root, *TINY_SETS, *args[1:])
             assert result.exit_code == 2, args
             assert f"Lock failed, MQ already started: another process (pid {pid}) holds {root}/lock" in result.stderr
+
+
+def test_inspect_reads_a_short_checkpoint_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "s"
+    _store(root)
+    head = (root / "checkpoint").read_bytes()[:10]
+    (root / "checkpoint").write_bytes(head)
+    with caplog.at_level("WARNING", logger="rocketstore.meta.checkpoint"):
+        result = run("inspect", root, "--json", *TINY_SETS)
+    assert result.exit_code == 0, result.output
+    warnings = [r for r in caplog.records if "checkpoint holds 10 bytes" in r.getMessage()]
+    assert len(warnings) == 1
+    shown = json.loads(result.stdout)["checkpoint"]
+    assert shown["physicMsgTimestamp"] == int.from_bytes(head[:8], "big") > 0
+    assert shown["logicsMsgTimestamp"] == int.from_bytes(head[8:] + bytes(6), "big")
+    assert shown["indexMsgTimestamp"] == 0

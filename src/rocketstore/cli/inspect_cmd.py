@@ -11,17 +11,13 @@ from rich.table import Table
 
 from rocketstore.cli.common import Common, open_store, recovery_info, store_options
 from rocketstore.cli.output import cell, kv_table, out_console, print_json
-from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.store import MessageStore
 
 
 def _checkpoint_on_disk(store: MessageStore) -> dict[str, int]:
-    """The checkpoint as the file holds it (a read-only open's recovery changes it in memory only)."""
-    path = os.path.join(store.root, "checkpoint")
-    if not os.path.exists(path):
-        return store.checkpoint.as_dict()
-    return StoreCheckpoint(path, writable=False).as_dict()
+    """The checkpoint as the file held it at open (a read-only open's recovery changes it in memory only)."""
+    return store.checkpoint.as_read or store.checkpoint.as_dict()
 
 
 def inspect_store(store: MessageStore) -> dict[str, Any]:

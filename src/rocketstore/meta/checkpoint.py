@@ -37,6 +37,7 @@ class StoreCheckpoint:
         self.confirm_phy_offset = 0
         self.logics_dispatched_timestamp = 0  # in memory only: the last unit built, maybe unflushed
         self.existed = os.path.exists(path)
+        self.as_read: dict[str, int] | None = None  # the fields as the file held them at open, if it existed
         if self.existed:
             with open(path, "rb") as f:
                 head = f.read(_FIELDS.size)
@@ -50,6 +51,7 @@ class StoreCheckpoint:
                 self.master_flushed_offset,
                 self.confirm_phy_offset,
             ) = _FIELDS.unpack(head)
+            self.as_read = self.as_dict()
         elif writable:
             with open(path, "wb") as f:
                 f.write(bytes(CHECKPOINT_SIZE))
