@@ -349,3 +349,23 @@ def test_inspect_reads_a_short_checkpoint_once(tmp_path: Path, caplog: pytest.Lo
     assert shown["physicMsgTimestamp"] == int.from_bytes(head[:8], "big") > 0
     assert shown["logicsMsgTimestamp"] == int.from_bytes(head[8:] + bytes(6), "big")
     assert shown["indexMsgTimestamp"] == 0
+
+
+@pytest.mark.parametrize("where", ["commitlog", "consumequeue"])
+def test_a_dangling_symbolic_link_is_named_by_open_inspect_and_verify(tmp_path: Path, where: str) -> None:
+    from rocketstore.errors import CorruptStoreError
+
+    root = tmp_path / "s"
+    _store(root)
+    folder = root / "commitlog" if where == "commitlog" else root / "consumequeue" / "T" / "0"
+    last = max(folder.iterdir())
+    size = TINY["mappedFileSizeCommitLog" if where == "commitlog" else "mappedFileSizeConsumeQueue"]
+    link = folder / f"{int(last.name) + size:020d}"
+    link.symlink_to(tmp_path / "gone")
+    said = f"a symbolic link to {tmp_path / 'gone'}, which does not exist"
+    with pytest.raises(CorruptStoreError, match=said):
+        MessageStore.open(root, StoreConfig(**TINY))
+    result = run("inspect", root, *TINY_SETS)
+    assert result.exit_code != 0 and said in result.stderr and "kept changing" not in result.stderr
+    result = run("verify", root, *TINY_SETS)
+    assert result.exit_code == 1 and f"{link.relative_to(root)}: {said}" in result.stdout

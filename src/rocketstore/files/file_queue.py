@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from rocketstore.errors import CorruptStoreError, RocketStoreError
 from rocketstore.files.disk import distinct_folders
-from rocketstore.files.mapped_file import MappedFile, holds_data, offset_to_file_name, remove_leftover
+from rocketstore.files.mapped_file import MappedFile, dangling_link, holds_data, offset_to_file_name, remove_leftover
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
@@ -131,6 +131,10 @@ class MappedFileQueue:
                     continue
                 if os.path.isdir(full):
                     raise CorruptStoreError("a folder where only segment files belong", full)
+                if dangling := dangling_link(full):
+                    raise CorruptStoreError(
+                        f"{dangling}: restore its target, or remove the link if that file is gone", full
+                    )
                 if not _NAME.fullmatch(name):
                     raise CorruptStoreError(
                         "a stray file: segment files are named by their 20-digit start offset", full

@@ -44,6 +44,13 @@ def remove_leftover(path: str, mode: str) -> bool:
     return True
 
 
+def dangling_link(path: str) -> str | None:
+    """What is wrong with ``path`` when it is a symbolic link whose target does not exist, else None."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    return None
+
+
 def flush_each(items: Iterable[T], flush: Callable[[T], object]) -> None:
     """``flush(item)`` for every item; a FlushError stops none of the others (a file whose flush
     failed fails every later flush), and the first one is raised once all were tried."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from rocketstore.codec.record import BLANK_MAGIC_CODE
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
+from rocketstore.files.mapped_file import dangling_link
 from rocketstore.meta.root import misplaced_entries
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
 from rocketstore.queues.index_file import INDEX_HEADER_SIZE, index_file_size
@@ -168,6 +169,8 @@ def _check_segments(
     for name, full in sorted(found.items()):
         if os.path.isdir(full):
             problem(full, "a folder where only segment files belong")
+        elif dangling := dangling_link(full):
+            problem(full, f"{dangling} (loading fails)")
         elif not _SEGMENT_NAME.fullmatch(name):
             problem(full, "a stray file: segment files are named by their 20-digit start offset (loading fails)")
         else:
