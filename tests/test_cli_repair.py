@@ -369,3 +369,19 @@ def test_a_dangling_symbolic_link_is_named_by_open_inspect_and_verify(tmp_path: 
     assert result.exit_code != 0 and said in result.stderr and "kept changing" not in result.stderr
     result = run("verify", root, *TINY_SETS)
     assert result.exit_code == 1 and f"{link.relative_to(root)}: {said}" in result.stdout
+
+
+def test_recover_after_a_crash_names_the_checkpoints_segment_as_where_checking_starts(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root, count=120)
+    segments = sorted(p.name for p in (root / "commitlog").iterdir())
+    (root / "abort").touch()  # a crash after the last flush
+    late = (results[-1].store_timestamp + 3_600_000).to_bytes(8, "big")  # every segment is before it
+    (root / "checkpoint").write_bytes(late * 3 + bytes(4096 - 24))
+    (root / "consumequeue").rename(tmp_path / "cq.old")  # the queues need records from segment 0 on
+    plan = json.loads(run("recover", root, *TINY_SETS, "--json", "--dry-run").stdout)["plan"]
+    assert plan["checkedFrom"] == segments[-1] and plan["uncheckedSegments"] == len(segments) - 1
+    info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
+    assert info["recovery"]["startFile"] == segments[0]
+    assert info["checked"].startswith(f"every segment from {segments[-1]} on")
+    assert info["notChecked"].startswith(f"the {len(segments) - 1} segment(s) before {segments[-1]}")

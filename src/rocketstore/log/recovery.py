@@ -40,6 +40,8 @@ from rocketstore.queues.index_service import IndexService
 
 log = logging.getLogger(__name__)
 
+NORMAL_CHECKED = 3  # segments an open after a clean shutdown checks (RocketMQ's recoverNormally)
+
 
 @dataclass
 class RecoveryReport:
@@ -48,7 +50,8 @@ class RecoveryReport:
     abnormal: bool
     consume_queue_end: int = -1  # end of the last record the consume queues held before recovery
     index_end: int = -1  # offset of the last record the index held before recovery
-    start_file: str | None = None
+    start_file: str | None = None  # the first segment read (the queues may need records from before checked_from)
+    checked_from: str | None = None  # the first segment whose records are checked and may be cut
     process_offset: int = 0
     records_checked: int = 0
     records_dispatched: int = 0
@@ -126,9 +129,10 @@ def recover(
     # RocketMQ checks (and may cut) the log from ``trusted`` on: the last three segments after a
     # clean exit, the checkpoint's segment after a crash. The queues may need records from earlier:
     # the walk starts there, but a bad record before ``trusted`` only ends its segment's dispatch.
-    trusted = max(0, len(files) - 3) if last_exit_ok else start
+    trusted = max(0, len(files) - NORMAL_CHECKED) if last_exit_ok else start
     start = min(trusted, _last_file_starting_at_or_before(files, dispatch_from))
     report.start_file = files[start].file_name
+    report.checked_from = files[trusted].file_name
     before = {key: cq.max_offset_in_queue() for key, cq in queues.table.items()}
     newest = [0]  # the latest store time of the records kept
 

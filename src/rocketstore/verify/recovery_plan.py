@@ -14,11 +14,9 @@ from typing import Any
 from rocketstore.codec.scan import STOP_BLANK
 from rocketstore.config import StoreConfig
 from rocketstore.files.mapped_file import MappedFile, holds_data
-from rocketstore.log.recovery import RecoveryReport
+from rocketstore.log.recovery import NORMAL_CHECKED, RecoveryReport
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import SegmentScan, diagnose, scan_segment
-
-NORMAL_CHECKED = 3  # segments an open after a clean shutdown checks (RocketMQ's recoverNormally)
 
 
 @dataclass
@@ -118,10 +116,8 @@ def plan_recovery(root: str, config: StoreConfig) -> RecoveryPlan:
 def _first_checked(files: list[MappedFile], report: RecoveryReport) -> int | None:
     if not files:
         return None
-    if report.abnormal:
-        names = [f.file_name for f in files]
-        return names.index(report.start_file) if report.start_file in names else 0
-    return max(0, len(files) - NORMAL_CHECKED)
+    names = [f.file_name for f in files]
+    return names.index(report.checked_from) if report.checked_from in names else 0
 
 
 def _look_past_end(plan: RecoveryPlan, files: list[MappedFile], delay: tuple[int, ...], prop_crc: bool) -> None:
