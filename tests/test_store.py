@@ -1986,7 +1986,10 @@ def test_wrong_size_segment_is_refused_by_name(make_store, tmp_path, store_confi
     store.shutdown()
     with pytest.raises(CorruptStoreError) as info:
         MessageStore.open(root, store_config.copy(mappedFileSizeCommitLog=8192))
-    assert "00000000000000000000" in str(info.value)
+    assert "00000000000000000000" in str(info.value) and "or it was cut short" in str(info.value)
+    with pytest.raises(CorruptStoreError) as info:  # a file larger than the setting was not cut short
+        MessageStore.open(root, store_config.copy(mappedFileSizeCommitLog=CL_SIZE // 2))
+    assert "cut short" not in str(info.value)
     bad = root / "commitlog" / f"{CL_SIZE:020d}"
     bad.write_bytes(bytes(100))
     with pytest.raises(CorruptStoreError) as info:

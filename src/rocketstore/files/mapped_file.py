@@ -260,9 +260,10 @@ class MappedFile:
             if actual != file_size:
                 setting = size_setting or "the size setting"
                 hint = f" (--set {size_setting}={actual})" if size_setting else ""
+                short = ", or it was cut short (a partial copy, a full disk)" if actual < file_size else ""
                 raise CorruptStoreError(
                     f"the file is {actual} bytes, {setting} says {file_size}: set {setting}={actual} if that "
-                    f"is the store's{hint}, or the file does not belong here",
+                    f"is the store's{hint}{short}, or the file does not belong here",
                     path,
                 )
             if mode == "cow":
