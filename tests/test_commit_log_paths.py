@@ -211,8 +211,10 @@ def test_fast_fail_if_no_buffer_in_store_pool(tmp_path: Path, store_config: Stor
     with MessageStore.open(tmp_path / "fail", pooled, fastFailIfNoBufferInStorePool=True) as store:
         store.services.commit.stop()  # the commit stalls (a slow disk): the buffer is not given back
         queue = store.commit_log.queue
-        statuses = {store.put(Message("T", BODY)).status for _ in range(25)}  # 2 segments' worth
-        assert statuses == {PutMessageStatus.PUT_OK, PutMessageStatus.CREATE_MAPPED_FILE_FAILED}
+        results = [store.put(Message("T", BODY)) for _ in range(25)]  # 2 segments' worth
+        assert {r.status for r in results} == {PutMessageStatus.PUT_OK, PutMessageStatus.CREATE_MAPPED_FILE_FAILED}
+        refused = results[-1].detail, store.put_batch([Message("T", BODY)] * 2).detail
+        assert all(d.startswith("no new commit-log segment: no free buffer in the transient") for d in refused)
         assert "fastFailIfNoBufferInStorePool" in store.commit_log.roll_error
         assert len(queue.files) == 1 and store.pool.available() == 0
         store.flush()  # commits everything: the full segment's buffer comes back

@@ -507,7 +507,7 @@ class MessageWriter(MessagePreparer):
         if self.commit_log.refusing and self.refusal is not None:
             return self.refusal()
         if result is None:
-            return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+            return PutResult.refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, self.commit_log.no_room())
         return PutResult.refused(result[0], result[6])
 
     def _flushed(self, result: AppendResult, wait: bool) -> PutMessageStatus:

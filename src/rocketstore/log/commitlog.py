@@ -342,10 +342,17 @@ class CommitLog:
         if mapped is None or mapped.wrote_position + total + 8 > mapped.file_size:
             mapped = self._writable_for(total, now)
             if mapped is None:
-                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no segment to append to")
+                return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, self.no_room())
         if mapped.wrote_position + total > mapped.allocated and not _reserved(mapped, total):
-            return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, "no disk space for the records")
+            return _refused(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, self.no_room())
         return mapped
+
+    def no_room(self) -> str:
+        """Why an append just found no room (under the put lock): the new segment could not be
+        made, or the disk has no space for the records (or an end-of-file marker)."""
+        if self.roll_error:
+            return f"no new commit-log segment: {self.roll_error}"
+        return "no disk space for the records"
 
     def refuse_appends(self) -> None:
         """Append nothing from now on (the store shuts down): an append already past the store's
