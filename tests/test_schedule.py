@@ -194,7 +194,9 @@ def test_delay_offsets_persist_reload_and_are_corrected(tmp_path: Path, store_co
         delivered = service.delivered
         assert delivered >= 2
     table = fastjson_loads((path / "config" / "delayOffset.json").read_text())["offsetTable"]
-    assert {int(k): v for k, v in table.items()} == {1: delivered, 2: 0}  # level 2 waits at 0, as RocketMQ writes
+    # level 2 delivered nothing: no entry (RocketMQ 4.9.8 writes none: its sample-clean store's file
+    # names levels 1 and 2 only, while levels 4, 6 and 18 held messages not yet due)
+    assert {int(k): v for k, v in table.items()} == {1: delivered}
 
     with MessageStore.open(path, config) as store:
         service = _stopped(store)

@@ -217,7 +217,7 @@ class ScheduleMessageService(Service):
         for first, units in cq.iter_units(offset, stop_at, chunk=1024):
             for i, (phy, size, deliver) in enumerate(units.tolist()):
                 if self._stopping():  # the offset stays at this unit: the next start delivers it
-                    self._set_offset(level, first + i)
+                    self._set_offset(level, first + i, create=False)
                     return now
                 stored = None
                 if given is None:
@@ -228,7 +228,7 @@ class ScheduleMessageService(Service):
                 if deliver > now + delay:  # correctDeliverTimestamp: a time too far ahead means now
                     deliver = now
                 if deliver > now:  # looked at again within 100 ms, as RocketMQ: a clock stepping back is met soon
-                    self._set_offset(level, first + i)
+                    self._set_offset(level, first + i, create=False)
                     return min(deliver, now + DELAY_FOR_A_WHILE_MS)
                 stored = stored or self.read(phy, size)
                 try:
@@ -245,7 +245,7 @@ class ScheduleMessageService(Service):
                     if not result.ok:
                         stats.failed_puts += 1
                         log.warning("delay level %d: redelivery refused (%s): retried shortly", level, result.status)
-                        self._set_offset(level, first + i)
+                        self._set_offset(level, first + i, create=False)
                         return now + DELAY_FOR_A_WHILE_MS
                     stats.delivered += 1
                 reached = first + i + 1
@@ -254,12 +254,15 @@ class ScheduleMessageService(Service):
             return now
         return now + DELAY_FOR_A_WHILE_MS
 
-    def _set_offset(self, level: int, offset: int) -> None:
-        """Record a level's next offset; a level first met holding a message not yet due gets its
-        entry too (RocketMQ's updateOffset when the countdown is not over)."""
-        if level not in self.offsets.offset_table or self.offsets.get(level) != offset:
-            self.offsets.set(level, offset)
-            self._dirty = True
+    def _set_offset(self, level: int, offset: int, create: bool = True) -> None:
+        """Record a level's next offset. Staying at a unit (not due, its put refused, a stop)
+        makes no entry for a level that has none: RocketMQ 4.9.8 only reschedules its timer then,
+        and its delayOffset.json names only the levels that delivered (or were loaded)."""
+        table = self.offsets.offset_table
+        if (self.offsets.get(level) == offset) if level in table else not create:
+            return
+        self.offsets.set(level, offset)
+        self._dirty = True
 
     def persist(self) -> None:
         """Write delayOffset.json now."""
