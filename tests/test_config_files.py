@@ -800,6 +800,24 @@ def test_bak_fallback_when_main_is_empty(tmp_path, content: bytes) -> None:
     assert load_json_file(path) == {"offsetTable": {1: 5, 3: 12}}
 
 
+@pytest.mark.parametrize("content", [b"", b"  \n"])
+def test_a_blank_main_file_never_replaces_a_good_backup(tmp_path, content: bytes) -> None:
+    """A blank main file (a power cut during RocketMQ's unsynced write) next to a good backup: the
+    store loads the backup, and the next write leaves the backup alone until the new file is in
+    place (copying the blank file over it first, a crash before the rename lost both)."""
+    path = tmp_path / "consumerOffset.json"
+    path.write_bytes(content)
+    _write(str(path) + ".bak", '{"offsetTable":{"T@g":{0:100}}}')
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is True and mgr.query("g", "T", 0) == 100
+    mgr.commit("g", "T", 0, 200)
+    mgr.persist()
+    assert _read(str(path) + ".bak") == '{"offsetTable":{"T@g":{0:100}}}'
+    assert not [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]  # nothing to keep aside
+    again = ConsumerOffsetManager(path)
+    assert again.load() is True and again.query("g", "T", 0) == 200
+
+
 def test_bak_fallback_when_main_is_missing(tmp_path) -> None:
     path = tmp_path / "delayOffset.json"
     _write(str(path) + ".bak", DELAY_OFFSET_498)

@@ -64,12 +64,13 @@ def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, A
         raise _Undecodable(f"unexpected content: {exc}") from exc
 
 
-def _readable_config(path: str, convert: Callable[[Any], Any] | None) -> bool:
+def _holds_config(path: str, convert: Callable[[Any], Any] | None) -> bool | None:
+    """True when ``path`` decodes to a config, None when it is missing or blank, False otherwise."""
     try:
-        _read_config(path, convert)
+        found, _value = _read_config(path, convert)
     except _Undecodable:
         return False
-    return True
+    return True if found else None
 
 
 def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> Any:
@@ -127,7 +128,7 @@ def write_json_file(
     """Write ``text`` (UTF-8) to ``path`` the 4.9.8 way, crash-safe.
 
     ``path + ".tmp"`` is written and fsynced; the current content of ``path`` (if any, and if it
-    reads as a config file: a damaged one must not replace a good backup; ``convert``, the
+    reads as a config file: a blank or damaged one must not replace a good backup; ``convert``, the
     decoder the file is loaded with, also checks its shape, as :func:`load_json_file` does) is copied to
     ``path + ".bak"`` and fsynced (content that does not read as one is kept as
     ``path + ".corrupt-<time>"`` instead, so that no text is lost unseen); then ``.tmp`` replaces
@@ -145,11 +146,14 @@ def write_json_file(
             previous: bytes | None = f.read()
     except FileNotFoundError:
         previous = None
-    if previous is not None:
-        if (known is not None and previous == known.encode("utf-8")) or _readable_config(path, convert):
+    if previous is not None and previous.strip():
+        holds = True if known is not None and previous == known.encode("utf-8") else _holds_config(path, convert)
+        if holds:
             _write_synced(path + ".bak", previous)
-        else:
+        elif holds is False:
             _keep_aside(path, previous)
+        # a blank file (a power cut after RocketMQ's unsynced write) replaces no backup: the .bak
+        # may hold the only good state until the new file is in place
     os.replace(tmp, path)
     with contextlib.suppress(OSError):  # e.g. Windows cannot open a directory
         fsync_dir(directory)
