@@ -573,6 +573,12 @@ def test_a_broken_config_file_is_a_problem_naming_what_loading_falls_back_to(bui
     assert has(report.problems, "consumerOffset.json", "not JSON")
     assert has(report.problems, "topics.json", "JSON list")
     assert report.problem_count == 2
+    offsets.write_bytes(b"")  # blank, no backup: a first unsynced write cut by a power loss
+    for name in ("topics.json", "topics.json.bak"):
+        (built / "config" / name).unlink(missing_ok=True)
+    report = verify_store(built, tiny())
+    assert has(report.problems, "consumerOffset.json", "empty", "no backup")
+    assert report.problem_count == 1, report.problems  # a missing file with no backup: no such config yet
 
 
 def test_a_broken_config_file_is_logged_when_loaded(built: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -87,7 +87,8 @@ def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | N
 
 def read_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> tuple[Any, str | None]:
     """``load_json_file``'s value, and what is wrong with the file: None when it is usable, or it and
-    its backup are both missing (a store without that config yet), else what loading fell back to."""
+    its backup are both missing (a store without that config yet), else what loading fell back to
+    (a blank file without a backup is a problem too: its content was lost)."""
     path = os.fspath(path)
     main_error: str | None = None
     try:
@@ -108,6 +109,8 @@ def read_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | N
         )
     elif main_error is not None:
         wrong = f"{main_error}, and there is no backup: the store starts with this config empty"
+    elif os.path.exists(path):  # blank: what a power cut leaves of a first, unsynced write
+        wrong = "empty, and there is no backup: the store starts with this config empty"
     else:
         return None, None
     if main_error is not None:  # as ConfigManager.load logs it (the first write keeps the text aside)
