@@ -585,3 +585,24 @@ def test_a_deleted_topics_end_past_the_recovered_log_is_lowered_to_it(tmp_path: 
     report = verify_store(root, config)
     assert report.ok, report.problems
     assert not [note for note in report.notes if "deleted" in note], report.notes
+
+
+def test_message_index_safe_counts_only_with_the_index_enabled(make_store, tmp_path, store_config) -> None:
+    """RocketMQ's isMappedFileMatchedRecover takes the index's timestamp into the checkpoint's safe
+    time only when messageIndexEnable && messageIndexSafe: with the index off, a store never
+    indexes (indexMsgTimestamp 0), and counting it would check (and cut) the log from segment 0."""
+    config = store_config.copy(messageIndexEnable=False, messageIndexSafe=True)
+    store = make_store(config=config)
+    sent = [store.put(Message("T", b"m%d" % i)) for i in range(120)]
+    assert store.wait_for_dispatch()
+    newest = store.look_message_by_offset(sent[-1].commit_log_offset).store_timestamp
+    store.shutdown()
+    root = tmp_path / "store"
+    segments = sorted(p.name for p in (root / "commitlog").iterdir())
+    checkpoint = StoreCheckpoint(str(root / "checkpoint"))
+    checkpoint.physic_msg_timestamp = checkpoint.logics_msg_timestamp = newest + 3000
+    checkpoint.index_msg_timestamp = 0
+    checkpoint.flush()
+    (root / "abort").write_bytes(b"")
+    store = make_store(config=config)
+    assert store.recovery.abnormal and store.recovery.checked_from == segments[-1]

@@ -226,7 +226,7 @@ class MessageStore:
                     last_exit_ok=self.last_exit_ok,
                     check_crc=config.check_crc_on_recover,
                     delay_millis=self.delay_millis,
-                    message_index_safe=config.message_index_safe,
+                    message_index_safe=config.message_index_enable and config.message_index_safe,
                     prop_crc=config.force_verify_prop_crc,
                 )
             if recover_files:  # no deleted record is past the recovered end; a cut-short deletion is finished
