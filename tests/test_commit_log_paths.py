@@ -260,3 +260,31 @@ def test_inspect_of_a_store_another_process_writes_does_not_claim_its_positions(
     assert "wrote / committed / flushed" not in table.stdout
     assert "end of the data in the files (recovered now)" in table.stdout
     assert "committed and flushed positions are not visible" in table.stdout
+
+
+def test_one_segment_under_two_folders_by_a_hard_link_is_one_copy(tmp_path: Path, store_config: StoreConfig) -> None:
+    """A segment hard-linked into a second commit-log folder is one file under two names, not two
+    copies that both hold data (which refuse the open): it loads once, and nothing is deleted."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    config = store_config.copy(storePathCommitLog=f"{a},{b}")
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 3)
+        sent = store.max_phy_offset
+    first = sorted(os.listdir(a))[0]
+    os.link(os.path.join(a, first), os.path.join(b, first))
+    with MessageStore.open(tmp_path / "s", config) as store:
+        assert store.max_phy_offset == sent and len(store.commit_log.queue.files) >= 3
+    assert os.path.exists(os.path.join(a, first)) and os.path.exists(os.path.join(b, first))
+
+
+def test_a_folder_named_twice_through_a_bind_mount_is_one_folder(tmp_path: Path) -> None:
+    """Two paths of one folder that no link joins (a bind mount) are one folder, as two spellings are."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(a), str(b)], capture_output=True).returncode:
+        pytest.skip("bind mounts need root")
+    try:
+        assert StoreConfig(storePathCommitLog=f"{a},{b}").commit_log_paths == [str(a)]
+    finally:
+        subprocess.run(["umount", str(b)], check=True)

@@ -15,11 +15,17 @@ from collections.abc import Iterable
 
 def distinct_folders(folders: Iterable[str]) -> list[str]:
     """``folders`` normalised (no trailing ``/``, ``//`` or ``.``), each once: the first spelling of
-    a folder named again, under any spelling or through a link, is kept (RocketMQ's getPaths() is a set)."""
-    seen: dict[str, str] = {}
+    a folder named again, under any spelling, through a link or a bind mount, is kept (RocketMQ's
+    getPaths() is a set)."""
+    seen: dict[object, str] = {}
     for folder in folders:
         folder = os.path.normpath(folder)
-        seen.setdefault(os.path.realpath(folder), folder)
+        try:  # one folder under two paths that no link joins (a bind mount) is one folder too
+            st = os.stat(folder)
+            key: object = (st.st_dev, st.st_ino)
+        except OSError:
+            key = os.path.realpath(folder)
+        seen.setdefault(key, folder)
     return list(seen.values())
 
 

@@ -155,7 +155,11 @@ class MappedFileQueue:
     def _one_copy(self, first: str, second: str) -> str:
         """Of two copies of a segment, the one to load. A full-size copy holding only zeros is a
         next segment made ahead in a folder the roll then did not take, left by a crash: it is
-        dropped (deleted in rw mode). Two copies that both hold data are an error."""
+        dropped (deleted in rw mode). Two copies that both hold data are an error. Two names of
+        one file (a hard link) are one copy."""
+        with contextlib.suppress(OSError):
+            if os.path.samefile(first, second):
+                return first
         empty = [p for p in (second, first) if _only_zeros(p)]
         for spare in empty:
             if os.path.getsize(spare) == self.file_size:
