@@ -141,7 +141,10 @@ def write_json_file(
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, exist_ok=True)
+        with contextlib.suppress(OSError):  # the new folder's own entry survives a power cut too
+            fsync_dir(os.path.dirname(directory))
     tmp = path + ".tmp"
     _write_synced(tmp, text.encode("utf-8"))
     try:
