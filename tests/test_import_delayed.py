@@ -196,3 +196,37 @@ def test_an_import_does_not_take_a_later_retry_for_delivered(make_store: Callabl
     store.wait_for_dispatch()
     assert import_jsonl(store, ['{"topic": "Other", "body": "aGk="}']) == 1
     assert store.delay_offsets.get(2) == 0
+
+
+def _twin_retries_export(tmp_path: Path) -> list[str]:
+    """An export whose level 3 holds two retries of one message, one key (a consumer failed it, got
+    it again and failed it again): the first delivered to %RETRY%G before the export, the second
+    waiting."""
+    with MessageStore.open(tmp_path / "src", StoreConfig(**TINY)) as src:
+        src.services.schedule.stop()
+        put = src.put(Message("Orders", b"pay"))
+        assert src.send_back("G", put.commit_log_offset).ok
+        assert _delivered_all(src) == 1
+        assert src.send_back("G", put.commit_log_offset).ok
+        src.wait_for_dispatch()
+        return run_export(src)
+
+
+@pytest.mark.parametrize("index", [True, False])
+@pytest.mark.parametrize("in_parts", [False, True])
+def test_an_import_keeps_a_waiting_retry_whose_twin_was_delivered(tmp_path: Path, in_parts: bool, index: bool) -> None:
+    """One delivered copy accounts for one unit: the twin still waiting stays at level 3's offset,
+    also when a later part of the import finds the first one's copy already in the store."""
+    lines = _twin_retries_export(tmp_path)
+    units = [i for i, line in enumerate(lines) if json.loads(line)["topic"] == SCHEDULE_TOPIC]
+    assert len(units) == 2 and units[-1] == len(lines) - 1
+    parts = [lines[:-1], [lines[-1], '{"topic": "Other", "body": "aGk="}']] if in_parts else [lines]
+    config = StoreConfig(**TINY, messageIndexEnable=index)
+    for part in parts:
+        with MessageStore.open(tmp_path / "dst", config) as dst:
+            dst.services.schedule.stop()
+            import_jsonl(dst, part)
+            assert dst.delay_offsets.offset_table == {3: 1}
+    with MessageStore.open(tmp_path / "dst", config) as dst:
+        assert _delivered_all(dst) == 1  # as the source store (and RocketMQ) would deliver it
+        assert dst.get_max_offset_in_queue("%RETRY%G", 0) == 2

@@ -11,6 +11,7 @@ import contextlib
 import difflib
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import IO, Any, NamedTuple
@@ -180,7 +181,8 @@ def import_jsonl(
     and the message it was delivered as, if it was, is a line of its real topic with the same
     ``UNIQ_KEY`` (or, without one, the same born timestamp and body). Once the lines are stored
     (or the import stops), each delay level's offset in ``delayOffset.json`` moves past the units
-    at its start whose delivered copy this import stored (:func:`skip_delivered`), so the next
+    at its start whose delivered copy this import stored (one copy for one unit, as twins of one
+    message each get their own delivery: :func:`skip_delivered`), so the next
     writer of the store does not deliver them again. Open the store inside
     :func:`rocketstore.services.wiring.no_delayed_delivery` (as ``rocketstore import`` does): a
     schedule service running during the import would deliver units whose copies are still to come.
@@ -188,7 +190,7 @@ def import_jsonl(
     count = 0
     resume = 1  # the first line not stored (nor blank)
     read_all = False
-    copies: set[int] = set()  # copy_key of every non-schedule line
+    copies: Counter[int] = Counter()  # copy_key of every non-schedule line: how many
     warned: set[str] = set()  # unknown fields already warned about
     try:
         for number, line in enumerate(lines, 1):
@@ -219,7 +221,7 @@ def import_jsonl(
             if not result.ok:
                 raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
             if message.topic != SCHEDULE_TOPIC:
-                copies.add(copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
+                copies[copy_key(message.topic, message.properties.get(UNIQ_KEY), message)] += 1
             if progress is not None:
                 progress(size)
         read_all = True
@@ -248,32 +250,23 @@ def copy_key(topic: str, uniq_key: str | None, message: Message | StoredMessage)
     return hash((topic, None, message.reconsume_times, message.born_timestamp, crc))
 
 
-def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int, int]]:
-    """Move each delay level's offset past the units at its start that were delivered: a unit is
-    delivered when its delivered copy (real topic and UNIQ_KEY, :func:`copy_key`) is in
-    ``copies`` or already in the store (an earlier run of an import resumed or split in parts),
-    or when delivery would store nothing for it (no REAL_TOPIC, a half message). Delivery goes in
-    queue order, so the walk stops at the first unit not delivered; an offset never moves back.
-    The offsets are persisted; returns ``{level: (old, new)}`` for those that moved."""
+def skip_delivered(store: MessageStore, copies: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """Move each delay level's offset past the units at its start that were delivered.
+
+    Each delivered copy (real topic and UNIQ_KEY, :func:`copy_key`) accounts for one unit: those
+    of ``copies`` (a Counter gives how many of each key; each key of a set counts once) or, once
+    they are used up, those the store holds (an earlier run of an import resumed or split in parts)
+    less the units with that key before the levels' offsets. A unit for which delivery would store
+    nothing (no REAL_TOPIC, a half message) is delivered too. Delivery goes in queue order, so a
+    level's walk stops at the first unit with no copy left; an offset never moves back. The
+    offsets are persisted; returns ``{level: (old, new)}`` for those that moved."""
     store.wait_for_dispatch()
     offsets = store.delay_offsets
+    olds = {level: offsets.get(level) for level in range(1, len(store.delay_millis) + 1)}
+    pool = _CopyPool(store, Counter(copies), olds)
     moved: dict[int, tuple[int, int]] = {}
-    stored = _StoredCopies(store)
-    for level in range(1, len(store.delay_millis) + 1):
-        cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
-        if cq is None:
-            continue
-        old = offsets.get(level)
-        new = max(old, cq.min_offset_in_queue())
-        for first, units in cq.iter_units(new, cq.max_offset_in_queue(), chunk=1024):
-            for k, (phy, size, _deliver) in enumerate(units.tolist()):
-                message = store.look_message_by_offset(phy, size)
-                if message is None or not _delivered(message, copies, stored):
-                    break
-                new = first + k + 1
-            else:
-                continue
-            break
+    for level, old in olds.items():
+        new = _delivered_end(store, level, old, pool)
         if new > old:
             offsets.set(level, new)
             moved[level] = (old, new)
@@ -282,14 +275,78 @@ def skip_delivered(store: MessageStore, copies: set[int]) -> dict[int, tuple[int
     return moved
 
 
-def _delivered(unit: StoredMessage, copies: set[int], stored: _StoredCopies) -> bool:
+def _delivered_end(store: MessageStore, level: int, old: int, pool: _CopyPool) -> int:
+    """The offset past the delivered units of ``level`` from ``old`` on (``old`` if it has no queue)."""
+    cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
+    if cq is None:
+        return old
+    new = max(old, cq.min_offset_in_queue())
+    for offset, unit in _level_units(store, level, new, cq.max_offset_in_queue()):
+        if unit is None or not pool.take(unit):
+            break
+        new = offset + 1
+    return new
+
+
+def _level_units(store: MessageStore, level: int, start: int, end: int) -> Iterator[tuple[int, StoredMessage | None]]:
+    """(queue offset, record or None) of the units of ``level``'s schedule queue in [start, end)."""
+    cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
+    if cq is None:
+        return
+    for first, units in cq.iter_units(start, end, chunk=1024):
+        for k, (phy, size, _deliver) in enumerate(units.tolist()):
+            yield first + k, store.look_message_by_offset(phy, size)
+
+
+def _unit_key(unit: StoredMessage) -> tuple[str, str | None, int] | None:
+    """(real topic, UNIQ_KEY, copy key) of a schedule unit; None when delivery stores nothing."""
     props = unit.properties
     topic = props.get(REAL_TOPIC)
     if topic is None or topic == HALF_TOPIC:  # the schedule service skips it: nothing to deliver
-        return True
+        return None
     uniq = props.get(UNIQ_KEY)
-    key = copy_key(topic, uniq, unit)
-    return key in copies or stored.holds(topic, uniq, key)
+    return topic, uniq, copy_key(topic, uniq, unit)
+
+
+class _CopyPool:
+    """The delivered copies the walks of :func:`skip_delivered` use up, one a unit: the caller's,
+    then (once a key's are used up) the store's less the units before the levels' offsets."""
+
+    def __init__(self, store: MessageStore, brought: Counter[int], olds: dict[int, int]) -> None:
+        self.store = store
+        self.brought = brought
+        self.left = Counter(brought)
+        self.olds = olds
+        self.stored = _StoredCopies(store)
+        self.checked: set[int] = set()
+        self._before: Counter[int] | None = None
+
+    def take(self, unit: StoredMessage) -> bool:
+        """Whether ``unit`` was delivered, using up its copy if it was."""
+        found = _unit_key(unit)
+        if found is None:
+            return True
+        topic, uniq, key = found
+        if self.left[key] <= 0 and key not in self.checked:
+            self.checked.add(key)
+            extra = self.stored.count(topic, uniq, key) - self.brought[key]
+            if extra > 0:  # the store holds more: less those of the units already delivered
+                self.left[key] = max(0, extra - self.before()[key])
+        if self.left[key] <= 0:
+            return False
+        self.left[key] -= 1
+        return True
+
+    def before(self) -> Counter[int]:
+        """Copy keys of the units before each level's offset (read once)."""
+        if self._before is None:
+            self._before = Counter()
+            for level, old in self.olds.items():
+                for _offset, unit in _level_units(self.store, level, 0, old):
+                    found = _unit_key(unit) if unit is not None else None
+                    if found is not None:
+                        self._before[found[2]] += 1
+        return self._before
 
 
 class _StoredCopies:
@@ -298,15 +355,15 @@ class _StoredCopies:
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
-        self._scanned: dict[str, set[int]] = {}
+        self._scanned: dict[str, Counter[int]] = {}
 
-    def holds(self, topic: str, uniq: str | None, key: int) -> bool:
-        """Whether a message of ``topic`` has the copy key ``key`` (:func:`copy_key`)."""
+    def count(self, topic: str, uniq: str | None, key: int) -> int:
+        """How many messages of ``topic`` have the copy key ``key`` (:func:`copy_key`)."""
         if uniq is not None and self.store.config.message_index_enable:
             found = self.store.query_message(topic, uniq).messages
-            return any(copy_key(topic, m.uniq_key, m) == key for m in found)
+            return sum(copy_key(topic, m.uniq_key, m) == key for m in found)
         keys = self._scanned.get(topic)
         if keys is None:
             queued = iter_queued(self.store, [topic])
-            keys = self._scanned[topic] = {copy_key(topic, m.uniq_key, m) for m, *_ in queued if m is not None}
-        return key in keys
+            keys = self._scanned[topic] = Counter(copy_key(topic, m.uniq_key, m) for m, *_ in queued if m is not None)
+        return keys[key]
