@@ -52,6 +52,7 @@ import logging
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -466,7 +467,7 @@ def _append(
         _write_markers(store.root, markers)
     appended = 0
     put = store.put_as_is if as_is else store.put
-    copies: set[int] = set()  # as_is: the delivered copies the batch brings (export.copy_key)
+    copies: Counter[int] = Counter()  # as_is: the delivered copies the batch brings (export.copy_key)
     try:
         for i, (message, queue_id) in enumerate(_messages(staged, as_is)):
             qid = choose(message.topic) if queue_id is None else queue_id
@@ -476,7 +477,7 @@ def _append(
                     raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
                 appended += 1
             if as_is and message.topic != SCHEDULE_TOPIC:  # stored (now, or by the attempt replayed)
-                copies.add(copy_key(message.topic, message.properties.get(UNIQ_KEY), message))
+                copies[copy_key(message.topic, message.properties.get(UNIQ_KEY), message)] += 1
     except BaseException:
         if copies:  # what was stored stays stored: so do its delivered units, as an import's
             try:
