@@ -329,10 +329,65 @@ def test_the_lock_error_names_the_holder_pid(tmp_path: Path) -> None:
     root = tmp_path / "s"
     _store(root, count=3)
     with open_in_another_process(root) as pid:
-        for args in (("recover",), ("clean",), ("produce", "--topic", "T", "--body", "x")):
+        for args in (("recover",), ("recover", "--dry-run"), ("clean",), ("produce", "--topic", "T", "--body", "x")):
             result = run(args[0], root, *TINY_SETS, *args[1:])
             assert result.exit_code == 2, args
             assert f"Lock failed, MQ already started: another process (pid {pid}) holds {root}/lock" in result.stderr
+
+
+def test_a_lock_on_another_file_system_with_the_same_inode_number_is_not_the_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/proc/locks names a file by MAJOR:MINOR:INODE (device numbers in hex): a lock on a file of
+    another file system that has the lock file's inode number is not the store's lock."""
+    import io
+    import os
+
+    from rocketstore.cli import check
+    from rocketstore.meta import lockfile
+
+    root = tmp_path / "s"
+    _store(root, count=3)
+    st = os.stat(root / "lock")
+    major, minor, ino = os.major(st.st_dev), os.minor(st.st_dev), st.st_ino
+    no_such_pid = 4_194_304 + 17  # above Linux's pid_max: no /proc/PID/fd to look in
+    lines: list[str] = []
+
+    def fake_open(path: object, *args: object, **kwargs: object) -> object:
+        assert path == "/proc/locks"
+        return io.StringIO("".join(lines))
+
+    monkeypatch.setattr(lockfile, "open", fake_open, raising=False)
+    other = f"{major + 1:02x}:{minor:02x}:{ino}"
+    lines[:] = [f"1: POSIX  ADVISORY  WRITE {no_such_pid} {other} 0 0\n"]
+    assert lockfile.lock_holder(str(root)) is None
+    result = run("recover", root, *TINY_SETS, "--dry-run")
+    assert result.exit_code == 0 and "recover would go ahead" in result.stdout, result.output
+    lines.append(f"2: POSIX  ADVISORY  WRITE 4242 {major:02x}:{minor:02x}:{ino} 0 0\n")  # the store's own
+    assert lockfile.lock_holder(str(root)) == 4242
+    assert "(pid 4242) holds" in run("recover", root, *TINY_SETS, "--dry-run").stderr
+    # a device numbered apart from stat's (btrfs, overlay): the inode alone, when that process has the file open
+    with open(root / "lock", "rb"):
+        lines[:] = [f"1: POSIX  ADVISORY  WRITE {os.getpid()} {other} 0 0\n"]
+        assert lockfile.lock_holder(str(root)) == os.getpid()
+    dev = os.makedev(0x103, 0x12C)  # printed as the kernel prints it: hex, two digits at least
+    line = ["1:", "POSIX", "ADVISORY", "WRITE", "99", "103:12c:77", "0", "0"]
+    assert lockfile.holder_in_table([line], dev, 77) == 99
+    assert lockfile.holder_in_table([line], os.makedev(0x103, 0x12D), 77) is None
+    assert lockfile.holder_in_table([[line[0], "->", *line[1:]]], dev, 77) is None  # a waiter holds nothing
+    # recover itself holds the store's lock while it plans (no other process opens it meanwhile)
+    monkeypatch.undo()
+    seen: list[int | None] = []
+    planned = check.plan_recovery
+
+    def plan(store: str, config: StoreConfig) -> object:
+        seen.append(lockfile.lock_holder(store))
+        return planned(store, config)
+
+    monkeypatch.setattr(check, "plan_recovery", plan)
+    assert run("recover", root, *TINY_SETS, "--dry-run").exit_code == 0
+    assert run("recover", root, *TINY_SETS).exit_code == 0
+    assert seen == [None, os.getpid()]
 
 
 def test_inspect_reads_a_short_checkpoint_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

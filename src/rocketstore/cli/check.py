@@ -19,7 +19,7 @@ from rocketstore.cli.common import (
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.meta.lockfile import refuse_if_locked
+from rocketstore.meta.lockfile import held, refuse_if_locked
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
@@ -98,8 +98,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     and without --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
     advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
     check_store(opts, writes=not dry_run, allow_lost_log=force, lost_log_advice=advice)
-    refuse_if_locked(opts.root)
-    plan = plan_recovery(opts.root, opts.config)
+    plan = _plan(opts, dry_run)
     if dry_run:
         lost = None if force else lost_log(opts)
         refused = lost is not None or (plan.loses_data and not force)
@@ -151,6 +150,18 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     out_console().print(kv_table(f"recovered {store.root}", rows))
     for step in steps:
         say(f"next step: {step}")
+
+
+def _plan(opts: Common, dry_run: bool) -> RecoveryPlan:
+    """The recovery plan. recover holds the store's lock while it is made, so that no broker or
+    other process opens the store for writing meanwhile (it is let go just before recover's own
+    open takes it again); --dry-run, which must not write, only refuses a store a process is known
+    to hold."""
+    if dry_run:
+        refuse_if_locked(opts.root)
+        return plan_recovery(opts.root, opts.config)
+    with held(opts.root):
+        return plan_recovery(opts.root, opts.config)
 
 
 def _delay_offsets_lost(store: MessageStore) -> str | None:

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import threading
+from collections.abc import Callable, Iterator
 
 from rocketstore.errors import StoreLockedError
 
@@ -34,11 +35,19 @@ class StoreLock:
         self._key = os.path.realpath(root)
         self._fd = -1
 
-    def acquire(self) -> None:
+    def acquire(self, *, create: bool = True) -> bool:
+        """Take the lock (StoreLockedError when a process or a store object of this one holds it).
+        ``create=False`` only locks a ``lock`` file that is there and writes nothing to it: False
+        when there is none (no process can hold it then)."""
         with _held_lock:
             if self._key in _held:
                 raise StoreLockedError(f"Lock failed, MQ already started: {self._key} is open in this process")
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o644)
+            except (FileNotFoundError, NotADirectoryError):
+                if create:
+                    raise
+                return False
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError as exc:
@@ -46,10 +55,12 @@ class StoreLock:
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
                     raise _locked(self.path, lock_holder(os.path.dirname(self.path))) from None
                 raise
-            os.pwrite(fd, b"lock", 0)
-            os.fsync(fd)
+            if create:
+                os.pwrite(fd, b"lock", 0)
+                os.fsync(fd)
             self._fd = fd
             _held.add(self._key)
+            return True
 
     def release(self) -> None:
         with _held_lock:
@@ -60,6 +71,20 @@ class StoreLock:
                     os.close(self._fd)
                     self._fd = -1
                     _held.discard(self._key)
+
+
+@contextlib.contextmanager
+def held(root: str) -> Iterator[None]:
+    """STORE's lock held through the block, so that no other process opens the store for writing
+    meanwhile (a command reading a store it is about to open for writing): StoreLockedError as an
+    open for writing would raise it. Nothing is created or written; a store without a ``lock``
+    file is not locked (no process holds it)."""
+    lock = StoreLock(root)
+    lock.acquire(create=False)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def lock_holder(root: str) -> int | None:
@@ -75,17 +100,67 @@ def lock_holder(root: str) -> int | None:
             table = [line.split() for line in f]
     except OSError:
         return None
-    exact = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    suffix = f":{st.st_ino}"
+    return holder_in_table(table, st.st_dev, st.st_ino, lambda pid: _has_open(pid, st.st_dev, st.st_ino))
+
+
+def holder_in_table(
+    table: list[list[str]], dev: int, ino: int, has_open: Callable[[int], bool] = lambda pid: False
+) -> int | None:
+    """The pid a ``/proc/locks`` table (each line split) names as holding a POSIX or OFD lock on
+    the file numbered ``dev`` (``os.stat``'s st_dev) and ``ino``, or None.
+
+    The kernel prints the file as ``MAJOR:MINOR:INODE``, the device numbers in hex (at least two
+    digits: ``103:12c:2187807``), the inode in decimal. A line for another device is another file,
+    whatever its inode number (every file system numbers its own). Only where the device is
+    numbered apart from stat's (btrfs subvolumes, overlay) is a line matching the inode alone taken,
+    and then only when ``has_open(pid)`` says that process has this very file open (a POSIX lock is
+    held only while its process has the file open)."""
+    want = (os.major(dev), os.minor(dev), ino)
+    same_inode: list[int] = []
     # "1: POSIX  ADVISORY  WRITE 4242 fe:00:2187807 0 0"; a waiter's line has "->" after its number.
-    # The device may be numbered apart from stat's on overlay or btrfs: the inode alone then.
-    held = [f for f in table if len(f) >= 6 and f[1] in ("POSIX", "OFDLCK") and "->" not in f]
-    for match in (lambda ident: ident == exact, lambda ident: ident.endswith(suffix)):
-        for fields in held:
-            if match(fields[5]):
-                with contextlib.suppress(ValueError):
-                    return int(fields[4])
-    return None
+    for fields in table:
+        if len(fields) < 6 or fields[1] not in ("POSIX", "OFDLCK") or "->" in fields:
+            continue
+        ident = _file_ident(fields[5])
+        try:
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if ident == want:
+            return pid
+        if ident is not None and ident[2] == ino and pid > 0:
+            same_inode.append(pid)
+    return next((pid for pid in same_inode if has_open(pid)), None)
+
+
+def _file_ident(text: str) -> tuple[int, int, int] | None:
+    """``fe:00:2187807`` as (major, minor, inode); None when it is not that (``<none>:0``)."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[0], 16), int(parts[1], 16), int(parts[2])
+    except ValueError:
+        return None
+
+
+def _has_open(pid: int, dev: int, ino: int) -> bool:
+    """Whether process ``pid`` has the file (``dev``, ``ino`` as stat gives them) open: its
+    ``/proc/PID/fd`` links, each stat'ed as the file's path is (no descriptor is opened). False when
+    that cannot be read (another user's process)."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    for name in names:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if st.st_dev == dev and st.st_ino == ino:
+            return True
+    return False
 
 
 def refuse_if_locked(root: str) -> None:
