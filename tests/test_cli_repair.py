@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.files.mapped_file import MappedFile
 from rocketstore.results import PutResult
 from test_cli import TINY, TINY_SETS, hashes, jsonl, open_in_another_process, run
 
@@ -131,6 +132,79 @@ def test_recover_of_a_sound_store_drops_nothing(tmp_path: Path) -> None:
     assert dry.exit_code == 0 and "recover would go ahead" in dry.stdout
     info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
     assert info["droppedRecords"] == 0 and info["cutAt"] is None
+
+
+def _cut_as_rocketmq(root: Path, results: list[PutResult], at: int, bodies: int) -> int:
+    """A store RocketMQ 4.9.8 cut once: record ``at`` zeroed (a page a power loss never wrote), an
+    open after the crash cuts the log there moving positions only (truncateDirtyFiles zeroes
+    nothing: the records after it stay on disk), then ``bodies`` small messages put in T/0 and a
+    clean shutdown. The log end."""
+    hole = results[at]
+    _patch(root, hole.commit_log_offset, bytes(hole.wrote_bytes))
+    (root / "abort").touch()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MappedFile, "truncate", MappedFile.set_positions)  # RocketMQ's cut
+        with MessageStore.open(root, StoreConfig(**TINY)) as store:
+            assert store.max_phy_offset == hole.commit_log_offset
+            for _ in range(bodies):
+                store.put(Message("T", b"new"), 0).raise_for_status()
+            assert store.wait_for_dispatch()
+            return store.max_phy_offset
+
+
+def _stale(results: list[PutResult], at: int, end: int) -> list[PutResult]:
+    """The old records wholly past ``end`` in the segment of record ``at`` (the later ones went with
+    the cut)."""
+    size = TINY["mappedFileSizeCommitLog"]
+    last = results[at].commit_log_offset // size * size + size
+    return [r for r in results if r.commit_log_offset >= end and r.commit_log_offset + r.wrote_bytes <= last]
+
+
+def test_recover_goes_ahead_past_stale_records_that_rocketmqs_cut_left(tmp_path: Path) -> None:
+    """Records past the end that an earlier cut left on disk (stored before the records kept) are
+    no messages lost: recover goes ahead, as RocketMQ and rocketstore's open end the log there."""
+    root = tmp_path / "s"
+    results = _store(root)
+    at = COUNT - 10
+    end = _cut_as_rocketmq(root, results, at, 1)
+    stale = _stale(results, at, end)
+    assert len(stale) >= 2
+    dry = run("recover", root, *TINY_SETS, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    info = json.loads(dry.stdout)
+    assert info["wouldRefuse"] is False and info["plan"]["logEnd"] == end
+    assert (info["plan"]["intactRecordsAfter"], info["plan"]["staleRecordsAfter"]) == (0, len(stale))
+    assert "only stale records of an earlier cut follow" in info["plan"]["badRecord"]["problem"]
+    table = run("recover", root, *TINY_SETS, "--dry-run")
+    assert "recover would go ahead" in table.stdout and f"{len(stale)} stale record(s)" in table.stdout
+    result = run("recover", root, *TINY_SETS, "--json")
+    assert result.exit_code == 0, result.output
+    done = json.loads(result.stdout)
+    assert (done["droppedRecords"], done["staleRecordsDropped"], done["maxOffset"]) == (0, len(stale), end)
+    assert _exported(root) == at + 1
+
+
+def test_stale_records_are_told_by_queue_offsets_given_again_and_newer_ones_still_count(tmp_path: Path) -> None:
+    """A record past the end whose queue offset a record kept took again is stale whatever its
+    store time; one whose queue offset continues past the queue's end, stored after the records
+    kept, is a message a cut would lose."""
+    root = tmp_path / "s"
+    results = _store(root)
+    at = COUNT - 10
+    end = _cut_as_rocketmq(root, results, at, 3)  # T/0 ends at queue offset at + 3 now
+    stale = _stale(results, at, end)
+    assert [r.queue_offset for r in stale[:2]] == [at + 2, at + 3]
+    later = (results[-1].store_timestamp + 3_600_000).to_bytes(8, "big")
+    _patch(root, stale[0].commit_log_offset + 56, later)  # STORETIMESTAMP (no CRC covers it)
+    plan = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json").stdout)["plan"]
+    assert (plan["intactRecordsAfter"], plan["staleRecordsAfter"]) == (0, len(stale))
+    _patch(root, stale[1].commit_log_offset + 56, later)  # queue offset at + 3: past the queue's end
+    dry = run("recover", root, *TINY_SETS, "--dry-run", "--json")
+    assert dry.exit_code == 1
+    info = json.loads(dry.stdout)
+    assert info["wouldRefuse"] is True
+    assert (info["plan"]["intactRecordsAfter"], info["plan"]["staleRecordsAfter"]) == (1, len(stale) - 1)
+    assert f"drop the 1 intact record(s) ({stale[1].wrote_bytes} bytes)" in info["why"]
 
 
 # -- C2: recover says what it checked and left; verify ends with the next steps --------------------

@@ -127,6 +127,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         **offsets,
         "droppedRecords": plan.intact_records,
         "droppedBytes": plan.intact_bytes,
+        "staleRecordsDropped": plan.stale_records,
         "cutAt": None if plan.bad is None else plan.bad.to_dict(),
         "checked": plan.checked(),
         "notChecked": _not_checked(plan),
@@ -209,9 +210,11 @@ def _cut_rows(plan: RecoveryPlan) -> list[tuple[str, object]]:
     """What the cut dropped, for the table."""
     if plan.bad is None:
         return [("records dropped", 0)]
+    stale = plan.stale()
     return [
         ("log cut at", plan.bad.describe()),
         ("records dropped", f"{plan.intact_records} intact record(s), {plan.intact_bytes} bytes"),
+        *([("stale records", stale)] if stale else []),
     ]
 
 

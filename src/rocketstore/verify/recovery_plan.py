@@ -1,7 +1,13 @@
 """What recovery would do to the commit log, learnt before anything changes (``rocketstore recover``
 asks first): the store's own recovery run in memory (a read-only open, as export's), then
 verify's segment scan from where that recovery ends the log: what is wrong there, and the records
-after it that pass every check, CRC included, which a cut there drops."""
+after it that pass every check, CRC included, which a cut there drops.
+
+Records past the end may be stale: RocketMQ's cut (truncateDirtyFiles) only moves positions, so
+the records after it stay on disk until new ones overwrite them, and a store that was cut once
+and then got fewer new bytes than the old tail keeps them past its end. They are told from lost
+messages by their queue offset, below their queue's end at the cut (the offset was given again to
+a record kept), or by their store time, before the newest record kept (they were written first)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from rocketstore.codec.scan import STOP_BLANK
 from rocketstore.config import StoreConfig
@@ -56,6 +64,8 @@ class RecoveryPlan:
     bad: BadRecord | None = None  # what is at ``end`` (None: the end of the data)
     intact_records: int = 0  # records past ``end`` that pass every check: recovery drops them
     intact_bytes: int = 0
+    stale_records: int = 0  # records past ``end`` left by an earlier cut (see the module): no data lost
+    stale_bytes: int = 0
     crc_keeps_all: bool = False  # with checkCRCOnRecover=false recovery would drop no intact record
     kept_bad: list[int] = field(default_factory=list)  # bad records before the checked segments: kept
 
@@ -77,6 +87,16 @@ class RecoveryPlan:
             )
         return f"all {self.segments} segment(s) (after a clean shutdown, the last {NORMAL_CHECKED} are checked)"
 
+    def stale(self) -> str | None:
+        """The stale records of an earlier cut past the end, in words (None: there are none)."""
+        if not self.stale_records:
+            return None
+        return (
+            f"{self.stale_records} stale record(s) ({self.stale_bytes} bytes) of an earlier cut follow, left on disk "
+            "as RocketMQ's cut leaves them (their queue offsets were given again to records kept, or they were "
+            "stored before the records kept): they go with the cut, no message is lost"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "checked": self.checked(),
@@ -86,6 +106,8 @@ class RecoveryPlan:
             "badRecord": None if self.bad is None else self.bad.to_dict(),
             "intactRecordsAfter": self.intact_records,
             "intactBytesAfter": self.intact_bytes,
+            "staleRecordsAfter": self.stale_records,
+            "staleBytesAfter": self.stale_bytes,
             "checkCrcOffKeepsAll": self.crc_keeps_all,
             "keptBadRecords": list(self.kept_bad),
         }
@@ -96,6 +118,7 @@ def plan_recovery(root: str, config: StoreConfig) -> RecoveryPlan:
     changes); its log messages are held back (the caller reports the plan)."""
     with _quiet(), MessageStore.open(root, config, read_only=True) as store:
         report = store.recovery
+        queue_ends = {key: cq.max_offset_in_queue() for key, cq in store.queues.table.items()}
     assert report is not None  # a read-only open recovers
     with _quiet(), MessageStore.open(root, config, read_only=True, recover=False) as raw:
         files = list(raw.commit_log.queue.files)
@@ -109,7 +132,7 @@ def plan_recovery(root: str, config: StoreConfig) -> RecoveryPlan:
             report.process_offset,
             kept_bad=list(report.kept_bad_records),
         )
-        _look_past_end(plan, files, raw.delay_millis, config.force_verify_prop_crc)
+        _look_past_end(plan, files, raw.delay_millis, config.force_verify_prop_crc, queue_ends)
     return plan
 
 
@@ -120,7 +143,13 @@ def _first_checked(files: list[MappedFile], report: RecoveryReport) -> int | Non
     return names.index(report.checked_from) if report.checked_from in names else 0
 
 
-def _look_past_end(plan: RecoveryPlan, files: list[MappedFile], delay: tuple[int, ...], prop_crc: bool) -> None:
+def _look_past_end(
+    plan: RecoveryPlan,
+    files: list[MappedFile],
+    delay: tuple[int, ...],
+    prop_crc: bool,
+    queue_ends: dict[tuple[str, int], int],
+) -> None:
     """What is at the end recovery finds and what follows it (segments holding only zeros there
     are not scanned)."""
     end = plan.end
@@ -128,31 +157,50 @@ def _look_past_end(plan: RecoveryPlan, files: list[MappedFile], delay: tuple[int
     if not any(_holds_data(f, max(end - f.file_from_offset, 0)) for f in later):
         return
     scans = [scan_segment(f, delay, 0, prop_crc=prop_crc) for f in later]
-    for scan in scans:
-        after = scan.part.offsets >= end
-        plan.intact_records += int(after.sum())
-        plan.intact_bytes += int(scan.part.sizes[after].sum())
+    kept = [s.part.store_ts[s.part.offsets < end] for s in scans]
+    newest = max((int(ts.max()) for ts in kept if len(ts)), default=0)
+    live = [_live(s, end, queue_ends, newest) for s in scans]
+    for scan, alive in zip(scans, live, strict=True):
+        stale = (scan.part.offsets >= end) & ~alive
+        plan.intact_records += int(alive.sum())
+        plan.intact_bytes += int(scan.part.sizes[alive].sum())
+        plan.stale_records += int(stale.sum())
+        plan.stale_bytes += int(scan.part.sizes[stale].sum())
     holder = later[0]
     pos = end - holder.file_from_offset
     if plan.recovery.stopped_at_bad_record:
         why, _claimed, trusted = diagnose(holder, pos, prop_crc)
         plan.bad = BadRecord(f"commitlog/{holder.file_name}", pos, end, why, trusted and not prop_crc)
     else:
-        plan.bad = BadRecord(
-            f"commitlog/{holder.file_name}", pos, end, "zeros where a record should start (data follows them)"
-        )
-    plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, end) == 0
+        follow = "data follows them" if plan.intact_records else "only stale records of an earlier cut follow them"
+        plan.bad = BadRecord(f"commitlog/{holder.file_name}", pos, end, f"zeros where a record should start ({follow})")
+    plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, live, end) == 0
 
 
-def _intact_after_other_damage(scans: list[SegmentScan], end: int) -> int:
+def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int], newest: int) -> np.ndarray:
+    """Per record of a segment: past ``end`` and not stale (see the module): its queue offset is not
+    below its queue's end as recovery leaves it (``queue_ends``; a queue that has none ends at -1),
+    and it was not stored before ``newest`` (the latest store time of the records kept)."""
+    part = scan.part
+    after = part.offsets >= end
+    if not after.any():
+        return after
+    at = np.flatnonzero(after)
+    pairs = zip(part.topic_ids[at].tolist(), part.queue_ids[at].tolist(), strict=True)
+    ends = np.full(len(after), -1, dtype=np.int64)
+    ends[at] = [queue_ends.get((part.topics[t], q), -1) for t, q in pairs]
+    return after & (part.queue_offsets >= ends) & (part.store_ts >= newest)
+
+
+def _intact_after_other_damage(scans: list[SegmentScan], live: list[np.ndarray], end: int) -> int:
     """Records that pass every check past the first damage at or after ``end`` other than a body
-    CRC (where recovery with checkCRCOnRecover=false would end the log)."""
+    CRC (where recovery with checkCRCOnRecover=false would end the log); stale ones not counted."""
     for scan in scans:
         for stop in scan.stops:
             at = scan.base + stop.pos
             if at < end or stop.reason == STOP_BLANK or stop.skipped:  # skipped: only its CRC fails
                 continue
-            return sum(int((s.part.offsets >= at).sum()) for s in scans)
+            return sum(int(((s.part.offsets >= at) & alive).sum()) for s, alive in zip(scans, live, strict=True))
     return 0
 
 
