@@ -134,6 +134,18 @@ def _decode_extra(obj: dict[Any, Any]) -> dict[Any, Any]:
     return extra
 
 
+def _group_topic_map(read: dict[str, list[Any]], offset_table: dict[str, Any]) -> dict[str, list[Any]]:
+    """The ``groupTopicMap`` read, with every group and topic of the offset table added."""
+    out = {group: list(topics) for group, topics in read.items()}
+    for key in offset_table:
+        parts = key.split(TOPIC_GROUP_SEPARATOR)
+        if len(parts) == 2:
+            topics = out.setdefault(parts[1], [])
+            if parts[0] not in topics:
+                topics.append(parts[0])
+    return out
+
+
 class ConfigFile(abc.ABC):
     """Shared load/persist plumbing (``ConfigManager``); each file's manager supplies the codec."""
 
@@ -162,6 +174,16 @@ class ConfigFile(abc.ABC):
     def encode(self) -> str:
         """The file content ``persist`` writes (fastjson pretty format)."""
 
+    def _snapshot(self) -> Any:
+        """A copy of the state, taken under the lock, that :meth:`_render` encodes (by default the
+        encoded text itself: a manager whose table is large copies it instead, so that its users
+        wait for the copy only, not for the encode and the write)."""
+        return self.encode()
+
+    def _render(self, snapshot: Any) -> str:
+        """The file content of a :meth:`_snapshot`, encoded without the lock."""
+        return str(snapshot)
+
     def load(self) -> bool:
         """Replace the in-memory state with the file's (or its ``.bak``'s); False if there was none."""
         state, self.load_problem = read_json_file(self.path, self._decode)
@@ -176,23 +198,25 @@ class ConfigFile(abc.ABC):
 
     def persist(self, *, last: bool = False) -> None:
         """Write the state to the file (no-op when the manager is not writable); ``last`` (the
-        store's shutdown) seals the state as it is encoded, so that no change slips in after."""
+        store's shutdown) seals the state as it is copied for the write, so that no change slips in after."""
         if not self.writable:
             return
-        with self._persist_lock:
+        with self._persist_lock:  # one write at a time, in the order of their snapshots
             with self._lock:
-                text = self.encode()
+                snapshot = self._snapshot()
                 self.sealed = self.sealed or last
-            self._write(text)
+            self._write(self._render(snapshot))
 
     def persist_if_changed(self) -> bool:
         """``persist`` when the state differs from what was last loaded or written; True if written
-        (the state is encoded once)."""
+        (the state is encoded once). A change made while a persist encodes and writes its snapshot
+        is not in that file, and the next call writes it: the state then differs from it."""
         if not self.writable:
             return False
         with self._persist_lock:
             with self._lock:
-                text = self.encode()
+                snapshot = self._snapshot()
+            text = self._render(snapshot)
             if text == self._written:
                 return False
             self._write(text)
@@ -355,24 +379,24 @@ class ConsumerOffsetManager(ConfigFile):
         self.offset_table, self._extra = state
 
     def encode(self) -> str:
-        """consumerOffset.json text, 4.9.8 form (with the top-level fields a 5.x file had)."""
+        """consumerOffset.json text, 4.9.8 form (with the top-level fields a 5.x file had); commits
+        and queries wait for a copy of the table only, not for the encode."""
         with self._lock:
-            top: dict[str, Any] = dict(self._extra)
-            if "groupTopicMap" in top:
-                top["groupTopicMap"] = self._group_topic_map(top["groupTopicMap"])
-            top["offsetTable"] = {key: dict(sorted(queues.items())) for key, queues in self.offset_table.items()}
-            return fastjson.dumps(_sorted_bean(top))
+            snapshot = self._snapshot()
+        return self._render(snapshot)
 
-    def _group_topic_map(self, read: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        """The ``groupTopicMap`` read, with every group and topic of the offset table added."""
-        out = {group: list(topics) for group, topics in read.items()}
-        for key in self.offset_table:
-            parts = key.split(TOPIC_GROUP_SEPARATOR)
-            if len(parts) == 2:
-                topics = out.setdefault(parts[1], [])
-                if parts[0] not in topics:
-                    topics.append(parts[0])
-        return out
+    def _snapshot(self) -> tuple[dict[str, Any], dict[str, dict[int, int]]]:
+        # commits change the queue dicts in place and add keys: both levels are copied (the
+        # ``_extra`` values are replaced on load, never changed in place)
+        return dict(self._extra), {key: dict(queues) for key, queues in self.offset_table.items()}
+
+    def _render(self, snapshot: tuple[dict[str, Any], dict[str, dict[int, int]]]) -> str:
+        extra, offset_table = snapshot
+        top: dict[str, Any] = dict(extra)
+        if "groupTopicMap" in top:
+            top["groupTopicMap"] = _group_topic_map(top["groupTopicMap"], offset_table)
+        top["offsetTable"] = {key: dict(sorted(queues.items())) for key, queues in offset_table.items()}
+        return fastjson.dumps(_sorted_bean(top))
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``offset`` as the next offset ``group`` consumes from ``topic``/``queue_id``."""

@@ -1,0 +1,152 @@
+"""Writing the config files while the store is in use: consumer offsets are committed and queried
+while consumerOffset.json is encoded and written, and a failed topics.json write leaves a topic
+deletion undone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from rocketstore.meta import config_files, fastjson
+from rocketstore.meta.config_files import ConsumerOffsetManager
+
+GUARD_S = 5.0  # a guard against a hang, not a timing assertion: the old code blocks until released
+HOLD_S = 6 * GUARD_S  # a held step outlasts every guard: it ends when the test releases it
+
+
+class _HeldEncode:
+    """``fastjson.dumps`` wrapped to stop in the encode of a persist until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        real = fastjson.dumps
+
+        def held(obj: Any) -> str:
+            text = real(obj)
+            self.entered.set()
+            self.release.wait(HOLD_S)
+            return text
+
+        monkeypatch.setattr(fastjson, "dumps", held)
+        self._undo = lambda: monkeypatch.setattr(fastjson, "dumps", real)
+
+    def stop_holding(self) -> None:
+        self.release.set()
+        self._undo()
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.fixture
+def offsets(tmp_path) -> Iterator[ConsumerOffsetManager]:
+    mgr = ConsumerOffsetManager(tmp_path / "consumerOffset.json")
+    for i in range(50):
+        for q in range(4):
+            mgr.commit(f"G{i % 5}", f"Topic{i}", q, 1000 + q)
+    mgr.persist()
+    yield mgr
+
+
+@pytest.mark.parametrize("method", ["persist", "persist_if_changed"])
+def test_commit_and_query_do_not_wait_for_the_encode_of_a_persist(offsets, monkeypatch, method) -> None:
+    offsets.commit("G1", "Topic1", 0, 5)  # persist_if_changed has something to write
+    hold = _HeldEncode(monkeypatch)
+    persist, _ = _in_thread(getattr(offsets, method))
+    try:
+        assert hold.entered.wait(GUARD_S)  # the persist is encoding the table
+        commit, _ = _in_thread(lambda: offsets.commit("G1", "Topic1", 0, 77))
+        commit.join(GUARD_S)
+        assert not commit.is_alive(), "commit() waited for the encode of consumerOffset.json"
+        query, answer = _in_thread(lambda: offsets.query("G1", "Topic1", 0))
+        query.join(GUARD_S)
+        assert answer == [77], "query() waited for the encode of consumerOffset.json"
+        assert not hold.release.is_set() and persist.is_alive()  # still held in the encode
+    finally:
+        hold.stop_holding()
+        persist.join(GUARD_S)
+    assert not persist.is_alive()
+    # the commit made during the write is not lost: it counts as a change, and the next persist has it
+    assert offsets.persist_if_changed()
+    reread = ConsumerOffsetManager(offsets.path)
+    assert reread.load()
+    assert reread.query("G1", "Topic1", 0) == 77
+    assert reread.query("G4", "Topic49", 3) == 1003
+    assert not offsets.persist_if_changed()
+
+
+def test_a_persist_writes_the_state_of_its_snapshot(offsets, monkeypatch) -> None:
+    """The file a persist writes holds the table as it was when the persist began: a commit made
+    while it is encoded (a new queue of a group it is copying, a new group) is neither half in it
+    nor breaks it."""
+    hold = _HeldEncode(monkeypatch)
+    persist, _ = _in_thread(offsets.persist)
+    try:
+        assert hold.entered.wait(GUARD_S)
+        commits, _ = _in_thread(
+            lambda: [offsets.commit("G0", "Topic0", 9, 900), offsets.commit("NewGroup", "Topic0", 0, 1)]
+        )
+        commits.join(GUARD_S)
+        assert not commits.is_alive()
+    finally:
+        hold.stop_holding()
+        persist.join(GUARD_S)
+    reread = ConsumerOffsetManager(offsets.path)
+    assert reread.load()
+    assert reread.query("G0", "Topic0", 9) == -1
+    assert reread.query("NewGroup", "Topic0", 0) == -1
+    assert offsets.persist_if_changed()
+    assert reread.load()
+    assert reread.query("G0", "Topic0", 9) == 900
+    assert reread.query("NewGroup", "Topic0", 0) == 1
+
+
+def test_two_persists_write_one_after_the_other_newest_last(offsets, monkeypatch) -> None:
+    """A second persist waits for the first one's write; the file ends with the newer state."""
+    first_writing = threading.Event()
+    release = threading.Event()
+    calls: list[str] = []
+    real = config_files.write_json_file
+
+    def write(path: Any, text: str, *args: Any, **kwargs: Any) -> None:
+        calls.append("start")
+        if len(calls) == 1:
+            first_writing.set()
+            release.wait(HOLD_S)
+        real(path, text, *args, **kwargs)
+        calls.append("end")
+
+    monkeypatch.setattr(config_files, "write_json_file", write)
+    offsets.commit("G2", "Topic2", 1, 50)
+    first, _ = _in_thread(offsets.persist)
+    try:
+        assert first_writing.wait(GUARD_S)
+        offsets.commit("G2", "Topic2", 1, 60)
+        second, _ = _in_thread(offsets.persist)
+        second.join(0.2)  # give a wrong implementation the chance to start writing
+    finally:
+        release.set()
+        first.join(GUARD_S)
+        second.join(GUARD_S)
+    assert calls == ["start", "end", "start", "end"]
+    reread = ConsumerOffsetManager(offsets.path)
+    assert reread.load()
+    assert reread.query("G2", "Topic2", 1) == 60
+
+
+def test_the_last_persist_seals_what_it_writes(offsets) -> None:
+    offsets.commit("G3", "Topic3", 2, 33)
+    offsets.persist(last=True)
+    with pytest.raises(Exception, match="written for the last time"):
+        offsets.commit("G3", "Topic3", 2, 34)
+    reread = ConsumerOffsetManager(offsets.path)
+    assert reread.load()
+    assert reread.query("G3", "Topic3", 2) == 33
