@@ -2253,3 +2253,22 @@ def test_suggest_pulling_from_slave_looks_at_every_unit_examined(make_store, sto
     got = store.get_message("g", "T", 0, 0, tags="c")
     assert got.status == GetMessageStatus.NO_MATCHED_MESSAGE
     assert got.suggest_pulling_from_slave
+
+
+def test_pulls_of_any_length_keep_no_compiled_unpacker_per_length(make_store, store_config) -> None:
+    """The few units of a pull unpack with a Struct compiled once per length; longer runs (a large
+    max_nums, a tag filter's window) go through numpy, so pulls of ever new lengths never grow a
+    process-wide cache without bound, and both ways read the same units."""
+    from rocketstore.queues import consume_queue as cq
+
+    config = store_config.copy(mappedFileSizeConsumeQueue=20 * 400, maxTransferCountOnMessageInMemory=400)
+    store = make_store(config=config)
+    for i in range(300):
+        put_ok(store, Message("T", b"m%d" % i, tags="A" if i % 2 else "B"))
+    assert store.wait_for_dispatch()
+    for n in (1, 32, 64, 65, 150, 299):
+        got = store.get_message("g", "T", 0, 1, n)
+        assert [m.body for m in got.messages] == [b"m%d" % i for i in range(1, 1 + n)]
+        got = store.get_message("g", "T", 0, 0, n, tags="A")
+        assert [m.body for m in got.messages] == [b"m%d" % i for i in range(1, 300, 2)][:n]
+    assert max(cq._UNIT_RUNS, default=0) <= cq._CACHED_RUN and max(cq._PLACE_RUNS, default=0) <= cq._CACHED_RUN

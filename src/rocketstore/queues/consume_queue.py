@@ -32,12 +32,17 @@ def record_end(phy: int, size: int) -> int:
 
 
 _UNIT_RUNS: dict[int, struct.Struct] = {}
+_CACHED_RUN = 64  # runs of up to this many units unpack with a compiled Struct kept for the process
 
 
 def unit_columns(data: bytes) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """Units as three columns (commit-log offsets, sizes, tags codes), for a pull's few units:
-    one unpack of the whole run, then three slices."""
+    one unpack of the whole run, then three slices (a longer run goes through numpy: a Struct
+    kept for every length read would grow without bound)."""
     n = len(data) // CQ_STORE_UNIT_SIZE
+    if n > _CACHED_RUN:
+        units = units_of(data)
+        return tuple(units["phy"].tolist()), tuple(units["size"].tolist()), tuple(units["tags"].tolist())
     run = _UNIT_RUNS.get(n)
     if run is None:
         run = _UNIT_RUNS[n] = struct.Struct(">" + "qiq" * n)
@@ -52,6 +57,9 @@ def unit_places(data: bytes) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The commit-log offsets and sizes of units (``unit_columns`` without the tags codes, which
     a pull without a filter does not read)."""
     n = len(data) // CQ_STORE_UNIT_SIZE
+    if n > _CACHED_RUN:
+        units = units_of(data)
+        return tuple(units["phy"].tolist()), tuple(units["size"].tolist())
     run = _PLACE_RUNS.get(n)
     if run is None:
         run = _PLACE_RUNS[n] = struct.Struct(">" + "qi8x" * n)
