@@ -210,6 +210,8 @@ class MessageReader:
             if wanted is not None:
                 code32 = code & 0xFFFFFFFF
                 if (code32 - (1 << 32) if code32 & 0x80000000 else code32) not in wanted:
+                    if not messages:  # the last unit looked at decides, as RocketMQ's getMessage
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
                     continue
             buf = get_data(phy, size)
             if buf is None:  # its segment is gone (or going): skip the units pointing into it
