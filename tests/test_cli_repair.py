@@ -207,6 +207,41 @@ def test_stale_records_are_told_by_queue_offsets_given_again_and_newer_ones_stil
     assert f"drop the 1 intact record(s) ({stale[1].wrote_bytes} bytes)" in info["why"]
 
 
+def test_recover_names_the_segment_where_it_is_and_copies_a_commit_log_outside_the_store(tmp_path: Path) -> None:
+    """With several commit-log folders (storePathCommitLog), one outside STORE: the bad record's
+    segment is named where it is (relative to STORE when inside it), and the copy to make first
+    takes in the folder outside."""
+    root, outside = tmp_path / "s", tmp_path / "elsewhere"
+    inside = root / "a"
+    config = {**TINY, "storePathCommitLog": f"{inside},{outside}"}
+    sets = [x for k, v in config.items() for x in ("--set", f"{k}={v}")]
+    with MessageStore.open(root, StoreConfig(**config)) as store:
+        results = [store.put(Message("T", f"message {i:04d} " * 6)) for i in range(COUNT)]
+        assert store.wait_for_dispatch()
+    size = config["mappedFileSizeCommitLog"]
+    last = next(i for i, r in enumerate(results) if r.commit_log_offset >= results[-1].commit_log_offset // size * size)
+    assert last < COUNT - 2
+    names = []
+    for bad in (last - 3, last):  # the last two segments: one in each folder (they take turns)
+        phy = results[bad].commit_log_offset
+        segment = next(p for d in (inside, outside) if (p := d / f"{phy - phy % size:020d}").exists())
+        data = bytearray(segment.read_bytes())
+        data[phy % size + BODY_AT] ^= 0xFF
+        segment.write_bytes(data)
+        name = str(segment.relative_to(root)) if inside in segment.parents else str(segment)
+        names.append(name)
+        dry = run("recover", root, *sets, "--dry-run", "--json")
+        assert dry.exit_code == 1, dry.output
+        assert json.loads(dry.stdout)["plan"]["badRecord"]["file"] == name
+        result = run("recover", root, *sets, "--external-commit-log")
+        assert result.exit_code == 1, result.output
+        assert f"the cause: {name}@{phy % size} (offset {phy}): body CRC" in result.stderr
+        assert f"(cp -a {root} {root}.bak; cp -a {outside} {outside}.bak)" in result.stderr
+        data[phy % size + BODY_AT] ^= 0xFF
+        segment.write_bytes(data)
+    assert names[0].startswith("a/") != names[1].startswith("a/")
+
+
 # -- C2: recover says what it checked and left; verify ends with the next steps --------------------
 def _next_steps(root: Path) -> list[str]:
     report = json.loads(run("verify", root, *TINY_SETS, "--json").stdout)

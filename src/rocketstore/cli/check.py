@@ -20,6 +20,7 @@ from rocketstore.cli.common import (
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.meta.lockfile import held, refuse_if_locked
+from rocketstore.meta.root import is_inside
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
@@ -107,7 +108,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
             ctx.exit(EXIT_PROBLEMS)
         return
     if plan.loses_data and not force:
-        raise ProblemsFound(_refusal(opts.root, plan), plan=plan.to_dict())
+        raise ProblemsFound(_refusal(opts, plan), plan=plan.to_dict())
     had_abort = os.path.exists(os.path.join(opts.root, "abort"))
     with no_delayed_delivery():  # recovery only: no delayed message is delivered
         store = open_store(opts, create=False, checked=True)
@@ -222,7 +223,7 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
     """--dry-run's answer: what recover would do, or why it would refuse."""
     why = lost
     if plan.loses_data and refused:
-        why = _refusal(opts.root, plan, dry_run=True)
+        why = _refusal(opts, plan, dry_run=True)
     if opts.as_json:
         print_json({"store": opts.root, "dryRun": True, "wouldRefuse": refused, "why": why, "plan": plan.to_dict()})
         return
@@ -237,8 +238,9 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
         say(why)
 
 
-def _refusal(root: str, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
-    """Why recover refuses a cut that drops intact records, and the ways on."""
+def _refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
+    """Why recover refuses a cut that drops intact records, and the ways on (the copy to make names
+    every commit-log folder outside STORE too)."""
     assert plan.bad is not None
     lines = [
         f"recovery would cut the commit log at offset {plan.end} and drop the {plan.intact_records} intact "
@@ -253,5 +255,8 @@ def _refusal(root: str, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
             "the body stays as stored): every later open checks it again while it is in the last 3 segments or "
             "after a crash, and cuts the log there unless it is given the setting too (a broker: in broker.conf)"
         )
-    lines.append(f"  either way, copy the store first (cp -a {root} {root}.bak)")
+    outside = [p for p in opts.commit_log_paths if os.path.exists(p) and not is_inside(p, opts.root)]
+    copies = "; ".join(f"cp -a {p} {p}.bak" for p in (opts.root, *outside))
+    also = f", its commit-log folder(s) outside {opts.root} too" if outside else ""
+    lines.append(f"  either way, copy the store first{also} ({copies})")
     return "\n".join(lines)

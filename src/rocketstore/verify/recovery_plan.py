@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ class BadRecord:
     """Where recovery ends the log while something follows: a record that fails its checks, or
     zeros where a record should start."""
 
-    file: str  # ``commitlog/<segment>``
+    file: str  # the segment's path, relative to the store's folder when inside it (``commitlog/<segment>``)
     position: int
     offset: int
     problem: str
@@ -170,11 +171,19 @@ def _look_past_end(
     pos = end - holder.file_from_offset
     if plan.recovery.stopped_at_bad_record:
         why, _claimed, trusted = diagnose(holder, pos, prop_crc)
-        plan.bad = BadRecord(f"commitlog/{holder.file_name}", pos, end, why, trusted and not prop_crc)
+        plan.bad = BadRecord(_named(holder, plan.root), pos, end, why, trusted and not prop_crc)
     else:
         follow = "data follows them" if plan.intact_records else "only stale records of an earlier cut follow them"
-        plan.bad = BadRecord(f"commitlog/{holder.file_name}", pos, end, f"zeros where a record should start ({follow})")
+        plan.bad = BadRecord(_named(holder, plan.root), pos, end, f"zeros where a record should start ({follow})")
     plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, live, end) == 0
+
+
+def _named(mapped: MappedFile, root: str) -> str:
+    """A segment's path as messages name it: relative to the store's folder when it lies in it
+    (``commitlog/<segment>``, or another storePathCommitLog folder's), else in full."""
+    path = os.path.abspath(mapped.path)
+    rel = os.path.relpath(path, os.path.abspath(root))
+    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
 def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int], newest: int) -> np.ndarray:
