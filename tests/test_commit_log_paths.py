@@ -288,3 +288,26 @@ def test_a_folder_named_twice_through_a_bind_mount_is_one_folder(tmp_path: Path)
         assert StoreConfig(storePathCommitLog=f"{a},{b}").commit_log_paths == [str(a)]
     finally:
         subprocess.run(["umount", str(b)], check=True)
+
+
+def test_verify_names_a_damaged_record_by_its_segments_folder(tmp_path: Path, store_config: StoreConfig) -> None:
+    """With several commit-log folders a segment is named where it is (relative to the store when
+    inside it, else in full), not as commitlog/<name>, which does not exist."""
+    from rocketstore.verify import verify_store
+
+    root, outside = tmp_path / "s", tmp_path / "elsewhere"
+    config = store_config.copy(storePathCommitLog=f"{root / 'a'},{outside}")
+    with MessageStore.open(root, config) as store:
+        fill(store, 4)
+    for folder, label in ((root / "a", "a/"), (outside, f"{outside}/")):
+        name = sorted(os.listdir(folder))[0]
+        with open(folder / name, "r+b") as f:
+            f.seek(4)
+            magic = f.read(4)
+            f.seek(4)
+            f.write(b"\xde\xad\xbe\xef")
+        problems = verify_store(root, config).problems
+        assert any(p.startswith(f"{label}{name}@0 (offset {int(name)})") for p in problems), problems
+        with open(folder / name, "r+b") as f:
+            f.seek(4)
+            f.write(magic)

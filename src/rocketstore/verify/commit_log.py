@@ -117,7 +117,7 @@ class _Collector:
         base = mapped.file_from_offset
         positions = records.offsets - base
         phys = _longs_at(mapped.mm, positions + rec.PHYSICAL_OFFSET_POSITION)
-        name = f"commitlog/{mapped.file_name}"
+        name = segment_label(mapped.path, report.store)
         problems_at(
             report,
             phys != records.offsets,
@@ -200,6 +200,14 @@ class Stop:
     def skipped(self) -> bool:
         """A damaged record skipped by its own (trusted) TOTALSIZE."""
         return self.reason == STOP_BAD and self.claimed > 0 and self.resume == self.pos + self.claimed
+
+
+def segment_label(path: str, root: str) -> str:
+    """A segment's path as messages name it: relative to the store's folder when it lies in it
+    (``commitlog/<segment>``, or another storePathCommitLog folder's), else in full."""
+    path = os.path.abspath(path)
+    rel = os.path.relpath(path, os.path.abspath(root))
+    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
 @dataclass
@@ -369,7 +377,7 @@ def damaged_record_at(store: MessageStore, offset: int) -> str | None:
             continue
         pos = offset - mapped.file_from_offset
         scan = scan_segment(mapped, store.delay_millis, 0, prop_crc=store.config.force_verify_prop_crc)
-        where = f"commitlog/{mapped.file_name}@{pos}"
+        where = f"{segment_label(mapped.path, store.root)}@{pos}"
         for stop in scan.stops:
             if stop.pos == pos and stop.reason == STOP_BAD:
                 return f"{where}: {stop.why}"
@@ -415,7 +423,7 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     end = scans[last].base + scans[last].stops[-1].pos
     skipped: list[tuple[int, int]] = []
     for i, scan in enumerate(scans[: last + 1]):
-        name = f"commitlog/{scan.name}"
+        name = segment_label(scan.path, report.store)
         for stop in scan.stops:
             pos = stop.pos
             at = scan.base + pos
@@ -493,7 +501,8 @@ def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int,
         )
         return
     report.log_end_reason = f"a bad record at {at}"
-    where = f"commitlog/{scan.name}@{stop.pos} (offset {at}): {stop.why}; {after} non-zero bytes follow it"
+    label = segment_label(scan.path, report.store)
+    where = f"{label}@{stop.pos} (offset {at}): {stop.why}; {after} non-zero bytes follow it"
     if report.abort_file or not old:
         report.problem(f"{where}, which recovery drops (the log is cut here); {went_on}")
     else:  # a clean shutdown's open checks the last three files only (RocketMQ's recoverNormally)

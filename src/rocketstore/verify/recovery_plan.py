@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.recovery import NORMAL_CHECKED, RecoveryReport
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import SegmentScan, diagnose, scan_segment
+from rocketstore.verify.commit_log import SegmentScan, diagnose, scan_segment, segment_label
 
 
 @dataclass
@@ -171,19 +170,13 @@ def _look_past_end(
     pos = end - holder.file_from_offset
     if plan.recovery.stopped_at_bad_record:
         why, _claimed, trusted = diagnose(holder, pos, prop_crc)
-        plan.bad = BadRecord(_named(holder, plan.root), pos, end, why, trusted and not prop_crc)
+        plan.bad = BadRecord(segment_label(holder.path, plan.root), pos, end, why, trusted and not prop_crc)
     else:
         follow = "data follows them" if plan.intact_records else "only stale records of an earlier cut follow them"
-        plan.bad = BadRecord(_named(holder, plan.root), pos, end, f"zeros where a record should start ({follow})")
+        plan.bad = BadRecord(
+            segment_label(holder.path, plan.root), pos, end, f"zeros where a record should start ({follow})"
+        )
     plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, live, end) == 0
-
-
-def _named(mapped: MappedFile, root: str) -> str:
-    """A segment's path as messages name it: relative to the store's folder when it lies in it
-    (``commitlog/<segment>``, or another storePathCommitLog folder's), else in full."""
-    path = os.path.abspath(mapped.path)
-    rel = os.path.relpath(path, os.path.abspath(root))
-    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
 def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int], newest: int) -> np.ndarray:
