@@ -12,6 +12,7 @@ import numpy as np
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.ids import prefixed_hashes, token_hashes, topic_key_hash, topic_prefix_hash
 from rocketstore.codec.message import JAVA_INT
+from rocketstore.codec.record import PROPERTIES_MAX_LENGTH
 from rocketstore.codec.records import D_KEYS, D_OFFSET, D_STORE_TS, D_SYSFLAG, D_TOPIC, D_UNIQ, Records
 from rocketstore.errors import ConfigError, CorruptStoreError
 from rocketstore.files.allocate import SegmentAllocator
@@ -79,30 +80,63 @@ def index_entries(records: Records) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return hashes, records.offsets[rows], records.store_ts[rows]
 
 
-def creation_order(found: list[tuple[str, IndexFile | None]]) -> list[tuple[str, IndexFile | None]]:
+# a record's properties take at most PROPERTIES_MAX_LENGTH bytes, and each of its keys two of them
+# (itself and a space): no record has more index entries than this (its UNIQ_KEY with them)
+_MOST_ENTRIES_OF_A_RECORD = PROPERTIES_MAX_LENGTH // 2 + 1
+
+
+def creation_order(
+    found: list[tuple[str, IndexFile | None]], earliest: bool = True
+) -> list[tuple[str, IndexFile | None]]:
     """Index files (path, file; given in name order) in the order they were made, by their headers:
     files with entries by the log range they cover, [beginPhyOffset, endPhyOffset] (a record's keys
     may run from a full file into the next), then files without entries (a new file holds none
     until its first key; its header carries the end of the file before).
 
-    A file whose header is not to be trusted (it contradicts itself; None: of the wrong size) goes
-    at the earliest place it may belong: where its name puts it (after the file named before it),
-    or before a file named after it that covers an earlier range (names out of order). Dropping it
-    then drops every file that may hold records after its own."""
-    keys = []
+    A file whose header is not to be trusted (it contradicts itself; None: of the wrong size) goes,
+    with ``earliest`` (a load that drops it), at the earliest place it may belong: before the first
+    file that leaves room for records before it (begins after the end of the file before it, or
+    after offset 0). Its name is no guide: a file named before it may have been made after it (a
+    clock set back, or a time zone further west, in between), as one named after it may have been
+    made before it. Dropping it then drops every file that may hold records after its own, and
+    recovery indexes them again from the end of the files kept. (Where a file begins at the end of
+    the one before, a file between them would hold nothing but keys of that one record: room only
+    when one record's keys can fill a file.) Without ``earliest`` (a load that keeps every file,
+    verify's, which checks each against the one before) it goes where it most likely belongs: where
+    its name puts it (after the file named before it), or before a file named after it that covers
+    an earlier range."""
+    keys, bad = {}, []
     for i, (path, index) in enumerate(found):
         name = os.path.basename(path)
         if index is not None and index.header_problem() is None:
             entries = index.index_count > 1
             begin, end = index.begin_phy_offset, index.end_phy_offset
-            keys.append((not entries, begin, end, entries and not index.is_write_full(), name))
-            continue
-        before = found[i - 1][1] if i else None
-        at = [before.end_phy_offset if before is not None else 0]
-        at += [f.begin_phy_offset for _, f in found[i + 1 :] if f is not None]
-        begin = max(0, min(at))
-        keys.append((False, begin, begin - 1, False, name))  # before a file beginning there too
-    return [found[i] for i in sorted(range(len(found)), key=keys.__getitem__)]
+            keys[i] = (not entries, begin, end, entries and not index.is_write_full(), name)
+        elif earliest:
+            bad.append(i)
+        else:
+            before = found[i - 1][1] if i else None
+            at = [before.end_phy_offset if before is not None else 0]
+            at += [f.begin_phy_offset for _, f in found[i + 1 :] if f is not None]
+            begin = max(0, min(at))
+            keys[i] = (False, begin, begin - 1, False, name)  # before a file beginning there too
+    order = sorted(keys, key=keys.__getitem__)
+    if bad:
+        at = _first_room([index for i in order if (index := found[i][1]) is not None])
+        order[at:at] = bad
+    return [found[i] for i in order]
+
+
+def _first_room(files: list[IndexFile]) -> int:
+    """Where among ``files`` (trusted, in the order they were made) another file may first lie: before
+    the first one beginning after the end of the one before it (after offset 0, for the first)."""
+    end = 0
+    for at, index in enumerate(files):
+        begin = index.begin_phy_offset
+        if begin > end or (begin == end and index.index_num - 1 <= _MOST_ENTRIES_OF_A_RECORD):
+            return at
+        end = index.end_phy_offset
+    return len(files)
 
 
 class IndexService:
@@ -174,7 +208,7 @@ class IndexService:
                 found.append((path, None))
             checked = self.mode == "rw" or not last_exit_ok  # else maybe verify's load: it keeps what it finds
             dropping = False  # from the first file not known whole on: rebuilt from there
-            for path, index in creation_order(found):
+            for path, index in creation_order(found, earliest=checked):
                 if index is None:  # of the wrong size
                     dropping = True
                     if self.mode == "rw":
