@@ -993,7 +993,12 @@ def test_a_filtered_unit_after_a_removed_one_answers_no_matched_message(make_sto
     """Between the commit log's cleanup and its consume queue's: units into the deleted segment
     answer MESSAGE_WAS_REMOVING, but a later unit the tag filter drops (nothing found yet) decides
     the status, NO_MATCHED_MESSAGE, as in RocketMQ's getMessage (the last unit looked at decides)."""
-    config = store_config.copy(fileReservedTime=0, destroyMapedFileIntervalForcibly=0, deleteFileBatchMax=1)
+    config = store_config.copy(  # one consume-queue file: its cleanup (in the background) never runs under the pull
+        fileReservedTime=0,
+        destroyMapedFileIntervalForcibly=0,
+        deleteFileBatchMax=1,
+        mappedFileSizeConsumeQueue=20 * 100,
+    )
     store = make_store(config=config)
     results = [store.put(Message("T", b"x" * 20, tags="A"), 0) for _ in range(60)]
     first_segment = sum(r.commit_log_offset < store_config.mapped_file_size_commit_log for r in results)
@@ -1007,4 +1012,4 @@ def test_a_filtered_unit_after_a_removed_one_answers_no_matched_message(make_sto
     assert store.services.clean.delete_expired_files(time.time() + 10, manual=True).commit_log_files == 1
     got = store.get_message("g", "T", 0, start, 32, tags="A")
     assert got.status == GetMessageStatus.NO_MATCHED_MESSAGE and not got.messages
-    assert got.next_begin_offset > first_segment  # past the B units looked at (to the queue file's end)
+    assert got.next_begin_offset == 60
