@@ -16,7 +16,7 @@ from conftest import TINY_GEOMETRY, put_ok
 from rocketstore import Message, MessageStore, StoreConfig, writer
 from rocketstore.log import commitlog
 from rocketstore.queues import index_service
-from rocketstore.queues.index_file import HEADER
+from rocketstore.queues.index_file import HEADER, INDEX_HEADER_SIZE
 from rocketstore.verify import verify_store
 
 PER_FILE = 8  # index entries a file holds: 4 messages (UNIQ_KEY and one key each)
@@ -135,17 +135,20 @@ def test_a_query_takes_the_newest_records_first_whatever_the_file_names(tmp_path
         assert [m.commit_log_offset for m in store.query_message("T", "dup").messages] == [old, new]
 
 
+@pytest.mark.parametrize("entries", ["readable", "zeroed", "over-the-first-file"])
 @pytest.mark.parametrize("one_record_fills_a_file", [True, False], ids=["tiny-files", "large-files"])
 @pytest.mark.parametrize("newer", [1, 2])
 def test_a_damaged_index_file_named_after_newer_ones_drops_them_too(
-    tmp_path, config, set_tz, monkeypatch, newer, one_record_fills_a_file
+    tmp_path, config, set_tz, monkeypatch, newer, one_record_fills_a_file, entries
 ) -> None:
     """Files made in UTC, then UTC+8 (the one damaged), then UTC+4 (``newer`` of them, named
     before it): a clean reopen drops the newer ones with the damaged file, and recovery indexes
     its records and theirs again. The damaged file was placed after the file named before it, so
     that one (and with two, the one before it too) was kept and its keys were never indexed again.
-    The first file, beginning at offset 0, is kept when no record has keys enough to fill a file
-    (as at RocketMQ's sizes; here one record could, so a file may lie before it)."""
+    Its entries, when they show the log range it covers, place it (after the first file, kept);
+    else (none, or a range across a trusted file's) it goes at the earliest place it may belong:
+    the first file, beginning at offset 0, is kept only when no record has keys enough to fill a
+    file (as at RocketMQ's sizes; here one record could, so a file may lie before it)."""
     if not one_record_fills_a_file:
         monkeypatch.setattr(index_service, "_MOST_ENTRIES_OF_A_RECORD", PER_FILE - 1, raising=False)
     root = tmp_path / "store"
@@ -165,11 +168,17 @@ def test_a_damaged_index_file_named_after_newer_ones_drops_them_too(
     with open(root / "index" / damaged, "r+b") as f:
         f.seek(32)
         f.write(struct.pack(">i", config.max_hash_slot_num + 1))  # hashSlotCount out of range
+        f.seek(INDEX_HEADER_SIZE + config.max_hash_slot_num * 4 + 20)  # entry 1
+        if entries == "zeroed":
+            f.write(bytes(20 * (config.max_index_num - 1)))
+        elif entries == "over-the-first-file":
+            f.write(struct.pack(">iq", 1, offsets["k1"]))  # its range would begin inside the first file's
     set_tz("UTC0")
     with MessageStore.open(root, config) as store:
         assert not {damaged, *made_after} & set(_names(root))
-        assert store.recovery.index_end == (-1 if one_record_fills_a_file else offsets["k3"])
-        assert (first in _names(root)) is not one_record_fills_a_file
+        first_kept = entries == "readable" or not one_record_fills_a_file
+        assert store.recovery.index_end == (offsets["k3"] if first_kept else -1)
+        assert (first in _names(root)) is first_kept
         assert _missing(store, offsets) == []
     assert verify_store(root, config).ok
 

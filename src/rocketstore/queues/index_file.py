@@ -259,6 +259,18 @@ class IndexFile:
         raw = self.mapped.read(self._entries_at + INDEX_SIZE, count * INDEX_SIZE)
         return np.frombuffer(raw, dtype=ENTRY_DTYPE)
 
+    def entry_span(self) -> tuple[int, int] | None:
+        """The log range [first, last] its entries cover, read from the entries alone (written from
+        entry 1 on, in log order, up to the first left as zeros), for a file whose header is not
+        to be trusted; None when they show none, or not in log order."""
+        raw = self.mapped.read(self._entries_at + INDEX_SIZE, (self.index_num - 1) * INDEX_SIZE)
+        entries = np.frombuffer(raw, dtype=ENTRY_DTYPE)
+        unwritten = np.flatnonzero((entries["hash"] == 0) & (entries["phy"] == 0) & (entries["diff"] == 0))
+        phys = entries["phy"][: unwritten[0] if len(unwritten) else len(entries)]
+        if not len(phys) or phys[0] < 0 or (len(phys) > 1 and bool((np.diff(phys) < 0).any())):
+            return None
+        return int(phys[0]), int(phys[-1])
+
     def header_problem(self, previous_end: int | None = None) -> str | None:
         """What in the header contradicts itself, its entries or the end of the file made before
         (``previous_end``: files cover the log in the order they were made), as damage would; None

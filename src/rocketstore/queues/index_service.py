@@ -94,7 +94,8 @@ def creation_order(
     until its first key; its header carries the end of the file before).
 
     A file whose header is not to be trusted (it contradicts itself; None: of the wrong size) goes,
-    with ``earliest`` (a load that drops it), at the earliest place it may belong: before the first
+    with ``earliest`` (a load that drops it), where the log range its entries cover puts it when
+    they show one (``IndexFile.entry_span``), else at the earliest place it may belong: before the first
     file that leaves room for records before it (begins after the end of the file before it, or
     after offset 0). Its name is no guide: a file named before it may have been made after it (a
     clock set back, or a time zone further west, in between), as one named after it may have been
@@ -105,13 +106,15 @@ def creation_order(
     verify's, which checks each against the one before) it goes where it most likely belongs: where
     its name puts it (after the file named before it), or before a file named after it that covers
     an earlier range."""
-    keys, bad = {}, []
+    keys, spans, bad = {}, {}, []
     for i, (path, index) in enumerate(found):
         name = os.path.basename(path)
         if index is not None and index.header_problem() is None:
             entries = index.index_count > 1
             begin, end = index.begin_phy_offset, index.end_phy_offset
             keys[i] = (not entries, begin, end, entries and not index.is_write_full(), name)
+        elif earliest and (span := index.entry_span() if index is not None else None) is not None:
+            spans[i] = (False, *span, False, name)  # where its entries put it: a tail is dropped from there
         elif earliest:
             bad.append(i)
         else:
@@ -120,6 +123,11 @@ def creation_order(
             at += [f.begin_phy_offset for _, f in found[i + 1 :] if f is not None]
             begin = max(0, min(at))
             keys[i] = (False, begin, begin - 1, False, name)  # before a file beginning there too
+    for i, key in spans.items():  # a span across a trusted file's range is damage too: not a guide
+        if any(key[1] < k[2] and k[1] < key[2] for k in keys.values() if not k[0]):
+            bad.append(i)
+        else:
+            keys[i] = key
     order = sorted(keys, key=keys.__getitem__)
     if bad:
         at = _first_room([index for i in order if (index := found[i][1]) is not None])
