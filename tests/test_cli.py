@@ -364,6 +364,28 @@ def test_export_refuses_an_output_inside_the_store(tmp_path: Path, small_store: 
     assert run("export", small_store, *TINY_SETS, "-o", tmp_path / "ok.jsonl").exit_code == 0
 
 
+def test_export_writes_through_a_symlink_and_into_a_fifo(tmp_path: Path, small_store: Path) -> None:
+    """-o is written as ``>`` writes: a symbolic link's target gets the lines (the link stays), a
+    FIFO (or a device such as /dev/null) is written to, not replaced by a regular file."""
+    import stat
+    import threading
+
+    expected = run("export", small_store, *TINY_SETS).stdout
+    (tmp_path / "target.jsonl").write_text("old\n")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "target.jsonl")
+    assert run("export", small_store, *TINY_SETS, "-o", tmp_path / "link.jsonl").exit_code == 0
+    assert (tmp_path / "link.jsonl").is_symlink() and (tmp_path / "target.jsonl").read_text() == expected
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = run("export", small_store, *TINY_SETS, "-o", fifo)
+    reader.join(30)
+    assert result.exit_code == 0 and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert read == [expected.encode()]
+
+
 def test_a_commitlog_that_is_a_file_is_an_error(small_store: Path) -> None:
     shutil.rmtree(small_store / "commitlog")
     (small_store / "commitlog").write_bytes(b"not a folder")

@@ -11,6 +11,7 @@ import errno
 import functools
 import io
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -92,7 +93,18 @@ def utf8_stdout() -> Iterator[IO[str]]:
 def replacing_file(path: str) -> Iterator[IO[str]]:
     """A UTF-8 text file written beside ``path`` (in its folder, hidden) and renamed over it only
     when the block ends without an error: an interrupted or failed run leaves no truncated file
-    and keeps an earlier one. The file gets ``path``'s mode when it exists, else the umask's."""
+    and keeps an earlier one. The file gets ``path``'s mode when it exists, else the umask's.
+    A symbolic link is written through (its target is the file); what is not a regular file (a
+    FIFO, a device such as /dev/null) is written to as it is, as ``>`` would, never replaced."""
+    path = os.path.realpath(path) if os.path.islink(path) else path
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        special = False  # not there yet: made beside and renamed
+    if special:
+        with open(path, "w", encoding="utf-8", newline="\n") as direct:
+            yield direct
+        return
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
