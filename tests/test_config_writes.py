@@ -4,12 +4,18 @@ deletion undone."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatus
+from rocketstore.errors import StoreFileError
 from rocketstore.meta import config_files, fastjson
 from rocketstore.meta.config_files import ConsumerOffsetManager
 
@@ -150,3 +156,94 @@ def test_the_last_persist_seals_what_it_writes(offsets) -> None:
     reread = ConsumerOffsetManager(offsets.path)
     assert reread.load()
     assert reread.query("G3", "Topic3", 2) == 33
+
+
+# ------------------------------------------------------------ delete_topics when topics.json cannot be written
+
+
+def _store_with_topics(make_store: Callable[..., MessageStore]) -> MessageStore:
+    store = make_store()
+    for topic in ("Doomed", "Kept"):
+        for i in range(3):
+            assert store.put(Message(topic, f"{topic} {i}".encode()), 1).status == PutMessageStatus.PUT_OK
+    assert store.wait_for_dispatch()
+    store.topics.persist()  # topics.json lists both
+    return store
+
+
+def _tmp_is_a_directory(store: MessageStore) -> Callable[[], None]:
+    """topics.json cannot be written, for root too: its ``.tmp`` is a directory (a leftover of
+    another program, say); returns the repair."""
+    tmp = Path(store.topics.path + ".tmp")
+    tmp.mkdir()
+    return lambda: tmp.rmdir() if tmp.is_dir() else None
+
+
+def _write_is_refused(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """topics.json cannot be written as a config folder without write permission refuses it (root
+    is not refused by the mode bits, so the refusal is the one a non-root user gets)."""
+    real = config_files.write_json_file
+
+    def refuse(path: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(path) == store.topics.path:
+            tmp = os.fspath(path) + ".tmp"
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), tmp)
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(config_files, "write_json_file", refuse)
+    return lambda: monkeypatch.setattr(config_files, "write_json_file", real)
+
+
+@pytest.mark.parametrize("fault", ["tmp_is_a_directory", "permission_denied"])
+def test_delete_topics_that_cannot_write_topics_json_removes_nothing(make_store, monkeypatch, fault) -> None:
+    store = _store_with_topics(make_store)
+    root = Path(store.root)
+    topics_json = Path(store.topics.path).read_bytes()
+    table = store.topics.topics()
+    version = dict(store.topics.data_version)
+    repair = _tmp_is_a_directory(store) if fault == "tmp_is_a_directory" else _write_is_refused(store, monkeypatch)
+
+    try:
+        with pytest.raises(StoreFileError) as raised:
+            store.delete_topics(["Doomed"])
+        assert "topics.json" in str(raised.value) and "no topic was removed" in str(raised.value)
+        if fault == "permission_denied":
+            assert raised.value.errno == errno.EACCES
+            assert isinstance(raised.value.__cause__, PermissionError)
+        # nothing removed, in memory or on disk
+        assert store.topics.topics() == table
+        assert store.topics.data_version == version
+        assert store.topics.find("Doomed") is not None
+        assert Path(store.topics.path).read_bytes() == topics_json
+        assert not (root / "config" / "deletedTopics.json").exists()
+        assert (root / "consumequeue" / "Doomed").is_dir()
+        assert store.get_message("g", "Doomed", 1, 0, 8).status == GetMessageStatus.FOUND
+        assert store.get_max_offset_in_queue("Doomed", 1) == 3
+    finally:
+        repair()
+
+    # once the file can be written, the same deletion goes through
+    assert store.delete_topics(["Doomed"]) == ["Doomed"]
+    assert store.topics.find("Doomed") is None
+    store.shutdown()
+    reopened = make_store()
+    assert reopened.topics.find("Doomed") is None
+    assert reopened.topics.find("Kept") is not None
+    assert reopened.get_max_offset_in_queue("Doomed", 1) == 0
+    assert reopened.get_max_offset_in_queue("Kept", 1) == 3
+
+
+def test_a_store_reopened_after_a_refused_deletion_still_has_the_topic(make_store, monkeypatch) -> None:
+    store = _store_with_topics(make_store)
+    repair = _write_is_refused(store, monkeypatch)
+    try:
+        with pytest.raises(StoreFileError):
+            store.delete_topics(["Doomed"])
+    finally:
+        repair()
+    store.shutdown()
+    assert "Doomed" in json.loads(Path(store.topics.path).read_text())["topicConfigTable"]  # the last write's
+    reopened = make_store()
+    assert reopened.topics.find("Doomed") is not None
+    assert reopened.get_max_offset_in_queue("Doomed", 1) == 3
+    assert reopened.get_message("g", "Doomed", 1, 0, 8).status == GetMessageStatus.FOUND

@@ -7,6 +7,7 @@ flushed up to it first), then the queue folders go. Recovery, rebuilds and verif
 records below that end as deleted: a reopen does not dispatch them again (it finishes a deletion a
 crash cut short), and a topic that comes back starts again at queue offset 0 with only its new
 records. A recovery lowers an end past the recovered log's end to it (``DeletedTopics.lower_to``).
+When topics.json cannot be written, nothing has changed, in memory or on disk (StoreFileError).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names
-from rocketstore.errors import InvalidTopicError, RocketStoreError
+from rocketstore.errors import InvalidTopicError, RocketStoreError, StoreFileError
 
 if TYPE_CHECKING:
     from rocketstore.store import MessageStore
@@ -52,9 +53,13 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
                 store.flush()
                 if store.commit_log.queue.flushed_where < end:
                     raise RocketStoreError(f"the commit log is not flushed up to {end}: no topic was removed")
-                for topic in gone:  # before a put can bring the topic back
-                    store.topics.remove(topic)
-                store.topics.persist()
+                try:  # puts wait for the put lock: none brings a topic back meanwhile
+                    store.topics.remove_and_persist(gone)
+                except OSError as exc:  # the table is as it was: the deletion has not begun
+                    if isinstance(exc, RocketStoreError):
+                        raise
+                    context = f"no topic was removed ({', '.join(gone)}): topics.json cannot be written"
+                    raise StoreFileError.of(exc, context) from exc
                 table = store.deleted_topics.record(gone, end, store.commit_log.min_offset())
                 store.dispatcher.set_deleted(table)
                 store.queues.delete_topics(keep)

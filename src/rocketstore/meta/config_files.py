@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from rocketstore.codec.topic import SCHEDULE_TOPIC
@@ -289,6 +290,24 @@ class TopicConfigManager(ConfigFile):
                 return False
             _next_version(self.data_version)
             return True
+
+    def remove_and_persist(self, topics: Iterable[str]) -> list[str]:
+        """Drop ``topics``' entries and write the file without them (when writable); the topics
+        that had one. When the write fails, the table and its dataVersion are put back as they
+        were before the error is raised: no topic is gone from memory that the file still lists."""
+        with self._persist_lock, self._lock:  # in persist's order; nothing changes the table meanwhile
+            table, data_version = dict(self.topic_config_table), dict(self.data_version)
+            removed = [topic for topic in topics if self.remove(topic)]
+            try:
+                if self.writable:
+                    self._write(self.encode())
+            except BaseException:
+                self.topic_config_table.clear()
+                self.topic_config_table.update(table)
+                self.data_version.clear()
+                self.data_version.update(data_version)
+                raise
+            return removed
 
     def ensure(self, topic: str, queue_id: int, *, queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> bool:
         """Make sure ``topic`` exists with a queue ``queue_id``; True (and a new dataVersion) if changed.
