@@ -247,3 +247,34 @@ def test_a_store_reopened_after_a_refused_deletion_still_has_the_topic(make_stor
     assert reopened.topics.find("Doomed") is not None
     assert reopened.get_max_offset_in_queue("Doomed", 1) == 3
     assert reopened.get_message("g", "Doomed", 1, 0, 8).status == GetMessageStatus.FOUND
+
+
+def test_delete_topics_that_cannot_write_deleted_topics_json_removes_nothing(make_store, monkeypatch) -> None:
+    """topics.json is written, then deletedTopics.json is refused: topics.json is written back as
+    it was and nothing is recorded, so the topic stays whole (a half deletion left the topic out
+    of topics.json with its queues and no record, and a later write could finish it unasked)."""
+    store = _store_with_topics(make_store)
+    root = Path(store.root)
+    topics_json = Path(store.topics.path).read_bytes()
+    real = config_files.write_json_file
+    deleted_path = os.fspath(root / "config" / "deletedTopics.json")
+
+    def refuse(path: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(path) == deleted_path:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), deleted_path + ".tmp")
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(config_files, "write_json_file", refuse)
+    with pytest.raises(StoreFileError, match="no topic was removed") as raised:
+        store.delete_topics(["Doomed"])
+    assert raised.value.errno == errno.EACCES
+    assert store.topics.find("Doomed") is not None and store.deleted_topics.table == {}
+    assert Path(store.topics.path).read_bytes() == topics_json
+    assert not (root / "config" / "deletedTopics.json").exists()
+    assert store.get_max_offset_in_queue("Doomed", 1) == 3
+    monkeypatch.setattr(config_files, "write_json_file", real)
+    store.topics.persist()
+    store.deleted_topics.persist()  # a later write of either file finishes nothing
+    assert store.topics.find("Doomed") is not None and "Doomed" not in store.deleted_topics.table
+    assert store.delete_topics(["Doomed"]) == ["Doomed"]
+    assert store.deleted_topics.table.keys() == {"Doomed"}

@@ -53,14 +53,21 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
                 store.flush()
                 if store.commit_log.queue.flushed_where < end:
                     raise RocketStoreError(f"the commit log is not flushed up to {end}: no topic was removed")
+                recorded: list[dict[str, int]] = []
+
+                def record() -> None:  # with topics.json written: both files go through, or neither
+                    recorded.append(store.deleted_topics.record(gone, end, store.commit_log.min_offset()))
+
                 try:  # puts wait for the put lock: none brings a topic back meanwhile
-                    store.topics.remove_and_persist(gone)
-                except OSError as exc:  # the table is as it was: the deletion has not begun
+                    store.topics.remove_and_persist(gone, then=record)
+                except OSError as exc:  # the tables are as they were: the deletion has not begun
                     if isinstance(exc, RocketStoreError):
                         raise
-                    context = f"no topic was removed ({', '.join(gone)}): topics.json cannot be written"
+                    context = (
+                        f"no topic was removed ({', '.join(gone)}): topics.json or deletedTopics.json cannot be written"
+                    )
                     raise StoreFileError.of(exc, context) from exc
-                table = store.deleted_topics.record(gone, end, store.commit_log.min_offset())
+                (table,) = recorded
                 store.dispatcher.set_deleted(table)
                 store.queues.delete_topics(keep)
                 store.commit_log.forget_topics(set(gone), locked=True)

@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rocketstore.codec.topic import SCHEDULE_TOPIC
@@ -291,21 +292,36 @@ class TopicConfigManager(ConfigFile):
             _next_version(self.data_version)
             return True
 
-    def remove_and_persist(self, topics: Iterable[str]) -> list[str]:
-        """Drop ``topics``' entries and write the file without them (when writable); the topics
-        that had one. When the write fails, the table and its dataVersion are put back as they
-        were before the error is raised: no topic is gone from memory that the file still lists."""
+    def remove_and_persist(self, topics: Iterable[str], then: Callable[[], object] | None = None) -> list[str]:
+        """Drop ``topics``' entries and write the file without them (when writable), then call
+        ``then`` (the rest of a deletion that must go with it); the topics that had one. When the
+        write or ``then`` fails, the table and its dataVersion are put back as they were (and
+        written again, after ``then``) before the error is raised: no topic is gone from memory
+        that the file still lists, nor from the file when the deletion did not go through."""
         with self._persist_lock, self._lock:  # in persist's order; nothing changes the table meanwhile
             table, data_version = dict(self.topic_config_table), dict(self.data_version)
+
+            def put_back() -> None:
+                self.topic_config_table.clear()
+                self.topic_config_table.update(table)
+                self.data_version.clear()
+                self.data_version.update(data_version)
+
             removed = [topic for topic in topics if self.remove(topic)]
             try:
                 if self.writable:
                     self._write(self.encode())
             except BaseException:
-                self.topic_config_table.clear()
-                self.topic_config_table.update(table)
-                self.data_version.clear()
-                self.data_version.update(data_version)
+                put_back()
+                raise
+            try:
+                if then is not None:
+                    then()
+            except BaseException:
+                put_back()
+                if self.writable:
+                    with contextlib.suppress(OSError):  # it was written a moment ago: it most likely is again
+                        self._write(self.encode())
                 raise
             return removed
 

@@ -66,14 +66,19 @@ class DeletedTopics(ConfigFile):
         """``topics`` were removed when the log ended at ``end``: each one's offset becomes ``end``
         (a topic deleted again keeps the highest), entries at or below ``min_offset`` (the log's
         first offset: no record of theirs is left) are dropped, and the file is written (when
-        writable). Returns the new table."""
+        writable); when the write fails the table is as it was. Returns the new table."""
         with self._lock:
-            table = dict(self.table)
+            before = self.table
+            table = dict(before)
             for topic in topics:
                 table[topic] = max(end, table.get(topic, 0))
             self.table = {t: x for t, x in table.items() if x > max(min_offset, 0)}
         if self.table or self._written is not None:  # no empty file where there was none
-            self.persist()
+            try:
+                self.persist()
+            except BaseException:  # not written: not recorded (a later write must not finish it)
+                self.table = before
+                raise
         return self.table
 
     def lower_to(self, end: int) -> dict[str, int]:
