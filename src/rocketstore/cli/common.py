@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -48,6 +49,48 @@ class Interrupted(CommandError):
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(self.format_message(), err=True)
+
+
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, as a shell reports a process a closed pipe ended
+_STORING = "rocketstore.storing"  # ctx.meta: the command has opened a store to write to it
+
+
+class PipeClosed(Interrupted):
+    """stdout closed early (``| head``) under a command that stores: an interruption, not the quiet
+    end a closed pipe is for a command that only reads. One line on stderr (the command says what
+    it stored before it) and exit status 141, as Ctrl-C's 130."""
+
+    exit_code = EXIT_PIPE_CLOSED
+
+    def __init__(self) -> None:
+        super().__init__("interrupted: stdout was closed (broken pipe)")
+
+
+def mark_storing() -> None:
+    """Say that the running command stores (it has opened a store to write to it): from now on a
+    closed stdout interrupts it (``PipeClosed``, exit status 141)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[_STORING] = True  # meta is shared by the whole context chain: the group sees it
+
+
+def storing(ctx: click.Context) -> bool:
+    """True when the command running in ``ctx`` has said it stores (``mark_storing``)."""
+    return bool(ctx.meta.get(_STORING))
+
+
+def silence_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so that flushing what is still buffered at exit does
+    not fail again (what the Python docs advise for SIGPIPE)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a real file (a test runner's) or closed
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 class DeferInterrupts:
@@ -280,10 +323,12 @@ def open_store(
     allow_lost_log: bool = False,
     lost_log_advice: str = RECOVER_FORCE,
     checked: bool = False,
+    closed_pipe_interrupts: bool = True,
 ) -> MessageStore:
     """``MessageStore.open`` for a command, after ``check_store`` (unless the command ran it:
     ``checked``) and, for a command that creates a store, refusing a folder that is not a store but
-    holds one (a broker home given for its store)."""
+    holds one (a broker home given for its store). Opened for writing, a closed stdout then
+    interrupts the command (exit status 141) unless not ``closed_pipe_interrupts``."""
     writes = not read_only
     if not checked:
         check_store(opts, writes=writes, allow_lost_log=allow_lost_log, lost_log_advice=lost_log_advice)
@@ -299,6 +344,8 @@ def open_store(
                 "(refusing to create a new store beside it)"
             )
         check_new_store_folder(opts)
+    if writes and closed_pipe_interrupts:
+        mark_storing()
     return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create)
 
 

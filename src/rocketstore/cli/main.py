@@ -3,12 +3,13 @@
 Exit codes: 0 success; 1 a check found problems (``verify``), a cut that drops intact records was
 refused (``recover``), nothing was found (``query``) or messages could not be read (``export``); 2 a
 usage error or a typed store error (``RocketStoreError``: printed on stderr, no traceback); 130
-interrupted (Ctrl-C).
+interrupted (Ctrl-C); 141 stdout closed early (``| head``) under a command that stores (``produce``,
+``import``, ``recover``, ``clean``: what was stored is said on stderr); a command that only reads
+(and ``consume``, which commits only what it wrote out) ends quietly with 0 then.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from typing import Any
@@ -26,7 +27,7 @@ from rocketstore.cli import (
     spark_cmd,
     transfer,
 )
-from rocketstore.cli.common import Interrupted
+from rocketstore.cli.common import Interrupted, PipeClosed, silence_stdout, storing
 from rocketstore.cli.output import print_json_error
 from rocketstore.errors import RocketStoreError
 
@@ -64,26 +65,14 @@ class _Group(click.Group):
         except RocketStoreError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)
-        except BrokenPipeError:  # stdout closed early (``| head``): done, quietly, as Unix tools are
-            _silence_stdout()
-            ctx.exit(0)
+        except BrokenPipeError:  # stdout closed early (``| head``)
+            silence_stdout()
+            if storing(ctx):  # cut short while storing: an interruption (the command said what it stored)
+                raise PipeClosed() from None
+            ctx.exit(0)  # a command that reads: done, quietly, as Unix tools are
         except OSError as exc:  # a file the store needs cannot be read or written
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_ERROR)
-
-
-def _silence_stdout() -> None:
-    """Point stdout's descriptor at /dev/null, so that flushing what is still buffered at exit does
-    not fail again (what the Python docs advise for SIGPIPE)."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):  # not a real file (a test runner's) or closed
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

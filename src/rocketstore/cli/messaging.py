@@ -174,15 +174,21 @@ def produce(
                 if not opts.as_json and len(shown) < _SHOWN_RESULTS:
                     shown.append(last)
                 advance(1)
-    except BaseException:
-        if stored and last is not None and not opts.as_json:
+        if not opts.as_json:  # inside: a closed stdout here is an interruption too, with the count said
+            _show_stored(stored, shown, last, where)
+    except BaseException:  # Ctrl-C, a closed stdout, an error: what was stored, with or without --json
+        if stored and last is not None:
             warn(
                 f"{stored} message(s) stored in {_place(last)} before this stopped (up to queue offset "
                 f"{last['queueOffset']})"
             )
         raise
-    if opts.as_json:
-        return
+
+
+def _show_stored(
+    stored: int, shown: list[dict[str, object]], last: dict[str, object] | None, where: dict[str, object]
+) -> None:
+    """produce's table: the first results, and how many more up to which queue offset."""
     table = Table(title=cell(f"stored {stored} message(s) in {_place(where)}"), title_justify="left")
     columns = ("status", "msgId", "queueOffset", "commitLogOffset", "storeTimestamp")
     id_width = max((len(str(row["msgId"])) for row in shown), default=0)
@@ -284,7 +290,8 @@ def consume(
     """
     if from_offset is not None and from_committed:
         raise click.UsageError("give at most one of --from-offset and --from-committed")
-    store = open_store(opts, read_only=not commit, create=False)
+    # it commits only what it wrote out: a closed stdout ends it quietly, as a consumer stops
+    store = open_store(opts, read_only=not commit, create=False, closed_pipe_interrupts=False)
     try:
         queue_ids = _queues_to_read(opts, store, topic, queue_id)
         messages: list[StoredMessage] = []

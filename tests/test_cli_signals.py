@@ -1,0 +1,68 @@
+"""The command line and what stops it from outside: a pipe closed early under a command that
+stores, and a Ctrl-C the shell told it to ignore; and where ``consume`` starts when the offset it
+is given is outside the queue."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from test_cli import TINY_SETS, cli_process, jsonl, run
+
+BIG = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
+_STORED = re.compile(r"(\d+) message\(s\) stored in T/0 before this stopped \(up to queue offset (\d+)\)")
+
+
+def _messages(root: Path, *sets: str) -> int:
+    result = run("inspect", root, *sets, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)["messages"]
+
+
+# -- a closed pipe under a command that stores ---------------------------------------------------
+def test_produce_json_into_a_pipe_closed_early_says_what_it_stored_and_exits_141(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    count = 20_000  # ~250 bytes a line: far more than a pipe holds, so it is still storing when the pipe goes
+    proc = cli_process("produce", root, *BIG, "--topic", "T", "--body", "x", "--count", count, "--json")
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["queueOffset"] == 0
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err  # 128 + SIGPIPE, as 130 is 128 + SIGINT
+    assert err.rstrip().endswith("interrupted: stdout was closed (broken pipe)"), err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    match = _STORED.search(err)
+    assert match is not None, err
+    stored, last = int(match[1]), int(match[2])
+    assert 1 <= stored < count and last == stored - 1
+    assert _messages(root, *BIG) == stored  # what stderr says is what the store holds
+
+
+def test_produce_and_import_into_a_closed_stdout_exit_141_and_reads_stay_quiet(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    proc = cli_process("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 5)
+    assert proc.stdout is not None
+    proc.stdout.close()  # as `| true` does: before the command writes its table
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err
+    assert b"5 message(s) stored in T/0 before this stopped (up to queue offset 4)" in err, err
+    assert err.endswith(b"interrupted: stdout was closed (broken pipe)\n"), err
+    assert _messages(root, *TINY_SETS) == 5
+    exported = tmp_path / "e.jsonl"
+    assert run("export", root, *TINY_SETS, "-o", exported).exit_code == 0
+    for extra in ([], ["--json"]):
+        target = tmp_path / f"i{len(extra)}"
+        proc = cli_process("import", target, *TINY_SETS, "-i", exported, *extra)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (141, b"interrupted: stdout was closed (broken pipe)\n"), extra
+        assert _messages(target, *TINY_SETS) == 5
+    for command in (["export"], ["consume", "--topic", "T", "--group", "G"], ["query", "--offset", "0", "--json"]):
+        proc = cli_process(command[0], root, *TINY_SETS, *command[1:])
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, b""), command  # what only reads ends quietly
+    assert len(jsonl(run("export", root, *TINY_SETS).stdout)) == 5
