@@ -8,7 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from test_cli import TINY_SETS, cli_process, jsonl, run
+from rocketstore import MessageStore, StoreConfig
+from test_clean import age, clean_config, fill, segment_files
+from test_cli import TINY, TINY_SETS, cli_process, jsonl, run
 
 BIG = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
 _STORED = re.compile(r"(\d+) message\(s\) stored in T/0 before this stopped \(up to queue offset (\d+)\)")
@@ -66,3 +68,67 @@ def test_produce_and_import_into_a_closed_stdout_exit_141_and_reads_stay_quiet(t
         _out, err = proc.communicate(timeout=120)
         assert (proc.returncode, err) == (0, b""), command  # what only reads ends quietly
     assert len(jsonl(run("export", root, *TINY_SETS).stdout)) == 5
+
+
+# -- consume: an offset outside the queue is moved, and said to be ---------------------------------------
+def _committed(root: Path, group: str) -> int:
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        return store.query_offset(group, "T", 0)
+
+
+def test_consume_from_an_offset_past_the_queue_says_where_it_read_from(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 5).exit_code == 0
+    args = ("consume", root, *TINY_SETS, "--topic", "T", "--group", "G", "--queue", 0, "--from-offset", 999)
+    result = run(*args, "--commit", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "WARNING: T/0: offset 999 is past the queue's max offset 5; read from 5\n" in result.stderr
+    assert json.loads(result.stdout) == {
+        "offsetsMoved": [
+            {
+                "topic": "T",
+                "queueId": 0,
+                "offset": 999,
+                "from": "--from-offset",
+                "movedTo": 5,
+                "minOffset": 0,
+                "maxOffset": 5,
+            }
+        ]
+    }
+    assert "T/0: 0 message(s), next offset 5 (committed)" in result.stderr
+    assert _committed(root, "G") == 5  # committed as before: where it was moved to
+    result = run(*args)  # a table: the warning alone says it
+    assert result.exit_code == 0 and "offset 999 is past the queue's max offset 5; read from 5" in result.stderr
+    assert "offsetsMoved" not in result.stdout
+    result = run(*args[:-1], 2, "--json")  # inside the queue: no warning, no object
+    assert [r["queueOffset"] for r in jsonl(result.stdout)] == [2, 3, 4] and "WARNING" not in result.stderr
+
+
+def test_consume_from_an_offset_retention_deleted_says_where_it_read_from(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    config = clean_config()
+    with MessageStore.open(root, config) as store:
+        fill(store, 12)
+        age(segment_files(store)[:6], hours=2)
+    sets = [f"--set={k}={v}" for k, v in config.changed().items() if k != "storePathRootDir"]
+    consume = ("consume", root, *sets, "--topic", "CleanTopic", "--group", "G", "--max", 1, "--commit")
+    assert run(*consume).exit_code == 0  # G committed 1
+    assert run("clean", root, *sets).exit_code == 0
+    with MessageStore.open(root, config, read_only=True) as store:
+        first = store.get_min_offset_in_queue("CleanTopic", 0)
+    assert first >= 6
+    result = run(*consume[:-3], "--from-offset", 0, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert f"WARNING: CleanTopic/0: offset 0 is before the queue's min offset {first}; read from {first}\n" in (
+        result.stderr
+    )
+    *rows, moved = jsonl(result.stdout)
+    assert [r["queueOffset"] for r in rows] == list(range(first, 12))  # read from the min offset
+    assert moved["offsetsMoved"][0]["movedTo"] == first and moved["offsetsMoved"][0]["from"] == "--from-offset"
+    result = run(*consume)  # from G's committed offset 1, which retention deleted too
+    assert result.exit_code == 0, result.stderr
+    warning = f"WARNING: CleanTopic/0: the committed offset 1 of group 'G' is before the queue's min offset {first}"
+    assert f"{warning}; read from {first}\n" in result.stderr
+    with MessageStore.open(root, config, read_only=True) as store:
+        assert store.query_offset("G", "CleanTopic", 0) == first + 1

@@ -13,7 +13,7 @@ from rocketstore.cli.output import cell, out_console, print_messages, progress_b
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
-from rocketstore.results import GetMessageStatus, PutResult
+from rocketstore.results import GetMessageStatus, GetResult, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.writer import MessagePreparer
 
@@ -235,23 +235,46 @@ def _queues_to_read(opts: Common, store: MessageStore, topic: str, queue_id: int
     return [queue_id]
 
 
+_OUTSIDE = frozenset(
+    {
+        GetMessageStatus.OFFSET_TOO_SMALL,
+        GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+        GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+    }
+)
+
+
 def pull_queue(
     store: MessageStore, group: str, topic: str, queue_id: int, offset: int, max_num: int, tags: str | None
-) -> tuple[list[StoredMessage], int]:
-    """Up to ``max_num`` messages of one queue from ``offset``; returns them and the next offset."""
+) -> tuple[list[StoredMessage], int, GetResult | None]:
+    """Up to ``max_num`` messages of one queue from ``offset``; returns them, the next offset, and
+    the pull whose ``next_begin_offset`` moved ``offset`` into the queue because it was outside it
+    (before its min offset, past its max offset: as RocketMQ's broker moves a consumer), or None."""
     messages: list[StoredMessage] = []
+    moved: GetResult | None = None
     while len(messages) < max_num:
         result = store.get_message(group, topic, queue_id, offset, min(_PULL_BATCH, max_num - len(messages)), tags)
-        if result.status in _END:
-            break
-        if result.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY:
+        if result.status in _OUTSIDE and result.next_begin_offset != offset:
+            moved = moved or result
             offset = result.next_begin_offset
+            if result.status == GetMessageStatus.OFFSET_TOO_SMALL:
+                continue  # read from the min offset
+            break  # past the end: read from there next time
+        if result.status in _END or result.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY:
             break
         messages.extend(result.messages)
         if result.next_begin_offset == offset and not result.messages:
             break
         offset = result.next_begin_offset
-    return messages, offset
+    return messages, offset, moved
+
+
+def _moved_text(topic: str, queue_id: int, asked: str, moved: GetResult) -> str:
+    if moved.status == GetMessageStatus.OFFSET_TOO_SMALL:
+        where = f"before the queue's min offset {moved.min_offset}"
+    else:
+        where = f"past the queue's max offset {moved.max_offset}"
+    return f"WARNING: {topic}/{queue_id}: {asked} is {where}; read from {moved.next_begin_offset}"
 
 
 @click.command()
@@ -287,6 +310,11 @@ def consume(
 
     Without --commit the store is opened read-only and nothing on disk changes. The messages are
     printed as a table, or as export JSON lines with --json; where each queue got to goes to stderr.
+
+    An offset outside a queue (--from-offset, or the group's committed offset) is moved as RocketMQ's
+    broker moves a consumer: before the queue's min offset (retention deleted those messages) to the
+    min offset, past its max offset to the max offset; a warning on stderr says so, and with --json
+    a last line {"offsetsMoved": [{topic, queueId, offset, from, movedTo, minOffset, maxOffset}]}.
     """
     if from_offset is not None and from_committed:
         raise click.UsageError("give at most one of --from-offset and --from-committed")
@@ -297,16 +325,31 @@ def consume(
         messages: list[StoredMessage] = []
         next_offsets: dict[int, int] = {}
         progress: list[str] = []
+        moves: list[dict[str, object]] = []  # --json: where an offset outside its queue was moved
         for qid in queue_ids:
             if len(messages) >= max_num:
                 break
             if from_offset is not None:
-                start = from_offset
+                start, asked = from_offset, f"offset {from_offset}"
             else:
                 start = store.query_offset(group, topic, qid)
+                asked = f"the committed offset {start} of group {group!r}"
                 if start < 0:
                     start = store.get_min_offset_in_queue(topic, qid)
-            got, next_offsets[qid] = pull_queue(store, group, topic, qid, start, max_num - len(messages), tags)
+            got, next_offsets[qid], moved = pull_queue(store, group, topic, qid, start, max_num - len(messages), tags)
+            if moved is not None:
+                warn(_moved_text(topic, qid, asked, moved))
+                moves.append(
+                    {
+                        "topic": topic,
+                        "queueId": qid,
+                        "offset": start,
+                        "from": "--from-offset" if from_offset is not None else "committed",
+                        "movedTo": moved.next_begin_offset,
+                        "minOffset": moved.min_offset,
+                        "maxOffset": moved.max_offset,
+                    }
+                )
             messages.extend(got)
             progress.append(
                 f"{topic}/{qid}: {len(got)} message(s), next offset {next_offsets[qid]}"
@@ -324,6 +367,8 @@ def consume(
         print_messages(messages, opts.as_json, title=title, written=acknowledge if commit else None)
         for qid, offset in next_offsets.items() if commit else ():
             store.commit_offset(group, topic, qid, offset)  # past the messages the tag filter skipped
+        if opts.as_json and moves:  # after the messages, as an error object is
+            click.echo(json.dumps({"offsetsMoved": moves}, separators=(",", ":")))
     finally:
         store.shutdown()
     for line in progress:
