@@ -31,19 +31,25 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
+from rocketstore.codec.scan import STOP_BLANK, STOP_END
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
+from rocketstore.log.walk import walk_segment
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
+from rocketstore.verify import commit_log as log_checks
 from rocketstore.verify.checkpoint import check_checkpoint
 from rocketstore.verify.commit_log import (
     LogColumns,
     SegmentScan,
-    check_commit_log,
+    Stop,
     join_segments,
     report_past_cut,
     scan_segment,
+    segment_label,
 )
 from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
@@ -99,8 +105,9 @@ def verify_store(
         add_next_steps(report, found, reported, config.commit_log_folders, log)
         return report
     try:
+        tail = _live_tail(store) if report.lock_held_by is not None else None
         with _counted(report, found, "log"):
-            log = check_commit_log(store, report, progress) if check_log is None else check_log(store, report)
+            log = _check_log(store, report, progress, tail) if check_log is None else check_log(store, report)
         with _counted(report, found, "queues"):
             check_queues(store, log, report)
         with _counted(report, found, "index"):
@@ -137,3 +144,98 @@ def _note_in_use(report: VerifyReport) -> None:
             "tail and the queue units and index entries behind them may be mid-write (checked as a crash "
             "would leave them); verify the store once it is shut down for a full verdict"
         )
+
+
+def _live_tail(store: MessageStore) -> int:
+    """Where the records end as verify starts, in a store another process holds (and may be
+    writing): the log's last segment that holds data, walked record by record as recovery walks
+    it (no CRCs; a BLANK marker ends it at the next segment). The writer appends only past it."""
+    files = store.commit_log.queue.files
+    for mapped in reversed(files):
+        if not mapped.hold():
+            continue
+        try:
+            empty = mapped.read(0, 8) == bytes(8)
+        finally:
+            mapped.release()
+        if empty:
+            continue
+        pos, reason = walk_segment(mapped, 0, mapped.file_size, None, check_crc=False, checked_only_before=1 << 62)
+        return mapped.end_offset if reason == STOP_BLANK else mapped.file_from_offset + pos
+    return files[0].file_from_offset if files else 0
+
+
+def _check_log(
+    store: MessageStore, report: VerifyReport, progress: Callable[[int], None] | None, tail: int | None
+) -> LogColumns:
+    """The commit-log audit (``check_commit_log``), each segment scanned once. ``tail``: the end
+    of the records when verify started in a store another process holds: what the scan finds at
+    or past it (records written since, zeros the writer fills as verify reads them) is not checked,
+    and the queue units and index entries pointing there are notes (past the log end, which a
+    store in use with its abort file shows as a crash would leave it). A segment file removed while
+    verify reads it (a writer's shutdown deletes its pre-allocated segment, its cleanup the
+    oldest) is left out with a note."""
+    files = store.commit_log.queue.files
+    delay, prop_crc = store.delay_millis, store.config.force_verify_prop_crc
+    scans: dict[str, SegmentScan] = {}
+    paths = [f.path for f in files if tail is None or f.file_from_offset < tail]
+    by_path = {f.path: f for f in files}
+
+    def scan_of(i: int) -> SegmentScan:
+        path = paths[i]
+        if path not in scans:
+            scan = log_checks.scan_segment(by_path[path], delay, report.max_listed, progress, prop_crc=prop_crc)
+            scans[path] = scan if tail is None else _up_to(scan, tail)
+        return scans[path]
+
+    removed: list[str] = []
+    while True:
+        part = VerifyReport(
+            store=report.store,
+            abort_file=report.abort_file,
+            lock_held_by=report.lock_held_by,
+            max_listed=report.max_listed,
+        )
+        try:
+            log = join_segments(paths, scan_of, part)
+            break
+        except FileNotFoundError as exc:
+            if exc.filename not in paths:
+                raise
+            paths.remove(exc.filename)
+            removed.append(exc.filename)
+    for path in removed:
+        report.note(f"{segment_label(path, report.store)}: removed while verifying (left out)")
+    report.add_problems(part.problem_count, part.problems)
+    report.add_notes(part.note_count, part.notes)
+    report.commit_log_files = len(files) - len(removed)
+    report.records, report.log_min_offset = part.records, part.log_min_offset
+    report.log_end, report.log_end_reason = part.log_end, part.log_end_reason
+    if tail is not None:
+        report.note(
+            f"commitlog: the records ended at offset {tail} when verify started; what the process holding the "
+            "store writes past it (and the queue units and index entries pointing there) is not checked"
+        )
+    return log
+
+
+def _up_to(scan: SegmentScan, tail: int) -> SegmentScan:
+    """A segment's scan cut at ``tail`` (the data ends there: the stops at or past it, where the
+    scan met the writer, are dropped; its records past it too)."""
+    limit = tail - scan.base
+    if limit >= scan.size:
+        return scan
+    stops = [stop for stop in scan.stops if stop.pos < limit]
+    for stop in stops:
+        if stop.resume > limit:
+            stop.resume = limit
+    if not stops or stops[-1].resume >= 0:
+        stops.append(Stop(limit, STOP_END))
+    part = scan.part
+    kept = int(np.searchsorted(part.offsets, tail))
+    cut = LogColumns(min_offset=part.min_offset, end=min(part.end, tail), topics=part.topics)
+    for name in LogColumns.COLUMNS:
+        setattr(cut, name, getattr(part, name)[:kept])
+    keys = part.key_records < kept
+    cut.key_records, cut.key_hashes = part.key_records[keys], part.key_hashes[keys]
+    return SegmentScan(scan.path, scan.base, scan.size, cut, scan.findings, stops)

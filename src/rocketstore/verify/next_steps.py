@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from rocketstore.meta.lockfile import describe_holder
 from rocketstore.verify.commit_log import LogColumns
 from rocketstore.verify.report import VerifyReport
 
@@ -94,6 +95,12 @@ def add_next_steps(
         )
     if found.get("checkpoint") or "checkpoint" in kinds:
         steps.append(f"checkpoint: `rocketstore recover {store}` writes it again")
+    if steps and report.lock_held_by is not None:
+        steps.insert(
+            0,
+            f"the store is in use: stop {describe_holder(report.lock_held_by)} (it holds the store) before the steps "
+            "below, which recover, move or copy its files (recover refuses a store in use), and verify it again then",
+        )
     report.next_steps.extend(steps)
 
 
