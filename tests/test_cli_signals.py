@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 
 from rocketstore import MessageStore, StoreConfig
+from rocketstore.cli.common import DeferInterrupts
 from test_clean import age, clean_config, fill, segment_files
 from test_cli import TINY, TINY_SETS, cli_process, jsonl, run
 
@@ -132,3 +134,42 @@ def test_consume_from_an_offset_retention_deleted_says_where_it_read_from(tmp_pa
     assert f"{warning}; read from {first}\n" in result.stderr
     with MessageStore.open(root, config, read_only=True) as store:
         assert store.query_offset("G", "CleanTopic", 0) == first + 1
+
+
+# -- a Ctrl-C the shell ignored stays ignored -------------------------------------------------------------
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as bash starts a script's `cmd &`
+
+
+def test_produce_started_with_sigint_ignored_is_not_interrupted_by_it(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    count = 20_000  # far more lines than a pipe holds: it is storing when the signal comes
+    proc = cli_process(
+        "produce", root, *BIG, "--topic", "T", "--body", "x", "--count", count, "--json", preexec_fn=_ignore_sigint
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    assert json.loads(first)["queueOffset"] == 0  # it has started: stores, writes, waits on the pipe
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""
+    assert len(jsonl((first + rest).decode())) == count
+    assert _messages(root, *BIG) == count
+
+
+def test_the_interrupt_guard_leaves_an_ignored_sigint_ignored() -> None:
+    """import installs the same guard as produce (no output line to wait for: checked here)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with DeferInterrupts().installed():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        guard = DeferInterrupts()
+        with guard.installed():  # a handled one is deferred, as before
+            assert signal.getsignal(signal.SIGINT) == guard._handle
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -96,7 +96,8 @@ def silence_stdout() -> None:
 class DeferInterrupts:
     """While SIGINT's handler is this object's (``installed``), Ctrl-C raises KeyboardInterrupt at
     once, except inside ``with guard:``, where it is raised when the block ends: a message being
-    stored is stored and counted, or not stored at all."""
+    stored is stored and counted, or not stored at all. A SIGINT that is ignored (a shell starts a
+    script's ``cmd &`` so: Ctrl-C at the terminal is not for it) stays ignored."""
 
     def __init__(self) -> None:
         self._inside = False
@@ -104,6 +105,9 @@ class DeferInterrupts:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[DeferInterrupts]:
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # nothing to defer: it stays ignored
+            yield self
+            return
         try:
             previous = signal.signal(signal.SIGINT, self._handle)
         except ValueError:  # not the main thread: nothing to defer
