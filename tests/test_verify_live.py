@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.cli.check import _log_bytes
+from rocketstore.cli.common import Common
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.verify import commit_log, verify_store
 
@@ -127,3 +129,21 @@ def test_a_segment_removed_while_verify_reads_the_log_is_a_note(
     assert report.problems == without.problems and report.problem_count == without.problem_count > 0
     assert any("zeros in 00000000000000000000" in p for p in report.problems), report.problems
     assert report.commit_log_files == without.commit_log_files
+
+
+@pytest.mark.parametrize("segment", [4096, 8 << 20])
+def test_the_verify_progress_bar_is_sized_by_the_data_not_the_pre_allocated_segment(
+    tmp_path: Path, segment: int
+) -> None:
+    """The bar's total is what the scan reads: the segments up to the last that holds data, and
+    that one's data; not the zeros of a big pre-allocated segment or an empty one after it."""
+    root = tmp_path / "s"
+    config = tiny(mappedFileSizeCommitLog=segment)
+    with MessageStore.open(root, config) as store:
+        for i in range(60):
+            store.put(Message("T", b"y" * 100, keys=f"k{i}")).raise_for_status()
+        data = store.max_phy_offset - store.min_phy_offset
+        after = store.commit_log.queue.files[-1].end_offset
+    (root / "commitlog" / f"{after:020d}").write_bytes(bytes(segment))  # pre-allocated, empty
+    total = _log_bytes(Common(str(root), config, as_json=False))
+    assert data - 8 <= total <= data + 64, (total, data)

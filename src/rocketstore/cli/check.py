@@ -38,12 +38,51 @@ def _render(report: VerifyReport) -> None:
 
 
 def _log_bytes(opts: Common) -> int:
-    """The size of the commit-log files (what verify scans), for the progress bar."""
-    total = 0
+    """What verify's scan reads (the progress bar's total): the commit-log segments up to the last
+    that holds data, and that one's data (not the pre-allocated rest of it, nor an empty segment
+    after it: a 1 GiB segment holding a few MB is a few MB to scan)."""
+    segments: dict[str, str] = {}
     for folder in opts.commit_log_paths:
         if os.path.isdir(folder):
-            total += sum(e.stat().st_size for e in os.scandir(folder) if e.is_file())
+            for entry in os.scandir(folder):
+                if entry.name.isdigit() and entry.is_file():
+                    segments.setdefault(entry.name, entry.path)
+    total = 0
+    for name in sorted(segments, reverse=True):
+        try:
+            total += os.path.getsize(segments[name]) if total else _data_end(segments[name])
+        except OSError:  # removed meanwhile (a store in use)
+            continue
     return total
+
+
+_CHUNK = 1 << 20
+
+
+def _data_end(path: str) -> int:
+    """Where the data of a segment ends, roughly (a progress bar's measure): a segment is written
+    from its start and the rest is zeros, so the first all-zero MiB is found by bisection (a MiB
+    of zeros inside the data can only make the bar's total off by a little)."""
+    with open(path, "rb") as f:
+        chunks = -(-os.fstat(f.fileno()).st_size // _CHUNK)
+        zeros = bytes(_CHUNK)
+
+        def chunk(i: int) -> bytes:
+            f.seek(i * _CHUNK)
+            return f.read(_CHUNK)
+
+        first = chunk(0) if chunks else b""
+        if first == zeros[: len(first)]:
+            return 0
+        low, high = 0, chunks  # chunk ``low`` holds data; every chunk from ``high`` on is zeros
+        while high - low > 1:
+            mid = (low + high) // 2
+            data = chunk(mid)
+            if data == zeros[: len(data)]:
+                high = mid
+            else:
+                low = mid
+        return low * _CHUNK + len(chunk(low).rstrip(b"\0"))
 
 
 @click.command()
