@@ -173,3 +173,16 @@ def test_the_interrupt_guard_leaves_an_ignored_sigint_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# -- query: a time range that ends before it begins ------------------------------------------------------
+def test_query_refuses_a_begin_after_the_end_as_a_usage_error(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--keys", "k").exit_code == 0
+    stored = jsonl(run("export", root, *TINY_SETS).stdout)[0]["storeTimestamp"]
+    query = ("query", root, *TINY_SETS, "--topic", "T", "--key", "k")
+    result = run(*query, "--begin", stored + 1, "--end", stored)
+    assert result.exit_code == 2, result.stderr  # not 1, "no message": no message can be in it
+    assert f"--begin {stored + 1} is after --end {stored}" in result.stderr
+    result = run(*query, "--begin", stored, "--end", stored)  # both inclusive: one millisecond
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) > 1, result.stderr

@@ -127,6 +127,8 @@ def query(
         raise click.UsageError("give exactly one of --key, --msg-id and --offset")
     if key is not None and not topic:
         raise click.UsageError("--key needs --topic")
+    if end is not None and begin > end:  # an empty range: refused, as spark export refuses one
+        raise click.UsageError(f"--begin {begin} is after --end {end} (store times in ms, both inclusive)")
     cap = opts.config.max_msgs_num_batch  # as RocketMQ, a query gives at most maxMsgsNumBatch messages
     want = min(max_num, cap)
     store = open_store(dataclasses.replace(opts, config=opts.config.copy(maxMsgsNumBatch=_UNCAPPED)), read_only=True)
