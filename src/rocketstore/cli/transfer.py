@@ -190,7 +190,11 @@ def import_(opts: Common, input_path: str) -> None:
             line=exc.line,
             imported=exc.imported,
         ) from None
-    if opts.as_json:
-        print_json({"imported": count})
-    else:
-        say(f"imported {count} messages into {opts.store}")
+    try:
+        if opts.as_json:
+            print_json({"imported": count})
+        else:
+            say(f"imported {count} messages into {opts.store}")
+    except BrokenPipeError:  # stdout closed (| head): the count goes to stderr, with the 141 exit
+        warn(f"imported {count} messages into {opts.store}")
+        raise
