@@ -264,3 +264,27 @@ def test_a_gap_of_billions_of_segments_names_three_and_counts_the_rest(tmp_path:
     after = int(last.name) + size
     assert has(report.problems, f"a gap: {after:020d}, {after + size:020d}, {after + 2 * size:020d} and")
     assert has(report.problems, f"and {(1 << 36) - 4} more are missing (the file should start at {after})")
+
+
+def test_units_and_entries_past_a_lost_tail_are_one_line_a_file(tmp_path: Path) -> None:
+    """A crash that lost the log's last records (or a live writer's tail): the units and index
+    entries pointing past the log end are one line for each queue or index file, not one each."""
+    root = build_store(tmp_path / "store")
+    rows = records(root)
+    size = TINY["mappedFileSizeCommitLog"]
+    last_segment = rows[-1]["offset"] // size
+    lost = [r for r in rows if r["offset"] // size == last_segment]
+    assert len(lost) >= 4
+    path, pos = segment(root, lost[0]["offset"])
+    patch(path, pos, bytes(size - pos))  # they never reached the disk
+    (root / "abort").touch()
+    report = verify_store(root, tiny())
+    assert report.ok, report.problems
+    past = [n for n in report.notes if "at or past the log end" in n]
+    named = [n.split(" unit")[0].split(" entr")[0] for n in past]
+    assert len(named) == len(set(named))  # one line a file
+    queues = {(r["topic"], r["queueId"]) for r in lost}
+    assert sum(" unit" in n for n in past) == len(queues)
+    many = max(queues, key=lambda q: sum((r["topic"], r["queueId"]) == q for r in lost))
+    count = sum((r["topic"], r["queueId"]) == many for r in lost)
+    assert count > 1 and has(past, f"/{many[1]}", f"({count}) -> ")

@@ -17,7 +17,7 @@ from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns
-from rocketstore.verify.report import VerifyReport, damage_at, problems_at
+from rocketstore.verify.report import VerifyReport, past_log_end, problems_at
 
 _PRE_BLANK_SIZE = 0x7FFFFFFF
 
@@ -150,7 +150,7 @@ def _check_units(
     report.units += int(check.sum())
     check &= phy >= log.min_offset  # below the log's first offset: cleaned up, nothing to compare
     past = check & (phy >= log.end)
-    damage_at(report, past, lambda i: f"{where} unit {index[i]} -> {phy[i]}: at or past the log end {log.end}")
+    past_log_end(report, where, "unit", past, index, phy, log.end)
     check &= ~past
     report.units_past_cut += int((check & (phy >= log.recovery_end)).sum())
     rows, hit = log.find(phy)

@@ -10,7 +10,7 @@ from rocketstore.codec.properties import split_keys
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INT_MAX, IndexFile
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns, member
-from rocketstore.verify.report import VerifyReport, damage_at, problems_at
+from rocketstore.verify.report import VerifyReport, past_log_end, problems_at
 
 
 def check_index(store: MessageStore, log: LogColumns, report: VerifyReport) -> None:
@@ -86,7 +86,7 @@ def _check_index_file(
     # entries against their records
     under = phy < log.min_offset
     past = ~under & (phy >= log.end)
-    damage_at(report, past, lambda i: f"{where} entry {numbers[i]} -> {phy[i]}: at or past the log end {log.end}")
+    past_log_end(report, where, "entry", past, numbers, phy, log.end)
     report.entries_past_cut += int((~under & ~past & (phy >= log.recovery_end)).sum())
     rows, hit = log.find(phy)
     lost = ~hit & log.in_skipped(phy)  # an entry of a record lost in damage the log scan skipped

@@ -133,6 +133,24 @@ def damage_at(report: VerifyReport, rows: np.ndarray, text: Callable[[int], str]
     report.add_damage(len(at), (text(int(i)) for i in at))
 
 
+def past_log_end(
+    report: VerifyReport, where: str, kind: str, rows: np.ndarray, numbers: np.ndarray, phy: np.ndarray, end: int
+) -> None:
+    """Units or entries (``kind``) of one file pointing at or past the log end: one line for them
+    all (they are its tail, in log order: a crash's lost tail, or a live writer's), counted once."""
+    at = np.flatnonzero(rows)
+    if not len(at):
+        return
+    first, last = int(at[0]), int(at[-1])
+    if len(at) == 1:
+        text = f"{where} {kind} {numbers[first]} -> {phy[first]}: at or past the log end {end}"
+    else:
+        kinds = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+        span = f"{kinds} {numbers[first]}..{numbers[last]} ({len(at)}) -> {phy[first]}..{phy[last]}"
+        text = f"{where} {span}: at or past the log end {end}"
+    report.add_damage(1, [text])
+
+
 def iter_problem_lines(report: VerifyReport) -> Iterator[str]:
     """The report as text lines: notes, then problems, the verdict, and the next step for each kind
     of problem."""
