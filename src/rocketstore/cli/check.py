@@ -285,6 +285,15 @@ def _refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
         f"recovery would cut the commit log at offset {plan.end} and drop the {plan.intact_records} intact "
         f"record(s) ({plan.intact_bytes} bytes) after it" + ("" if dry_run else "; nothing was changed"),
         f"the cause: {plan.bad.describe()}",
+        *(
+            [
+                f"{plan.maybe_stale} of them were stored before the newest record kept: maybe left on disk by "
+                "an earlier cut (RocketMQ's cut leaves records past it), maybe messages of a run whose clock was "
+                "behind; look at them first (rocketstore query --offset)"
+            ]
+            if plan.maybe_stale
+            else []
+        ),
         "options:",
         "  --force: cut the log there, as RocketMQ's recovery does (those records are lost)",
     ]

@@ -7,7 +7,10 @@ Records past the end may be stale: RocketMQ's cut (truncateDirtyFiles) only move
 the records after it stay on disk until new ones overwrite them, and a store that was cut once
 and then got fewer new bytes than the old tail keeps them past its end. They are told from lost
 messages by their queue offset, below their queue's end at the cut (the offset was given again to
-a record kept), or by their store time, before the newest record kept (they were written first)."""
+a record kept). A record whose queue offset continues past its queue's end counts as a message the
+cut loses even when it was stored before the newest record kept: store times are no proof of order
+(a clock set back between runs; RocketMQ never orders them), so such records are only said to be
+maybe stale, and recover still asks for --force."""
 
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ class RecoveryPlan:
     intact_bytes: int = 0
     stale_records: int = 0  # records past ``end`` left by an earlier cut (see the module): no data lost
     stale_bytes: int = 0
+    maybe_stale: int = 0  # of the intact records, those stored before the newest record kept
     crc_keeps_all: bool = False  # with checkCRCOnRecover=false recovery would drop no intact record
     kept_bad: list[int] = field(default_factory=list)  # bad records before the checked segments: kept
 
@@ -93,8 +97,8 @@ class RecoveryPlan:
             return None
         return (
             f"{self.stale_records} stale record(s) ({self.stale_bytes} bytes) of an earlier cut follow, left on disk "
-            "as RocketMQ's cut leaves them (their queue offsets were given again to records kept, or they were "
-            "stored before the records kept): they go with the cut, no message is lost"
+            "as RocketMQ's cut leaves them (their queue offsets were given again to records kept): they go with "
+            "the cut, no message is lost"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +112,7 @@ class RecoveryPlan:
             "intactBytesAfter": self.intact_bytes,
             "staleRecordsAfter": self.stale_records,
             "staleBytesAfter": self.stale_bytes,
+            "maybeStaleOfIntact": self.maybe_stale,
             "checkCrcOffKeepsAll": self.crc_keeps_all,
             "keptBadRecords": list(self.kept_bad),
         }
@@ -159,10 +164,11 @@ def _look_past_end(
     scans = [scan_segment(f, delay, 0, prop_crc=prop_crc) for f in later]
     kept = [s.part.store_ts[s.part.offsets < end] for s in scans]
     newest = max((int(ts.max()) for ts in kept if len(ts)), default=0)
-    live = [_live(s, end, queue_ends, newest) for s in scans]
+    live = [_live(s, end, queue_ends) for s in scans]
     for scan, alive in zip(scans, live, strict=True):
         stale = (scan.part.offsets >= end) & ~alive
         plan.intact_records += int(alive.sum())
+        plan.maybe_stale += int((alive & (scan.part.store_ts < newest)).sum())
         plan.intact_bytes += int(scan.part.sizes[alive].sum())
         plan.stale_records += int(stale.sum())
         plan.stale_bytes += int(scan.part.sizes[stale].sum())
@@ -179,10 +185,9 @@ def _look_past_end(
     plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, live, end) == 0
 
 
-def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int], newest: int) -> np.ndarray:
+def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int]) -> np.ndarray:
     """Per record of a segment: past ``end`` and not stale (see the module): its queue offset is not
-    below its queue's end as recovery leaves it (``queue_ends``; a queue that has none ends at -1),
-    and it was not stored before ``newest`` (the latest store time of the records kept)."""
+    below its queue's end as recovery leaves it (``queue_ends``; a queue that has none ends at -1)."""
     part = scan.part
     after = part.offsets >= end
     if not after.any():
@@ -191,7 +196,7 @@ def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int], n
     pairs = zip(part.topic_ids[at].tolist(), part.queue_ids[at].tolist(), strict=True)
     ends = np.full(len(after), -1, dtype=np.int64)
     ends[at] = [queue_ends.get((part.topics[t], q), -1) for t, q in pairs]
-    return after & (part.queue_offsets >= ends) & (part.store_ts >= newest)
+    return after & (part.queue_offsets >= ends)
 
 
 def _intact_after_other_damage(scans: list[SegmentScan], live: list[np.ndarray], end: int) -> int:
