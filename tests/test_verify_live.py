@@ -147,3 +147,39 @@ def test_the_verify_progress_bar_is_sized_by_the_data_not_the_pre_allocated_segm
     (root / "commitlog" / f"{after:020d}").write_bytes(bytes(segment))  # pre-allocated, empty
     total = _log_bytes(Common(str(root), config, as_json=False))
     assert data - 8 <= total <= data + 64, (total, data)
+
+
+HOLD_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_damage_in_the_last_segment_of_a_store_in_use_is_still_a_problem(tmp_path: Path) -> None:
+    """A record whose header holds garbage (no writer puts a bad magic code; valid records follow
+    it) is damage, not the writer's tail: the store in use gets the problem and the recover step,
+    after stopping the holder, not notes that hide it."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, tiny()) as store:
+        offsets = [store.put(Message("T", b"x" * 40, keys="k")).commit_log_offset for _ in range(10)]
+    segment = root / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(offsets[5])
+        f.write(b"\xde\xad\xbe\xef" * 2)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(root / "lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        report = verify_store(root, tiny())
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    assert report.lock_held_by == holder.pid
+    assert any(f"@{offsets[5]} (offset {offsets[5]}): bad magic code 0xDEADBEEF" in p for p in report.problems)
+    assert any("rocketstore recover" in step for step in report.next_steps)

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from rocketstore.codec.record import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 from rocketstore.codec.scan import STOP_BLANK, STOP_END
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
+from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.walk import walk_segment
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store
@@ -146,6 +149,9 @@ def _note_in_use(report: VerifyReport) -> None:
         )
 
 
+_TOTAL_MAGIC = struct.Struct(">ii")
+
+
 def _live_tail(store: MessageStore) -> int:
     """Where the records end as verify starts, in a store another process holds (and may be
     writing): the log's last segment that holds data, walked record by record as recovery walks
@@ -161,8 +167,26 @@ def _live_tail(store: MessageStore) -> int:
         if empty:
             continue
         pos, reason = walk_segment(mapped, 0, mapped.file_size, None, check_crc=False, checked_only_before=1 << 62)
-        return mapped.end_offset if reason == STOP_BLANK else mapped.file_from_offset + pos
+        if reason == STOP_BLANK or _damage_not_a_write(mapped, pos):
+            return mapped.end_offset  # the scan checks the whole segment and reports what stopped the walk
+        return mapped.file_from_offset + pos
     return files[0].file_from_offset if files else 0
+
+
+def _damage_not_a_write(mapped: MappedFile, pos: int) -> bool:
+    """Whether what stops the walk at ``pos`` is damage rather than a record being written: a
+    writer puts a valid magic code or none (zeros) there, and nothing past the record it writes."""
+    if not mapped.hold():
+        return False
+    try:
+        if pos + 8 > mapped.file_size:
+            return False
+        total, magic = _TOTAL_MAGIC.unpack(mapped.read(pos, 8))
+        if magic not in (0, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+            return True
+        return magic != 0 and 0 < total <= mapped.file_size - pos and holds_data(mapped.mm, pos + total)
+    finally:
+        mapped.release()
 
 
 def _check_log(
