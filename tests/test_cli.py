@@ -384,6 +384,9 @@ def test_export_writes_through_a_symlink_and_into_a_fifo(tmp_path: Path, small_s
     reader.join(30)
     assert result.exit_code == 0 and stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert read == [expected.encode()]
+    for name in ("/dev/stdout", "/dev/fd/1"):  # links to a pipe that has no path of its own
+        out, err = cli_process("export", small_store, *TINY_SETS, "-o", name).communicate(timeout=120)
+        assert out == expected.encode(), err
 
 
 def test_a_commitlog_that_is_a_file_is_an_error(small_store: Path) -> None:

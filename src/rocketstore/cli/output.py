@@ -96,8 +96,7 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
     and keeps an earlier one. The file gets ``path``'s mode when it exists, else the umask's.
     A symbolic link is written through (its target is the file); what is not a regular file (a
     FIFO, a device such as /dev/null) is written to as it is, as ``>`` would, never replaced."""
-    path = os.path.realpath(path) if os.path.islink(path) else path
-    try:
+    try:  # through links: /dev/stdout and /dev/fd/N name a pipe that has no path of its own
         special = not stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         special = False  # not there yet: made beside and renamed
@@ -105,6 +104,7 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
         with open(path, "w", encoding="utf-8", newline="\n") as direct:
             yield direct
         return
+    path = os.path.realpath(path) if os.path.islink(path) else path
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".part")
