@@ -43,15 +43,17 @@ def test_produce_json_into_a_pipe_closed_early_says_what_it_stored_and_exits_141
     assert _messages(root, *BIG) == stored  # what stderr says is what the store holds
 
 
-def test_produce_and_import_into_a_closed_stdout_exit_141_and_reads_stay_quiet(tmp_path: Path) -> None:
+def test_a_stdout_closed_once_everything_is_stored_ends_quietly(tmp_path: Path) -> None:
+    """produce (its table) and import (its count) into a stdout closed before they write anything
+    at the end: every message is stored and the store shut down, so that is no interruption: exit
+    0 (a script retrying on 141 would store them twice); import says its count on stderr. Commands
+    that only read end quietly with 0 too."""
     root = tmp_path / "s"
     proc = cli_process("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 5)
     assert proc.stdout is not None
     proc.stdout.close()  # as `| true` does: before the command writes its table
     _out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 141, err
-    assert b"5 message(s) stored in T/0 before this stopped (up to queue offset 4)" in err, err
-    assert err.endswith(b"interrupted: stdout was closed (broken pipe)\n"), err
+    assert (proc.returncode, err) == (0, b""), err
     assert _messages(root, *TINY_SETS) == 5
     exported = tmp_path / "e.jsonl"
     assert run("export", root, *TINY_SETS, "-o", exported).exit_code == 0
@@ -61,8 +63,7 @@ def test_produce_and_import_into_a_closed_stdout_exit_141_and_reads_stay_quiet(t
         assert proc.stdout is not None
         proc.stdout.close()
         _out, err = proc.communicate(timeout=120)
-        said = f"imported 5 messages into {target}\ninterrupted: stdout was closed (broken pipe)\n".encode()
-        assert (proc.returncode, err) == (141, said), extra
+        assert (proc.returncode, err) == (0, f"imported 5 messages into {target}\n".encode()), extra
         assert _messages(target, *TINY_SETS) == 5
     for command in (["export"], ["consume", "--topic", "T", "--group", "G"], ["query", "--offset", "0", "--json"]):
         proc = cli_process(command[0], root, *TINY_SETS, *command[1:])

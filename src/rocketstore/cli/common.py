@@ -74,6 +74,14 @@ def mark_storing() -> None:
         ctx.meta[_STORING] = True  # meta is shared by the whole context chain: the group sees it
 
 
+def done_storing() -> None:
+    """Say that the running command has stored all it was to store (its store is shut down): a
+    closed stdout from now on ends it quietly, as a command that only reads."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta.pop(_STORING, None)
+
+
 def storing(ctx: click.Context) -> bool:
     """True when the command running in ``ctx`` has said it stores (``mark_storing``)."""
     return bool(ctx.meta.get(_STORING))

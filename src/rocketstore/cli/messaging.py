@@ -8,7 +8,15 @@ import json
 import click
 from rich.table import Table
 
-from rocketstore.cli.common import CommandError, Common, DeferInterrupts, open_store, require_topics, store_options
+from rocketstore.cli.common import (
+    CommandError,
+    Common,
+    DeferInterrupts,
+    done_storing,
+    open_store,
+    require_topics,
+    store_options,
+)
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
@@ -174,8 +182,6 @@ def produce(
                 if not opts.as_json and len(shown) < _SHOWN_RESULTS:
                     shown.append(last)
                 advance(1)
-        if not opts.as_json:  # inside: a closed stdout here is an interruption too, with the count said
-            _show_stored(stored, shown, last, where)
     except BaseException:  # Ctrl-C, a closed stdout, an error: what was stored, with or without --json
         if stored and last is not None:
             warn(
@@ -183,6 +189,9 @@ def produce(
                 f"{last['queueOffset']})"
             )
         raise
+    done_storing()  # every message stored and the store shut down: a closed stdout now cuts only the table
+    if not opts.as_json:
+        _show_stored(stored, shown, last, where)
 
 
 def _show_stored(

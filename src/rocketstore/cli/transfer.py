@@ -16,6 +16,7 @@ from rocketstore.cli.common import (
     Interrupted,
     ProblemsFound,
     check_output_file,
+    done_storing,
     is_inside,
     open_store,
     require_topics,
@@ -190,11 +191,12 @@ def import_(opts: Common, input_path: str) -> None:
             line=exc.line,
             imported=exc.imported,
         ) from None
+    done_storing()  # every line stored and the store shut down: a closed stdout is no interruption now
     try:
         if opts.as_json:
             print_json({"imported": count})
         else:
             say(f"imported {count} messages into {opts.store}")
-    except BrokenPipeError:  # stdout closed (| head): the count goes to stderr, with the 141 exit
+    except BrokenPipeError:  # stdout closed (| head): the count goes to stderr
         warn(f"imported {count} messages into {opts.store}")
         raise
