@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.export import export_jsonl, import_jsonl
+from rocketstore.export import copy_key, export_jsonl, import_jsonl, skip_delivered
 from rocketstore.meta.fastjson import loads as fastjson_loads
 from test_cli import TINY, TINY_SETS, VECTOR_SETS, VECTORS, jsonl, needs_vectors, run
 
@@ -230,3 +230,16 @@ def test_an_import_keeps_a_waiting_retry_whose_twin_was_delivered(tmp_path: Path
     with MessageStore.open(tmp_path / "dst", config) as dst:
         assert _delivered_all(dst) == 1  # as the source store (and RocketMQ) would deliver it
         assert dst.get_max_offset_in_queue("%RETRY%G", 0) == 2
+
+
+def test_an_import_moves_past_a_unit_the_schedule_service_would_skip(make_store: Callable[..., MessageStore]) -> None:
+    """A schedule unit whose REAL_QID Java cannot parse is never delivered (the schedule service
+    skips it): it does not stop the walk past the delivered units, as a unit that waits would."""
+    store = make_store()
+    store.services.schedule.stop()
+    for qid in ("1_0", "4"):
+        props = {"DELAY": "1", "REAL_TOPIC": "Orders", "REAL_QID": qid, "UNIQ_KEY": f"U{qid}"}
+        assert store.put_as_is(Message(SCHEDULE_TOPIC, b"q", properties=props), 0).ok
+    copy = Message("Orders", b"q", properties={"REAL_TOPIC": "Orders", "REAL_QID": "4", "UNIQ_KEY": "U4"})
+    assert store.put_as_is(copy, 4).ok  # the second unit's delivered copy
+    assert skip_delivered(store, {copy_key("Orders", "U4", copy)}) == {1: (0, 2)}

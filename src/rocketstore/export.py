@@ -25,12 +25,13 @@ from rocketstore.codec.message import (
     check_int_fields,
     message_from_json,
 )
-from rocketstore.codec.properties import REAL_TOPIC, UNIQ_KEY
+from rocketstore.codec.properties import UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
-from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC
+from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import ImportLineError, InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
+from rocketstore.services.schedule import redelivered
 from rocketstore.store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -299,12 +300,12 @@ def _level_units(store: MessageStore, level: int, start: int, end: int) -> Itera
 
 
 def _unit_key(unit: StoredMessage) -> tuple[str, str | None, int] | None:
-    """(real topic, UNIQ_KEY, copy key) of a schedule unit; None when delivery stores nothing."""
-    props = unit.properties
-    topic = props.get(REAL_TOPIC)
-    if topic is None or topic == HALF_TOPIC:  # the schedule service skips it: nothing to deliver
+    """(real topic, UNIQ_KEY, copy key) of a schedule unit; None when delivery stores nothing (the
+    schedule service's own rule: a half message, no usable real topic or queue)."""
+    target = redelivered(unit)
+    if target is None:
         return None
-    uniq = props.get(UNIQ_KEY)
+    topic, uniq = target[0].topic, unit.properties.get(UNIQ_KEY)
     return topic, uniq, copy_key(topic, uniq, unit)
 
 
