@@ -258,7 +258,7 @@ def skip_delivered(store: MessageStore, copies: Iterable[int]) -> dict[int, tupl
     of ``copies`` (a Counter gives how many of each key; each key of a set counts once) or, once
     they are used up, those the store holds (an earlier run of an import resumed or split in parts)
     less the units with that key before the levels' offsets. A unit for which delivery would store
-    nothing (no REAL_TOPIC, a half message) is delivered too. Delivery goes in queue order, so a
+    nothing (a half message, no usable real topic or queue) is delivered too. Delivery goes in queue order, so a
     level's walk stops at the first unit with no copy left; an offset never moves back. The
     offsets are persisted; returns ``{level: (old, new)}`` for those that moved."""
     store.wait_for_dispatch()

@@ -20,6 +20,7 @@ from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, STOP_END
 from rocketstore.errors import RecordError
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.walk import walk_segment
+from rocketstore.meta.root import is_inside
 from rocketstore.queues.index_service import index_keys
 from rocketstore.store import MessageStore
 from rocketstore.verify.report import VerifyReport, problems_at
@@ -205,9 +206,9 @@ class Stop:
 def segment_label(path: str, root: str) -> str:
     """A segment's path as messages name it: relative to the store's folder when it lies in it
     (``commitlog/<segment>``, or another storePathCommitLog folder's), else in full."""
-    path = os.path.abspath(path)
-    rel = os.path.relpath(path, os.path.abspath(root))
-    return path if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
+    if is_inside(path, root):  # as recover's copy advice tells inside from outside (links resolved)
+        return os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+    return os.path.abspath(path)
 
 
 @dataclass
