@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.check import _log_bytes
 from rocketstore.cli.common import Common
+from rocketstore.codec.record import MESSAGE_MAGIC_CODE
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.verify import commit_log, verify_store
 
@@ -158,17 +160,28 @@ sys.stdin.read()
 """
 
 
-def test_damage_in_the_last_segment_of_a_store_in_use_is_still_a_problem(tmp_path: Path) -> None:
-    """A record whose header holds garbage (no writer puts a bad magic code; valid records follow
-    it) is damage, not the writer's tail: the store in use gets the problem and the recover step,
-    after stopping the holder, not notes that hide it."""
+@pytest.mark.parametrize(
+    ("header", "said"),
+    [
+        (b"\xde\xad\xbe\xef" * 2, "bad magic code 0xDEADBEEF"),
+        (struct.pack(">ii", 0x7FFFFFFF, MESSAGE_MAGIC_CODE), "TOTALSIZE"),
+        (struct.pack(">ii", -5, MESSAGE_MAGIC_CODE), "TOTALSIZE"),
+    ],
+    ids=["bad-magic", "size-past-the-file", "negative-size"],
+)
+def test_damage_in_the_last_segment_of_a_store_in_use_is_still_a_problem(
+    tmp_path: Path, header: bytes, said: str
+) -> None:
+    """A record whose header no writer leaves (a bad magic code; a size that does not fit; valid
+    records follow it) is damage, not the writer's tail: the store in use gets the problem and the
+    recover step, after stopping the holder, not notes that hide it."""
     root = tmp_path / "s"
     with MessageStore.open(root, tiny()) as store:
         offsets = [store.put(Message("T", b"x" * 40, keys="k")).commit_log_offset for _ in range(10)]
     segment = root / "commitlog" / f"{0:020d}"
     with open(segment, "r+b") as f:
         f.seek(offsets[5])
-        f.write(b"\xde\xad\xbe\xef" * 2)
+        f.write(header)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(root / "lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
@@ -181,5 +194,5 @@ def test_damage_in_the_last_segment_of_a_store_in_use_is_still_a_problem(tmp_pat
         holder.stdin.close()
         holder.wait(30)
     assert report.lock_held_by == holder.pid
-    assert any(f"@{offsets[5]} (offset {offsets[5]}): bad magic code 0xDEADBEEF" in p for p in report.problems)
+    assert any(f"@{offsets[5]} (offset {offsets[5]}): " in p and said in p for p in report.problems), report.problems
     assert any("rocketstore recover" in step for step in report.next_steps)

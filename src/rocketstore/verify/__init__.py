@@ -167,24 +167,28 @@ def _live_tail(store: MessageStore) -> int:
         if empty:
             continue
         pos, reason = walk_segment(mapped, 0, mapped.file_size, None, check_crc=False, checked_only_before=1 << 62)
-        if reason == STOP_BLANK or _damage_not_a_write(mapped, pos):
+        most = store.config.max_message_size + (1 << 16)  # a record (or batch) and its header
+        if reason == STOP_BLANK or _damage_not_a_write(mapped, pos, most):
             return mapped.end_offset  # the scan checks the whole segment and reports what stopped the walk
         return mapped.file_from_offset + pos
     return files[0].file_from_offset if files else 0
 
 
-def _damage_not_a_write(mapped: MappedFile, pos: int) -> bool:
+def _damage_not_a_write(mapped: MappedFile, pos: int, most: int) -> bool:
     """Whether what stops the walk at ``pos`` is damage rather than a record being written: a
-    writer puts a valid magic code or none (zeros) there, and nothing past the record it writes."""
+    writer puts a valid magic code with a size that fits, or none yet (zeros), and nothing past
+    what it writes (the record; ``most`` bytes, the largest write, when its size is not there yet)."""
     if not mapped.hold():
         return False
     try:
         if pos + 8 > mapped.file_size:
             return False
         total, magic = _TOTAL_MAGIC.unpack(mapped.read(pos, 8))
-        if magic not in (0, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        if magic == 0:
+            return holds_data(mapped.mm, pos + most)
+        if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2) or not 0 < total <= mapped.file_size - pos:
             return True
-        return magic != 0 and 0 < total <= mapped.file_size - pos and holds_data(mapped.mm, pos + total)
+        return holds_data(mapped.mm, pos + total)
     finally:
         mapped.release()
 
