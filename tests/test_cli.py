@@ -387,6 +387,19 @@ def test_export_writes_through_a_symlink_and_into_a_fifo(tmp_path: Path, small_s
     for name in ("/dev/stdout", "/dev/fd/1"):  # links to a pipe that has no path of its own
         out, err = cli_process("export", small_store, *TINY_SETS, "-o", name).communicate(timeout=120)
         assert out == expected.encode(), err
+    log = tmp_path / "app.log"
+    log.write_text("KEEP\n")
+    with open(log, "a") as appended:  # `-o /dev/stdout >> app.log`: appended to, not replaced
+        command = [sys.executable, "-m", "rocketstore.cli.main", "export", str(small_store), *TINY_SETS]
+        env = {**os.environ, "PYTHONPATH": str(SRC)}
+        done = subprocess.run([*command, "-o", "/dev/stdout"], stdout=appended, env=env, timeout=120)
+        assert done.returncode == 0
+    assert log.read_text() == "KEEP\n" + expected
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    result = run("export", small_store, *TINY_SETS, "-o", tmp_path / "loop1")
+    assert result.exit_code == 2 and "Too many levels of symbolic links" in result.stderr
+    assert (tmp_path / "loop1").is_symlink()
 
 
 def test_a_commitlog_that_is_a_file_is_an_error(small_store: Path) -> None:

@@ -11,6 +11,7 @@ import errno
 import functools
 import io
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -96,9 +97,15 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
     and keeps an earlier one. The file gets ``path``'s mode when it exists, else the umask's.
     A symbolic link is written through (its target is the file); what is not a regular file (a
     FIFO, a device such as /dev/null) is written to as it is, as ``>`` would, never replaced."""
-    try:  # through links: /dev/stdout and /dev/fd/N name a pipe that has no path of its own
+    if _names_a_descriptor(path):  # /dev/stdout, /dev/fd/N: what the shell opened (a pipe, `>>`'s file)
+        with open(path, "a", encoding="utf-8", newline="\n") as direct:
+            yield direct
+        return
+    try:
         special = not stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # as `>` says
+            raise
         special = False  # not there yet: made beside and renamed
     if special:
         with open(path, "w", encoding="utf-8", newline="\n") as direct:
@@ -125,6 +132,16 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+def _names_a_descriptor(path: str) -> bool:
+    """Whether ``path`` names an open file descriptor (/dev/stdout, /dev/fd/N, /proc/PID/fd/N):
+    written where it points, appending as the shell opened it, never replaced."""
+    absolute = os.path.abspath(path)
+    return (
+        absolute in ("/dev/stdout", "/dev/stderr")
+        or re.fullmatch(r"/(dev|proc/(self|\d+))/fd/\d+", absolute) is not None
+    )
 
 
 def json_error(exc: BaseException) -> dict[str, Any] | None:
