@@ -302,7 +302,7 @@ def _level_units(store: MessageStore, level: int, start: int, end: int) -> Itera
 def _unit_key(unit: StoredMessage) -> tuple[str, str | None, int] | None:
     """(real topic, UNIQ_KEY, copy key) of a schedule unit; None when delivery stores nothing (the
     schedule service's own rule: a half message, no usable real topic or queue)."""
-    target = redelivered(unit)
+    target = redelivered(unit, quiet=True)  # the schedule service says so when it meets it
     if target is None:
         return None
     topic, uniq = target[0].topic, unit.properties.get(UNIQ_KEY)

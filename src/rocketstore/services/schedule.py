@@ -82,9 +82,10 @@ def correct_delay_offsets(
     return changed
 
 
-def redelivered(stored: StoredMessage) -> tuple[Message, int] | None:
+def redelivered(stored: StoredMessage, quiet: bool = False) -> tuple[Message, int] | None:
     """The message RocketMQ's ``messageTimeup`` stores for a due schedule record, and its queue;
-    None for a record that must not be delivered (a half message, no usable real topic/queue)."""
+    None for a record that must not be delivered (a half message, no usable real topic/queue:
+    logged as an error unless ``quiet``, for a caller that only asks)."""
     props = stored.properties
     topic, qid = props.get(REAL_TOPIC), props.get(REAL_QID)
     if topic is None or topic == HALF_TOPIC:
@@ -95,7 +96,10 @@ def redelivered(stored: StoredMessage) -> tuple[Message, int] | None:
             raise ValueError(qid)
         message = stored.copy_to(topic, props, store_host=stored.store_host)
     except (ValueError, RocketStoreError) as exc:
-        log.error("schedule record at %d has no usable real topic/queue (%s): skipped", stored.commit_log_offset, exc)
+        if not quiet:
+            log.error(
+                "schedule record at %d has no usable real topic/queue (%s): skipped", stored.commit_log_offset, exc
+            )
         return None
     return message, queue_id
 
