@@ -553,3 +553,22 @@ def test_recover_after_a_crash_names_the_checkpoints_segment_as_where_checking_s
     assert info["recovery"]["startFile"] == segments[0]
     assert info["checked"].startswith(f"every segment from {segments[-1]} on")
     assert info["notChecked"].startswith(f"the {len(segments) - 1} segment(s) before {segments[-1]}")
+
+
+@pytest.mark.parametrize("first_of_segment", [True, False])
+def test_maybe_stale_counts_records_older_than_any_record_kept(tmp_path: Path, first_of_segment: bool) -> None:
+    """Records past the cut stored before the newest record kept are named as maybe stale, also
+    when the cut is at a segment's first record (the newest record kept is in the segment before)."""
+    root = tmp_path / "s"
+    results = _store(root)
+    size = TINY["mappedFileSizeCommitLog"]
+    last_start = results[-1].commit_log_offset // size * size
+    in_last = [r for r in results if r.commit_log_offset >= last_start]
+    cut = 0 if first_of_segment else 2
+    assert len(in_last) > cut + 2 and in_last[0].commit_log_offset == last_start
+    _flip(root, in_last[cut].commit_log_offset + BODY_AT)  # its body CRC fails
+    for later in in_last[cut + 1 :]:  # stored "before" (a clock set back)
+        _patch(root, later.commit_log_offset + 56, (1_000_000).to_bytes(8, "big"))
+    info = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json").stdout)
+    after = len(in_last) - cut - 1
+    assert (info["plan"]["intactRecordsAfter"], info["plan"]["maybeStaleOfIntact"]) == (after, after)

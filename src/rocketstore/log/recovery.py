@@ -52,6 +52,7 @@ class RecoveryReport:
     index_end: int = -1  # offset of the last record the index held before recovery
     start_file: str | None = None  # the first segment read (the queues may need records from before checked_from)
     checked_from: str | None = None  # the first segment whose records are checked and may be cut
+    newest_kept: int = 0  # the latest store time of the records walked and kept
     process_offset: int = 0
     records_checked: int = 0
     records_dispatched: int = 0
@@ -214,6 +215,7 @@ def recover(
     commit_log.queue.flushed_where = commit_log.queue.committed_where = process_offset
     commit_log.queue.truncate_dirty_files(process_offset)
     commit_log.confirm_offset = process_offset
+    report.newest_kept = newest[0]
     _claim_only_what_is_kept(checkpoint, index, newest[0])
     return report
 

@@ -163,7 +163,7 @@ def _look_past_end(
         return
     scans = [scan_segment(f, delay, 0, prop_crc=prop_crc) for f in later]
     kept = [s.part.store_ts[s.part.offsets < end] for s in scans]
-    newest = max((int(ts.max()) for ts in kept if len(ts)), default=0)
+    newest = max([plan.recovery.newest_kept, *(int(ts.max()) for ts in kept if len(ts))])
     live = [_live(s, end, queue_ends) for s in scans]
     for scan, alive in zip(scans, live, strict=True):
         stale = (scan.part.offsets >= end) & ~alive
