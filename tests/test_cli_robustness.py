@@ -493,3 +493,15 @@ def test_replacing_file_names_the_folder_it_cannot_write_in(tmp_path: Path) -> N
     with pytest.raises(FileNotFoundError) as caught, replacing_file(str(tmp_path / "nodir" / "x.jsonl")):
         pass
     assert caught.value.filename == str(tmp_path / "nodir")
+
+
+def test_produce_refuses_tags_or_keys_that_disagree_with_their_property(tmp_path: Path) -> None:
+    """--tags and --property TAGS=... (or --keys and KEYS) that disagree are a usage error, not one
+    silently taken over the other; the same value given twice is fine."""
+    root = tmp_path / "s"
+    base = ("produce", root, *TINY_SETS, "--topic", "T", "--body", "x")
+    for extra in (("--tags", "y", "--property", "TAGS=zz"), ("--keys", "a b", "--property", "KEYS=a")):
+        result = run(*base, *extra)
+        assert result.exit_code == 2 and "disagree: give one" in result.stderr, extra
+    assert not root.exists() or not list((root / "commitlog").glob("*"))
+    assert run(*base, "--tags", "y", "--property", "TAGS=y", "--keys", "a b", "--property", "KEYS=a b").exit_code == 0

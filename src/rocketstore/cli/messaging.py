@@ -156,6 +156,9 @@ def produce(
     except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped
         raise CommandError("--body is not UTF-8 text (use --body-file for bytes)") from None
     key_list = [k for item in keys for k in item.split(" ") if k]
+    for option, given, name in (("--tags", tags, "TAGS"), ("--keys", " ".join(key_list) or None, "KEYS")):
+        if given is not None and name in properties and properties[name] != given:
+            raise click.UsageError(f"{option} {given!r} and --property {name}={properties[name]} disagree: give one")
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
     # the message is checked before the store is opened (a new one created): a bad topic raises
