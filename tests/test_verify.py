@@ -47,8 +47,8 @@ needs_vectors = pytest.mark.skipif(not VECTORS.is_dir(), reason="the RocketMQ ve
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-def tiny() -> StoreConfig:
-    return StoreConfig(**TINY)
+def tiny(**extra: object) -> StoreConfig:
+    return StoreConfig(**{**TINY, **extra})
 
 
 def hashes(root: Path) -> dict[str, str]:

@@ -18,15 +18,9 @@ from rocketstore.cli.common import Common
 from rocketstore.codec.record import MESSAGE_MAGIC_CODE
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.verify import commit_log, verify_store
+from test_cli import SRC
+from test_verify import TINY, tiny
 
-SRC = Path(__file__).resolve().parent.parent / "src"
-TINY = {
-    "mappedFileSizeCommitLog": 4096,
-    "mappedFileSizeConsumeQueue": 200,
-    "maxHashSlotNum": 64,
-    "maxIndexNum": 128,
-    "brokerIP1": "127.0.0.1",
-}
 # a writer that flushes nothing on its own: it puts 5 records, then 3 more at each line it reads
 WRITER = """
 import json, sys
@@ -42,10 +36,6 @@ for line in sys.stdin:
     print("ok", flush=True)
 store.shutdown()
 """
-
-
-def tiny(**extra: object) -> StoreConfig:
-    return StoreConfig(**{**TINY, **extra})
 
 
 def test_verify_of_a_store_being_written_reports_its_moving_tail_as_notes(tmp_path: Path) -> None:
