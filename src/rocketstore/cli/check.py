@@ -20,7 +20,6 @@ from rocketstore.cli.common import (
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.meta.lockfile import held, refuse_if_locked
-from rocketstore.meta.root import is_inside
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
@@ -211,11 +210,7 @@ def _delay_offsets_lost(store: MessageStore) -> str | None:
     problem = store.delay_offsets.load_problem
     if problem is None:
         return None
-    waiting = 0
-    for level in range(1, len(store.delay_millis) + 1):
-        cq = store.queues.find(SCHEDULE_TOPIC, level - 1)
-        if cq is not None:
-            waiting += max(0, cq.max_offset_in_queue() - max(store.delay_offsets.get(level), cq.min_offset_in_queue()))
+    waiting = sum(int(row["lag"]) for row in store.schedule_report())  # type: ignore[call-overload]
     return (
         f"config/delayOffset.json could not be read ({problem}); recover wrote the delay offsets again as loaded, as "
         f"RocketMQ does: the next process that keeps the store open for writing delivers the {waiting} unit(s) of "
@@ -303,7 +298,7 @@ def _refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
             "the body stays as stored): every later open checks it again while it is in the last 3 segments or "
             "after a crash, and cuts the log there unless it is given the setting too (a broker: in broker.conf)"
         )
-    outside = [p for p in opts.commit_log_paths if os.path.exists(p) and not is_inside(p, opts.root)]
+    outside = [p for p in opts.commit_logs_outside if os.path.exists(p)]
     copies = "; ".join(f"cp -a {p} {p}.bak" for p in (opts.root, *outside))
     also = f", its commit-log folder(s) outside {opts.root} too" if outside else ""
     lines.append(f"  either way, copy the store first{also} ({copies})")

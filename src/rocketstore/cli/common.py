@@ -173,6 +173,11 @@ class Common:
         them; ``readOnlyCommitLogStorePaths`` adds folders that are read but get no new segment)."""
         return self.config.copy(storePathRootDir=self.root).commit_log_folders
 
+    @property
+    def commit_logs_outside(self) -> list[str]:
+        """The commit-log folders that lie outside STORE (links resolved)."""
+        return [p for p in self.commit_log_paths if not is_inside(p, self.root)]
+
 
 def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -> StoreConfig:
     """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key
@@ -274,7 +279,7 @@ def check_output_file(option: str, path: str) -> None:
 def check_commit_log(opts: Common, *, writes: bool) -> None:
     """Warn on stderr about a commit log outside STORE, and refuse one to a command that ``writes``
     unless --external-commit-log was given."""
-    outside = [p for p in opts.commit_log_paths if not is_inside(p, opts.root)]
+    outside = opts.commit_logs_outside
     if not outside:
         return
     where = ", ".join(outside)
