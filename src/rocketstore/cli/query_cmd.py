@@ -160,8 +160,8 @@ def query(
             damaged = _damaged(store, where) if not messages else None
             if damaged is not None:
                 what += f" can be read: the record at commit-log offset {where} it names fails its checks: {damaged}"
-            elif _past_cut(store, where):
-                what += f": commit-log offset {where}, which it names, is not in the log{_past_cut(store, where)}"
+            elif cut := _past_cut(store, where):
+                what += f": commit-log offset {where}, which it names, is not in the log{cut}"
             elif not topic:
                 what += (
                     " (it is not an offset msgId of this store; if it is a client msgId, the UNIQ_KEY clients "
