@@ -128,6 +128,35 @@ def test_export_of_the_vector_stores_is_byte_exact_and_changes_nothing(sample: s
 
 
 @needs_vectors
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect"],
+        ["export"],
+        ["query", "--topic", "PayTopic", "--key", "k"],
+        ["consume", "--topic", "PayTopic", "--group", "g"],
+        ["spark", "export", "--parquet", "{tmp}/out"],
+    ],
+)
+def test_a_store_of_other_file_sizes_is_refused_naming_every_setting_at_once(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Without the store's sizes every command names all three settings to give in one error
+    (not one per attempt), and the Spark command says so before Spark starts."""
+    root = VECTORS / "sample-clean" / "store"
+    before = hashes(VECTORS / "sample-clean")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    at = 2 if args[0] == "spark" else 1
+    result = run(*args[:at], root, *args[at:], "--json")
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout.splitlines()[-1])["error"]["message"]
+    for setting in ("mappedFileSizeCommitLog=65536", "mappedFileSizeConsumeQueue=2000", "= 64040"):
+        assert setting in error
+    assert not (tmp_path / "out").exists()
+    assert hashes(VECTORS / "sample-clean") == before
+
+
+@needs_vectors
 def test_export_to_a_file_and_by_topic(tmp_path: Path, clean_rows: list[dict]) -> None:
     out = tmp_path / "pay.jsonl"
     result = run("export", VECTORS / "sample-clean" / "store", *VECTOR_SETS, "--topic", "PayTopic", "-o", out)

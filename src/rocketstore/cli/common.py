@@ -23,6 +23,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
+from rocketstore.verify.layout import check_sizes
 
 
 class CommandError(click.ClickException):
@@ -168,10 +169,15 @@ class Common:
         return os.path.abspath(self.store)
 
     @property
+    def rooted_config(self) -> StoreConfig:
+        """The config with ``storePathRootDir`` set to STORE, as ``MessageStore.open`` sets it."""
+        return self.config.copy(storePathRootDir=self.root)
+
+    @property
     def commit_log_paths(self) -> list[str]:
         """The commit-log folders of STORE as the config places them (``storePathCommitLog`` may move
         them; ``readOnlyCommitLogStorePaths`` adds folders that are read but get no new segment)."""
-        return self.config.copy(storePathRootDir=self.root).commit_log_folders
+        return self.rooted_config.commit_log_folders
 
     @property
     def commit_logs_outside(self) -> list[str]:
@@ -371,12 +377,15 @@ def check_store(
 ) -> None:
     """The checks an operator expects before a store is opened: a commit log outside STORE (warned
     about; refused for writing without --external-commit-log), a ``commitlog`` that is not a
-    folder, and a commit log gone while the queues remain (recovery would drop every queue: warned
-    about when reading, refused when writing unless ``allow_lost_log``)."""
+    folder, files that are all one size other than the configured one (every setting to give named
+    at once, as ``verify`` names them), and a commit log gone while the queues remain (recovery
+    would drop every queue: warned about when reading, refused when writing unless
+    ``allow_lost_log``)."""
     check_commit_log(opts, writes=writes)
     for path in opts.commit_log_paths:
         if os.path.exists(path) and not os.path.isdir(path):
             raise CorruptStoreError("the commit log is not a folder", path)
+    check_sizes(opts.root, opts.rooted_config)
     lost = None if allow_lost_log else lost_log(opts)
     if lost and writes:
         raise CorruptStoreError(

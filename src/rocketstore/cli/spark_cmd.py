@@ -31,6 +31,7 @@ from rocketstore.cli.output import kv_table, out_console, print_json, say, warn
 from rocketstore.errors import CorruptStoreError, StoreLockedError
 from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
 from rocketstore.meta.root import overlapping_store_folder, require_store
+from rocketstore.verify.layout import check_sizes
 
 EXIT_PROBLEMS = 1
 
@@ -50,9 +51,10 @@ def _no_spark(exc: ImportError) -> CommandError:
 
 def _check_store(opts: Common, *, writes: bool) -> None:
     """What can be checked before Spark starts (which takes seconds): STORE is a store, and where
-    its commit log is."""
-    require_store(opts.root, opts.config.copy(storePathRootDir=opts.root))
+    its commit log is, and the file sizes the settings give (every one to give named at once)."""
+    require_store(opts.root, opts.rooted_config)
     check_commit_log(opts, writes=writes)
+    check_sizes(opts.root, opts.rooted_config)
 
 
 def _session(master: str, job: str) -> Any:
