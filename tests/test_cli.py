@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -741,6 +742,36 @@ def test_produce_then_consume_with_commit(tmp_path: Path) -> None:
     result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--from-committed", "--json")
     assert jsonl(result.stdout) == []
     assert run("verify", root, *TINY_SETS).exit_code == 0
+
+
+def test_consume_from_a_time(tmp_path: Path) -> None:
+    """--from-time starts each queue at its first message stored at or after the time (epoch ms or
+    ISO-8601); a time past every message reads nothing and commits the queue's end."""
+    root = tmp_path / "timed"
+    produce = ("produce", root, *TINY_SETS, "--topic", "Orders", "--count", 3)
+    assert run(*produce, "--body", "early").exit_code == 0
+    first = jsonl(run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g", "--json").stdout)
+    while time.time_ns() // 1_000_000 <= first[-1]["storeTimestamp"]:  # the clock moves on (no sleep)
+        pass
+    assert run(*produce, "--body", "late").exit_code == 0
+    late = jsonl(run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g", "--json").stdout)[3:]
+    assert [base64.b64decode(m["body"]) for m in late] == [b"late"] * 3
+    when = late[0]["storeTimestamp"]
+    iso = datetime.datetime.fromtimestamp(when / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+    for given in (when, iso, iso.replace("+00:00", "Z"), iso.replace("+00:00", "")):
+        result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g", "--from-time", given, "--json")
+        assert result.exit_code == 0, result.stderr
+        assert [m["queueOffset"] for m in jsonl(result.stdout)] == [3, 4, 5], given
+    result = run(
+        "consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g", "--from-time", when + 10**9, "--commit"
+    )
+    assert result.exit_code == 0 and "0 message(s)" in result.stdout and "next offset 6 (committed)" in result.stderr
+    result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g", "--from-time", "yesterday")
+    assert result.exit_code == 2 and "'yesterday' is neither epoch milliseconds nor an ISO-8601 time" in result.stderr
+    result = run(
+        "consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g", "--from-time", when, "--from-offset", 0
+    )
+    assert result.exit_code == 2 and "at most one of" in result.stderr
 
 
 def test_produce_delayed_and_inspect_the_schedule(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.results import GetMessageStatus, GetResult, PutResult
 from rocketstore.store import MessageStore
+from rocketstore.timestamps import epoch_millis
 from rocketstore.writer import MessagePreparer
 
 _SHOWN_RESULTS = 20
@@ -289,6 +290,22 @@ def _moved_text(topic: str, queue_id: int, asked: str, moved: GetResult) -> str:
     return f"WARNING: {topic}/{queue_id}: {asked} is {where}; read from {moved.next_begin_offset}"
 
 
+def _parse_time(_ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return epoch_millis(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param=param) from None
+
+
+def _started_from(from_offset: int | None, from_time: int | None) -> str:
+    """How ``consume`` chose a queue's first offset, as its --json ``offsetsMoved`` says."""
+    if from_offset is not None:
+        return "--from-offset"
+    return "--from-time" if from_time is not None else "committed"
+
+
 @click.command()
 @store_options(writes=True)
 @click.option("--topic", required=True, help="The topic.")
@@ -298,6 +315,12 @@ def _moved_text(topic: str, queue_id: int, asked: str, moved: GetResult) -> str:
 )
 @click.option("--tags", help='A tag filter: "*" or "TagA || TagB".')
 @click.option("--from-offset", type=click.IntRange(min=0), help="Start at this queue offset.")
+@click.option(
+    "--from-time",
+    callback=_parse_time,
+    help="Start at each queue's first message stored at or after this time: epoch ms, or ISO-8601 "
+    "(UTC without a zone), as RocketMQ's CONSUME_FROM_TIMESTAMP.",
+)
 @click.option(
     "--from-committed",
     is_flag=True,
@@ -314,6 +337,7 @@ def consume(
     queue_id: int | None,
     tags: str | None,
     from_offset: int | None,
+    from_time: int | None,
     from_committed: bool,
     max_num: int,
     commit: bool,
@@ -323,13 +347,16 @@ def consume(
     Without --commit the store is opened read-only and nothing on disk changes. The messages are
     printed as a table, or as export JSON lines with --json; where each queue got to goes to stderr.
 
+    --from-time starts each queue at its first message stored at or after the time (past its last
+    message: at its max offset, so only what comes later is read).
+
     An offset outside a queue (--from-offset, or the group's committed offset) is moved as RocketMQ's
     broker moves a consumer: before the queue's min offset (retention deleted those messages) to the
     min offset, past its max offset to the max offset; a warning on stderr says so, and with --json
     a last line {"offsetsMoved": [{topic, queueId, offset, from, movedTo, minOffset, maxOffset}]}.
     """
-    if from_offset is not None and from_committed:
-        raise click.UsageError("give at most one of --from-offset and --from-committed")
+    if (from_offset is not None) + (from_time is not None) + from_committed > 1:
+        raise click.UsageError("give at most one of --from-offset, --from-time and --from-committed")
     # it commits only what it wrote out: a closed stdout ends it quietly, as a consumer stops
     store = open_store(opts, read_only=not commit, create=False, closed_pipe_interrupts=False)
     try:
@@ -343,6 +370,9 @@ def consume(
                 break
             if from_offset is not None:
                 start, asked = from_offset, f"offset {from_offset}"
+            elif from_time is not None:
+                start = store.get_offset_in_queue_by_time(topic, qid, from_time)
+                asked = f"the offset {start} of time {from_time}"
             else:
                 start = store.query_offset(group, topic, qid)
                 asked = f"the committed offset {start} of group {group!r}"
@@ -356,7 +386,7 @@ def consume(
                         "topic": topic,
                         "queueId": qid,
                         "offset": start,
-                        "from": "--from-offset" if from_offset is not None else "committed",
+                        "from": _started_from(from_offset, from_time),
                         "movedTo": moved.next_begin_offset,
                         "minOffset": moved.min_offset,
                         "maxOffset": moved.max_offset,

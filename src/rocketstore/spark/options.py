@@ -33,7 +33,6 @@ an option above nor a store setting is ignored with a warning (``schema.warn_unk
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import logging
 import re
@@ -44,6 +43,7 @@ from rocketstore.codec.ids import java_hash
 from rocketstore.config import StoreConfig
 from rocketstore.reader import subscription_tags
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
+from rocketstore.timestamps import epoch_millis
 
 log = logging.getLogger(__name__)
 EARLIEST, LATEST = -2, -1
@@ -51,8 +51,6 @@ MODES = ("consumequeue", "commitlog")
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
 DEFAULT_PARTITION_BYTES = 128 << 20
 DEFAULT_BATCH_ROWS = 32768
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_MILLISECOND = datetime.timedelta(milliseconds=1)
 
 Offsets = str | dict[str, dict[int, int]]  # "earliest" / "latest" or topic -> queue id -> offset
 
@@ -237,23 +235,13 @@ def parse_offsets(
 
 
 def parse_timestamp(text: str | None, name: str) -> int | None:
-    """Epoch milliseconds, or ISO-8601 text (UTC when it has no zone)."""
+    """Epoch milliseconds, or ISO-8601 text (UTC when it has no zone); None when not given."""
     if text is None or not str(text).strip():
         return None
-    text = str(text).strip()
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"option {name}: {text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    # in integers (float seconds * 1000 can land 1 ms early); a time within a millisecond counts
-    # from the next one, so that store times >= / < it are exactly the ones at or after / before
-    return -((_EPOCH - when) // _MILLISECOND)
+        return epoch_millis(str(text))
+    except ValueError as exc:
+        raise ValueError(f"option {name}: {exc}") from None
 
 
 def _check_order(starting: Offsets, ending: Offsets) -> None:

@@ -49,8 +49,8 @@ from rocketstore.spark.plan import (
 )
 from rocketstore.spark.read import read_partition
 from rocketstore.spark.schema import DDL, flag_option, requested_columns
+from rocketstore.timestamps import EPOCH
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 log = logging.getLogger(__name__)
 
 
@@ -167,7 +167,7 @@ def _micros(value: Any) -> int | None:
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.UTC)
-        delta = value - _EPOCH
+        delta = value - EPOCH
         return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
     return None
 

@@ -1,0 +1,27 @@
+"""Store times given as text: epoch milliseconds or ISO-8601 (the Spark source's
+``startingTimestamp`` and ``consume --from-time`` take the same forms)."""
+
+from __future__ import annotations
+
+import datetime
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MILLISECOND = datetime.timedelta(milliseconds=1)
+
+
+def epoch_millis(text: str) -> int:
+    """Epoch milliseconds from ``text``: an integer, or ISO-8601 (UTC when it has no zone; a
+    trailing ``Z`` is UTC). A time within a millisecond counts from the next one, so that the store
+    times at or after it are exactly the ones >= the result. ValueError names what was given."""
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return -((EPOCH - when) // _MILLISECOND)  # in integers: float seconds * 1000 can land 1 ms early
