@@ -374,6 +374,20 @@ def test_with_the_pool_waiting_for_dispatch_waits_for_what_was_written(make_stor
     assert [m.body for m in store.get_message("g", "Pooled", 0, 0).messages] == [b"m0", b"m1", b"m2"]
 
 
+def test_shutdown_unmaps_every_pool_buffer_the_written_segment_included(make_store, store_config) -> None:
+    """The segment being written held its buffer past shutdown (a segment's worth of memory per
+    closed store, until the store object went); the pool now gets it back and unmaps it."""
+    store = make_store(config=store_config.copy(transientStorePoolEnable=True, transientStorePoolSize=2))
+    for i in range(3):
+        assert store.put(Message("Pooled", b"m%d" % i)).ok
+    written = store.commit_log.queue.files[-1]
+    buffer = written.write_buffer
+    assert buffer is not None
+    store.shutdown()
+    assert written.write_buffer is None and buffer.closed
+    assert [f for f in store.commit_log.queue.files if f.write_buffer is not None] == []
+
+
 def test_the_flushed_offset_never_goes_back_under_concurrent_flushes(make_store, store_config) -> None:
     """store.flush() beside the flush service, while a producer writes: msync releases the GIL,
     and a flush that read an older target and ended last used to set the offset back."""

@@ -299,10 +299,8 @@ class MappedFileQueue:
         if mapped is None:
             return True
         where = mapped.file_from_offset + mapped.commit(least_pages)
-        if mapped.write_buffer is not None and mapped.committed_position >= mapped.file_size:
-            buf, mapped.write_buffer = mapped.write_buffer, None
-            if self.pool is not None:
-                self.pool.give_back(buf)
+        if mapped.committed_position >= mapped.file_size:
+            self._give_back_buffer(mapped)
         nothing = where == self.committed_where
         self.committed_where = where
         return nothing
@@ -387,8 +385,18 @@ class MappedFileQueue:
     def mapped_memory_size(self) -> int:
         return sum(f.file_size for f in self.files)
 
+    def _give_back_buffer(self, mapped: MappedFile) -> None:
+        """``mapped``'s write buffer, if it has one, back to the pool (which unmaps it at close)."""
+        buf, mapped.write_buffer = mapped.write_buffer, None
+        if buf is not None and self.pool is not None:
+            self.pool.give_back(buf)
+
     def close(self) -> None:
+        """Unmap every segment; the one being written gives its write buffer back to the pool, so
+        that closing the pool frees it (else a segment's worth of memory stays until the store
+        object goes)."""
         for mapped in self.files:
+            self._give_back_buffer(mapped)
             mapped.close()
         if self.allocator is not None:
             self.allocator.discard(self)
