@@ -471,6 +471,23 @@ def test_delete_topics_and_clean_unused_topics(tmp_path: Path) -> None:
     assert "AlsoDrop" not in topics and "KeepMe" in topics
 
 
+def test_delete_topics_keeps_a_topic_not_yet_dispatched(tmp_path: Path) -> None:
+    """The topics to keep were listed from the consume queues before dispatch caught up: a topic
+    whose records were not yet queued was deleted too (queues, deletedTopics.json), for good."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        store.reput.stop()  # what the producer just put is not dispatched yet
+        for _ in range(5):
+            store.put(Message("Fresh", BODY), 0)
+        store.put(Message("Doomed", BODY), 0)
+        assert store.queue_ids() == {}
+        assert store.delete_topics(["Doomed"]) == ["Doomed"]
+        assert store.queue_ids() == {"Fresh": [0]} and store.get_max_offset_in_queue("Fresh", 0) == 5
+    deleted = json.loads((tmp_path / "s" / "config" / "deletedTopics.json").read_text())["deletedTopicTable"]
+    assert list(deleted) == ["Doomed"]
+    with MessageStore.open(tmp_path / "s", clean_config(), read_only=True) as store:
+        assert store.get_max_offset_in_queue("Fresh", 0) == 5  # recovery queues them all again
+
+
 def test_the_schedule_and_transaction_op_topics_are_never_removed(tmp_path: Path) -> None:
     """cleanUnusedTopic keeps SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_OP_HALF_TOPIC whatever the keep
     set says (pending delayed messages live there); deleting them by name is refused."""

@@ -13,7 +13,7 @@ When topics.json cannot be written, nothing has changed, in memory or on disk (S
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names
@@ -28,14 +28,21 @@ def delete_topics(store: MessageStore, topics: Iterable[str]) -> list[str]:
     doomed = set(topic_names("delete_topics", topics))
     if doomed & NEVER_REMOVED:
         raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
-    keep = {topic for topic in store.queues.topics() if topic not in doomed}
-    return clean_unused_topics(store, keep)
+    # what to keep is known only once dispatch caught up: a topic whose records are not yet in a
+    # consume queue has none to list, and would go with the doomed ones
+    return _remove(store, lambda: {topic for topic in store.queues.topics() if topic not in doomed})
 
 
 def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
     """``store.clean_unused_topics``: remove every topic's queues but ``keep``'s (and the schedule
     and transaction-op topics'); the topics removed."""
-    keep = set(topic_names("clean_unused_topics", keep))
+    kept = set(topic_names("clean_unused_topics", keep))
+    return _remove(store, lambda: kept)
+
+
+def _remove(store: MessageStore, keeping: Callable[[], set[str]]) -> list[str]:
+    """Remove the queues of every topic but ``keeping()``'s, asked once every record appended
+    before is dispatched (and none is appended meanwhile)."""
     # no cleanup round reads the queues being removed; no record is appended meanwhile, and every
     # one appended before is dispatched: no unit of a removed queue comes after it, and a topic
     # that comes back starts again at offset 0
@@ -45,6 +52,7 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
             raise RocketStoreError("dispatch did not catch up within 30 s: no consume queue was removed")
         # every record of theirs is below the log's end now: none is appended meanwhile
         end = store.commit_log.max_offset()
+        keep = keeping()
         with store.reput.lock:  # no dispatch round is writing into a queue being removed
             gone = store.queues.unused_topics(keep)
             if gone:
