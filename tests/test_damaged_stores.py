@@ -4,9 +4,12 @@ names the file, and ``verify`` says what is wrong."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,8 @@ import pytest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.verify import verify_store
+from test_cli import SRC
+from test_verify_live import HOLD_LOCK
 
 
 def _put(store: MessageStore, count: int, start: int = 0) -> list[int]:
@@ -338,6 +343,40 @@ def test_records_dropped_past_a_zeroed_one_are_warned_about(
     assert store.max_phy_offset == cut
     warned = [r.getMessage() for r in caplog.records if "later segment(s) holding records" in r.getMessage()]
     assert len(warned) == 1 and all(name in warned[0] for name in later), warned
+
+
+def test_a_read_only_view_of_a_store_in_use_does_not_warn_of_dropped_records(
+    make_store, tmp_path, store_config, caplog
+) -> None:
+    """The same layout seen by a read-only open while a process holds the store is what a writer
+    rolling to its next segment between two mappings leaves (a Spark trigger beside a producer):
+    said at INFO, as what this view sees, not warned about as records dropped."""
+    offsets = _written(make_store, 120)
+    size = store_config.mapped_file_size_commit_log
+    cut = next(o for o in offsets if o >= 2 * size)
+    segments = sorted((tmp_path / "store" / "commitlog").iterdir())
+    with open(segments[cut // size], "r+b") as f:
+        f.seek(cut % size)
+        f.write(bytes(8))
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(tmp_path / "store" / "lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with caplog.at_level("INFO", logger="rocketstore.log.recovery"):
+            store = make_store(read_only=True)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)
+    assert store.max_phy_offset == cut
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "has written past it" in r.getMessage()]
+    assert len(said) == 1 and said[0][0] == "INFO", said
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "dropped" in r.getMessage()]
 
 
 def test_segments_made_ahead_are_dropped_without_a_warning(make_store, tmp_path, store_config, caplog) -> None:

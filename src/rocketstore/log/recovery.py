@@ -24,6 +24,7 @@ Where this goes beyond RocketMQ, it is to lose nothing:
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
 from rocketstore.meta.checkpoint import StoreCheckpoint
+from rocketstore.meta.lockfile import lock_holder
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
@@ -205,7 +207,16 @@ def recover(
     dropped = [f for f in files if f.file_from_offset > process_offset]
     report.dropped_files = [f.file_name for f in dropped]
     holding = [f.file_name for f in dropped if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
-    if holding:  # not just segments made ahead: records past a zeroed or torn one go with them
+    if holding and _in_use(commit_log, checkpoint):
+        # a read-only view of a store a process is writing maps its segments one after another:
+        # the writer may have filled one and begun the next meanwhile. Nothing on disk is dropped
+        log.info(
+            "this read-only view ends the commit log at %d; the process holding the store has written "
+            "past it (%s), which a later read sees",
+            process_offset,
+            ", ".join(holding),
+        )
+    elif holding:  # not just segments made ahead: records past a zeroed or torn one go with them
         log.warning(
             "commit log ends at %d; %d later segment(s) holding records are dropped with it: %s",
             process_offset,
@@ -218,6 +229,11 @@ def recover(
     report.newest_kept = newest[0]
     _claim_only_what_is_kept(checkpoint, index, newest[0])
     return report
+
+
+def _in_use(commit_log: CommitLog, checkpoint: StoreCheckpoint) -> bool:
+    """A copy-on-write (read-only) view of a store some process holds open (its ``lock``)."""
+    return commit_log.queue.mode == "cow" and lock_holder(os.path.dirname(checkpoint.path)) is not None
 
 
 def _claim_only_what_is_kept(checkpoint: StoreCheckpoint, index: IndexService | None, newest: int) -> None:
