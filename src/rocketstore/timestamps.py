@@ -11,15 +11,16 @@ _MILLISECOND = datetime.timedelta(milliseconds=1)
 
 def epoch_millis(text: str) -> int:
     """Epoch milliseconds from ``text``: an integer, or ISO-8601 (UTC when it has no zone; a
-    trailing ``Z`` is UTC). A time within a millisecond counts from the next one, so that the store
-    times at or after it are exactly the ones >= the result. ValueError names what was given."""
+    trailing ``Z`` or ``z`` is UTC, as RFC 3339 allows). A time within a millisecond counts from
+    the next one, so that the store times at or after it are exactly the ones >= the result.
+    ValueError names what was given."""
     text = text.strip()
     try:
         return int(text)
     except ValueError:
         pass
     try:
-        when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = datetime.datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "Zz" else text)
     except ValueError:
         raise ValueError(f"{text!r} is neither epoch milliseconds nor an ISO-8601 time") from None
     if when.tzinfo is None:
