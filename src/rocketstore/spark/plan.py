@@ -13,6 +13,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from pyspark.sql.datasource import InputPartition
 
 from rocketstore.config import StoreConfig
@@ -416,22 +417,13 @@ def _cut_by_log(
 
     lo = min(phy(t, q, s) for t, q, s, _ in ranges)
     hi = max(phy(t, q, e - 1) for t, q, _, e in ranges) + 1
-    points = [lo + (hi - lo) * k // grid for k in range(1, grid)]
-    fine: dict[tuple[str, int], list[int]] = {}
-    for topic, queue_id, start, end in ranges:
-        offsets = [start]
-        for x in points:  # the first offset whose record lies at or after x (units grow with the log)
-            a, b = offsets[-1], end
-            while a < b:
-                mid = (a + b) // 2
-                if phy(topic, queue_id, mid) < x:
-                    a = mid + 1
-                else:
-                    b = mid
-            offsets.append(a)
-        offsets.append(end)
-        fine[(topic, queue_id)] = offsets
-    cells = [sum(o[k + 1] - o[k] for o in fine.values()) for k in range(grid)]
+    points = np.array([lo + (hi - lo) * k // grid for k in range(1, grid)], dtype=np.int64)
+    # fine[i]: range i's start, the first offset whose record lies at or after each point, its end
+    fine = np.empty((len(ranges), grid + 1), dtype=np.int64)
+    for i, (topic, queue_id, start, end) in enumerate(ranges):
+        fine[i, 0], fine[i, grid] = start, end
+        fine[i, 1:grid] = start + _units_below(snap, topic, queue_id, start, end, points)
+    cells = np.diff(fine, axis=1).sum(axis=0).tolist()
     target = sum(cells) / parts
     chosen = [0]
     done = 0
@@ -440,7 +432,18 @@ def _cut_by_log(
         if done >= target * len(chosen) and len(chosen) < parts:
             chosen.append(k + 1)
     chosen.append(grid)
-    return {key: [o[k] for k in chosen] for key, o in fine.items()}
+    picked = fine[:, chosen].tolist()
+    return {(t, q): picked[i] for i, (t, q, _, _) in enumerate(ranges)}
+
+
+def _units_below(snap: Snapshot, topic: str, queue_id: int, start: int, end: int, points: np.ndarray) -> np.ndarray:
+    """For each of the ascending ``points``, how many units of queue offsets [start, end) hold a
+    record that starts below it: the queue's commit-log offsets are read once, a file at a time,
+    and each file is cut with one ``searchsorted`` (units grow with the log)."""
+    below = np.zeros(len(points), dtype=np.int64)
+    for _index, units in snap.table[(topic, queue_id)].iter_units(start, end, chunk=max(1, end - start)):
+        below += np.searchsorted(units["phy"].astype(np.int64), points, side="left")
+    return below
 
 
 def log_partitions(snap: Snapshot, spec: ReadSpec, opts: ReadOptions) -> list[ReadPartition]:
