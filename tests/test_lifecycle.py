@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
-from rocketstore.errors import ReadOnlyStoreError, RocketStoreError, StoreClosedError, StoreFileError
+from rocketstore.errors import (
+    InvalidArgumentError,
+    ReadOnlyStoreError,
+    RocketStoreError,
+    StoreClosedError,
+    StoreFileError,
+)
 from rocketstore.meta.config_files import ConsumerOffsetManager, TopicConfigManager
 from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
 
@@ -225,6 +231,25 @@ def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> N
     assert os.path.isdir(tmp_path / "store" / "consumequeue" / "T")
     assert repr(store).endswith(", closed)")
     shutil.rmtree(tmp_path / "store")
+
+
+def test_shutdown_without_a_dispatch_limit_and_with_a_bad_one(make_store, tmp_path: Path) -> None:
+    """wait_for_dispatch=None (as wait_for_dispatch(None)) waits as long as dispatch takes; it raised
+    a TypeError half-way, the store marked closed with its service threads left running on closed
+    files. A value that is no number of seconds is refused before anything stops."""
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok
+    for bad in ("30", True, float("nan"), [1]):
+        with pytest.raises(InvalidArgumentError, match="wait_for_dispatch must be seconds or None"):
+            store.shutdown(wait_for_dispatch=bad)
+        assert not store.closed and store.put(Message("T", b"y")).ok
+    services = [t for t in threading.enumerate() if t.name.startswith("rocketstore-")]
+    assert services
+    store.shutdown(wait_for_dispatch=None)
+    assert store.closed and not (tmp_path / "store" / "abort").exists()
+    assert not [t for t in services if t.is_alive()]
+    with MessageStore.open(tmp_path / "store", store.config, read_only=True) as view:
+        assert view.get_max_offset_in_queue("T", 0) == 5
 
 
 def test_ctrl_c_during_shutdown_still_stops_the_services(make_store, store_config, tmp_path: Path) -> None:

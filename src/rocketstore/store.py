@@ -533,7 +533,7 @@ class MessageStore:
         }
 
     # -- shutdown ------------------------------------------------------------------------------------
-    def shutdown(self, *, wait_for_dispatch: float = 30.0) -> None:
+    def shutdown(self, *, wait_for_dispatch: float | None = 30.0) -> None:
         """Stop the services, flush everything, and remove ``abort`` if dispatch caught up.
 
         Every step runs even if one before it fails: the files are closed and the lock released
@@ -542,7 +542,8 @@ class MessageStore:
         RocketStoreError, once everything is closed. An interrupt (Ctrl-C) in a step keeps
         ``abort`` and is raised itself once everything is closed, in place of such an error
         (which is logged); a second one ends the shutdown at once, the files still closed.
-        """
+        ``wait_for_dispatch``: seconds for dispatch to catch up (None: as long as it takes)."""
+        wait_for_dispatch = StoreServices.shutdown_wait(wait_for_dispatch)
         with self._shutdown_lock:
             if self._closed:
                 return

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import Message
-from rocketstore.errors import FlushError
+from rocketstore.errors import FlushError, InvalidArgumentError
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
 from rocketstore.services.base import Service
@@ -179,6 +180,16 @@ class StoreServices:
             step(service.stop, f"stopping the {service.name} service")
         if self.clean is not None:
             step(self.clean.close, "ending cleanup")
+
+    @staticmethod
+    def shutdown_wait(seconds: object) -> float:
+        """``shutdown``'s ``wait_for_dispatch``: seconds (None: as long as dispatch takes), checked
+        before anything stops (InvalidArgumentError)."""
+        if seconds is None:
+            return math.inf
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or math.isnan(seconds):
+            raise InvalidArgumentError(f"shutdown: wait_for_dispatch must be seconds or None, not {seconds!r}")
+        return float(seconds)
 
     def _wait_for_dispatch(self, seconds: float) -> None:
         """Wait up to ``seconds`` for dispatch to catch up; not at all when it cannot: the reput
