@@ -107,6 +107,98 @@ def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # no
         require_store_or_new_folder(str(tmp_path / "file"), small_config())
 
 
+def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_path):  # noqa: F811
+    """enableDLegerCommitLog (and every setting ``refuse_unsupported`` refuses) fails the write
+    before any task runs: no task stages a row only for the commit to refuse the batch, and the
+    new folder is not made."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    @F.udf(BinaryType())
+    def no_task_runs(body):  # no hints: pyspark would take them for a pandas UDF's
+        raise ValueError("a task ran")
+
+    store = tmp_path / "new"
+    df = spark.createDataFrame([("TopicA", b"x")], "topic string, body binary")
+    df = df.withColumn("body", no_task_runs("body"))
+    with pytest.raises(Exception, match=r"ConfigError: enableDLegerCommitLog") as failed:
+        df.write.format("rocketstore").options(**SMALL_OPTIONS, enableDLegerCommitLog="true").mode("append").save(
+            str(store)
+        )
+    assert "a task ran" not in str(failed.value)
+    assert not store.exists()
+    assert not (tmp_path / ".new.spark-staging").exists()
+
+
+def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_path):
+    """The commit's turn (config/sparkCommit.lock) is given up with the folder as it was: a
+    missing folder is not made, an empty one stays empty (neither then passes for a store). A
+    store's own commit lock stays."""
+    from rocketstore.errors import ConfigError, StoreNotFoundError
+    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+
+    staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
+    refused = small_config(enableDLegerCommitLog=True)  # refused when the commit opens the store
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    for folder in (missing, empty):
+        with pytest.raises(ConfigError, match="enableDLegerCommitLog"):
+            append_staged(str(folder), refused, staged, sink=None, batch_id=None)
+    assert not missing.exists()
+    assert list(empty.iterdir()) == []
+    with pytest.raises(StoreNotFoundError):
+        verify_store(empty, small_config())
+    store = make_store(tmp_path / "store", 3)
+    append_staged(str(store), small_config(), staged, sink=None, batch_id=None)
+    with pytest.raises(ConfigError):
+        append_staged(str(store), refused, staged, sink=None, batch_id=None)
+    assert (store / COMMIT_LOCK).is_file()
+    assert len(export_rows(store, small_config())) == 4
+
+
+def _fds_on(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    import contextlib
+    import os
+
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile (the listing's own, another thread's)
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    return count
+
+
+def test_a_commit_waiting_on_a_new_folder_whose_first_commit_failed_takes_its_turn_anew(tmp_path):
+    """The failed commit removes the lock file the other waits on: the waiter does not go on
+    holding the removed file (a third commit could take the one made anew at the same time), but
+    takes its turn on the file at the path, and appends."""
+    import threading
+    import time
+
+    from rocketstore.spark.commits import COMMIT_LOCK, append_staged, commit_turn
+
+    store = tmp_path / "new"
+    lock = store / COMMIT_LOCK
+    staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
+    appended: list = []
+
+    def commit() -> None:
+        appended.append(append_staged(str(store), small_config(), staged, sink=None, batch_id=None))
+
+    waiter = threading.Thread(target=commit)
+    with pytest.raises(RuntimeError, match="failed on purpose"), commit_turn(str(store), 1000):
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while _fds_on(lock) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the waiter has the lock file open, waiting for its turn
+        assert _fds_on(lock) == 2
+        raise RuntimeError("failed on purpose")
+    waiter.join(60)
+    assert appended == [1]
+    assert lock.is_file()  # the waiter's turn was on the file at the path, made anew
+    assert len(export_rows(store, small_config())) == 1
+
+
 def test_a_topic_option_the_broker_refuses_sends_to_is_refused_on_the_driver():
     from pyspark.sql.types import BinaryType, StructField, StructType
 

@@ -40,7 +40,9 @@ Spark commits to one store, from this process or another, take turns: each holds
 ``config/sparkCommit.lock`` (an flock) while it has the store open, and a commit waits for it up
 to ``lockWaitMs`` (default 60000). A store lock taken while that lock is held is another
 program's (a broker, a program with the store open, a rebuild): the commit fails at once
-(StoreLockedError), and so does the check a write makes on the driver before any task runs.
+(StoreLockedError), and so does the check a write makes on the driver before any task runs. A
+commit that fails before the store is made in a folder that held none removes that lock again
+(``commit_turn``): the folder does not pass for a store.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 MARKER = os.path.join("config", "sparkSinkCommits.json")
-COMMIT_LOCK = os.path.join("config", "sparkCommit.lock")
+COMMIT_LOCK_NAME = "sparkCommit.lock"
+COMMIT_LOCK = os.path.join("config", COMMIT_LOCK_NAME)
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_LOCK_WAIT_MS = 60_000
 
@@ -247,29 +250,82 @@ class QueueChooser:
 @contextlib.contextmanager
 def commit_turn(root: str, wait_ms: int) -> Iterator[None]:
     """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too),
-    waiting for it up to ``wait_ms`` while another Spark commit holds it."""
-    path = os.path.join(root, COMMIT_LOCK)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    waiting for it up to ``wait_ms`` while another Spark commit holds it.
+
+    A commit that fails in a folder holding nothing but that lock (a new store whose open was
+    refused) removes it, and ``config/`` with it, before it gives up the turn: the folder is left
+    as it was (a folder the commit made is removed too), since ``config`` would make it pass for
+    a store. A commit waiting for its turn meanwhile finds the file it waited on gone from its
+    path once it has it, and waits again on the one at the path (made anew)."""
+    made_root = not os.path.lexists(root)
+    fd = _take_turn(root, wait_ms)
     try:
-        deadline = time.monotonic() + wait_ms / 1000
-        pause = 0.002
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StoreLockedError(
-                        f"{root}: another Spark write kept committing to it for over {wait_ms} ms "
-                        "(the lockWaitMs option)"
-                    ) from None
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, 0.1)
         yield
+    except BaseException:
+        _leave_no_trace(root, made_root)  # while the turn is still held
+        raise
     finally:
         os.close(fd)  # drops the flock
+
+
+def _take_turn(root: str, wait_ms: int) -> int:
+    """An fd of the lock file at its path, flocked."""
+    path = os.path.join(root, COMMIT_LOCK)
+    deadline = time.monotonic() + wait_ms / 1000
+    pause = 0.002
+    fd = -1
+    try:
+        while True:
+            if fd < 0:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with contextlib.suppress(FileNotFoundError):  # config/ removed since (a failed commit's)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if fd >= 0:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass
+                else:
+                    if _at_path(fd, path):
+                        taken, fd = fd, -1
+                        return taken
+                    os.close(fd)  # a file a failed commit removed from the path: wait on the one there
+                    fd = -1
+                    continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreLockedError(
+                    f"{root}: another Spark write kept committing to it for over {wait_ms} ms (the lockWaitMs option)"
+                )
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _at_path(fd: int, path: str) -> bool:
+    """Whether ``fd`` is the file at ``path`` (not one removed from there)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _leave_no_trace(root: str, made_root: bool) -> None:
+    """Remove the commit lock and ``config/`` when they are all the folder holds (the commit
+    failed before the store was made), and the folder itself when the commit made it."""
+    with contextlib.suppress(OSError):
+        if os.listdir(root) != ["config"] or os.listdir(os.path.join(root, "config")) != [COMMIT_LOCK_NAME]:
+            return
+        os.unlink(os.path.join(root, COMMIT_LOCK))
+        os.rmdir(os.path.join(root, "config"))
+        if made_root:
+            os.rmdir(root)
+        else:
+            fsync_dir(root)
 
 
 def _held_elsewhere(root: str, exc: StoreLockedError) -> StoreLockedError:
