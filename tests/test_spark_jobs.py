@@ -224,6 +224,25 @@ def test_rebuild_dispatches_past_a_bad_crc_as_reput_does(spark, tmp_path):  # no
     assert [r["commitLogOffset"] for r in _export(store)] == [r["commitLogOffset"] for r in before]
 
 
+def test_rebuild_does_not_count_an_empty_pre_allocated_segment_after_the_end(spark, tmp_path, caplog):  # noqa: F811
+    """A zero-filled segment after the last one with data (a writer's pre-allocated next file,
+    which verify calls "empty ... after the log end") is not a segment left undispatched: no
+    warning, segmentsAfterEnd 0."""
+    import logging
+
+    store = make_store(tmp_path / "store", 300)
+    last = sorted((store / "commitlog").iterdir())[-1]
+    size = SMALL_GEOMETRY["mappedFileSizeCommitLog"]
+    (store / "commitlog" / f"{int(last.name) + size:020d}").write_bytes(bytes(size))
+    before = _export(store)
+    shutil.rmtree(store / "consumequeue")
+    with caplog.at_level(logging.WARNING, logger="rocketstore.spark.jobs"):
+        result = jobs.rebuild(spark, str(store), small_config())
+    assert result["records"] == 300 and result["segmentsAfterEnd"] == 0
+    assert not [r.getMessage() for r in caplog.records if "were not dispatched" in r.getMessage()]
+    assert _export(store) == before
+
+
 def test_rebuild_refuses_a_broken_record_with_data_after_it(spark, tmp_path):  # noqa: F811
     store = make_store(tmp_path / "store", 400)
     seg, data = _first_record_of_segment(store, 1)

@@ -188,7 +188,7 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
         _refuse_records_past_the_end(results, STOP_BLANK, STOP_END)
         scanned = time.perf_counter()
         new_root = os.path.join(work, "store")
-        summary = _write_rebuilt(new_root, root, config, results, STOP_BLANK, deleted)
+        summary = _write_rebuilt(new_root, root, config, results, (STOP_BLANK, STOP_END), deleted)
         for name in ("consumequeue", "index") if config.message_index_enable else ("consumequeue",):
             _swap_in(os.path.join(new_root, name), os.path.join(root, name), os.path.join(work, f"old-{name}"))
         fsync_dir(root)
@@ -268,6 +268,12 @@ def _remove_stale_work(root: str) -> None:
         shutil.rmtree(full)
 
 
+def _holds_data(result: dict, stop_end: int) -> bool:
+    """Whether a scanned segment holds data: anything but zeros from its start (an empty
+    pre-allocated file, which recovery deletes, holds none)."""
+    return result["stop"] > 0 or result["reason"] != stop_end
+
+
 def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end: int) -> None:
     """Raise CorruptStoreError when a segment's scan stops short of its end-of-file marker (a record
     that fails its checks, or zeros) while a later segment holds data: the rebuilt queues would end
@@ -276,7 +282,7 @@ def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end:
     for i, r in enumerate(results):
         if r["reason"] == stop_blank:
             continue
-        later = [x for x in results[i + 1 :] if x["stop"] > 0 or x["reason"] != stop_end]
+        later = [x for x in results[i + 1 :] if _holds_data(x, stop_end)]
         if later:
             what = "zeros" if r["reason"] == stop_end else "a record that fails its checks"
             raise CorruptStoreError(
@@ -289,10 +295,18 @@ def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end:
 
 
 def _write_rebuilt(
-    new_root: str, root: str, config: StoreConfig, results: list[dict], stop_blank: int, deleted: dict[str, int]
+    new_root: str,
+    root: str,
+    config: StoreConfig,
+    results: list[dict],
+    stops: tuple[int, int],
+    deleted: dict[str, int],
 ) -> dict:
     """Write the consume queues and index files of the scanned segments, in log order, up to the
-    end of the valid log (the first segment whose scan did not end at its end-of-file marker)."""
+    end of the valid log (the first segment whose scan did not end at its end-of-file marker).
+    ``stops``: the scan's STOP_BLANK and STOP_END. The segments after the end that hold data are
+    counted (``segmentsAfterEnd``); empty pre-allocated ones are not."""
+    stop_blank, stop_end = stops
     os.makedirs(new_root)
     queues = ConsumeQueueStore(new_root, config.cq_file_size, "rw")
     checkpoint = StoreCheckpoint(os.path.join(new_root, "checkpoint"), writable=True)
@@ -336,7 +350,7 @@ def _write_rebuilt(
         real.logics_msg_timestamp = last_ts
         real.index_msg_timestamp = last_ts
         real.flush()
-    ignored = [r["base"] for r in results if r["base"] > end]
+    ignored = [r["base"] for r in results if r["base"] > end and _holds_data(r, stop_end)]
     if ignored:
         log.warning("rebuild: %d segment(s) after the log end %d were not dispatched", len(ignored), end)
     return {
