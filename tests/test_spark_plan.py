@@ -1,10 +1,11 @@
 """Planning a batch read on the driver, without a Spark session: the partitions a consume-queue
-read is cut into."""
+read is cut into, and the options checked before it is planned."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -130,3 +131,80 @@ def test_planning_reads_each_queue_once_whatever_the_partition_count(uneven):
     two = _unit_reads(uneven, 2)
     assert _unit_reads(uneven, 64) == two
     assert _unit_reads(uneven, 300) == two
+
+
+# -- options ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"topics": "Topic["}, "option topics: 'Topic[' is neither a topic name nor a pattern"),
+        ({"queues": "a"}, 'option queues: "a" is not a queue id'),
+        ({"queues": '{"TopicA":0}'}, "option queues: TopicA must map to a list of queue ids"),
+        ({"queues": "[0]"}, "option queues: "),
+        ({"startingOffsets": "[]"}, "option startingOffsets must be earliest or a JSON object"),
+        ({"startingOffsets": '{"TopicA":[1]}'}, 'option startingOffsets: TopicA must map to {"queueId": offset}'),
+        ({"startingOffsets": "latest"}, "option startingOffsets: latest is not allowed for a batch read"),
+        ({"endingOffsets": "earliest"}, "option endingOffsets: earliest is not an ending offset"),
+        ({"endingOffsets": '{"TopicA":{"0":-3}}'}, "option endingOffsets: TopicA/0: -3 is not a valid offset"),
+        ({"endingTimestamp": "2026-13-01"}, "option endingTimestamp: '2026-13-01' is neither epoch milliseconds"),
+        ({"minPartitions": "1e3"}, "option minPartitions must be an integer, not '1e3'"),
+        ({"failOnDataLoss": "no"}, "option failOnDataLoss must be true or false, not 'no'"),
+        ({"mode": "kafka"}, "option mode must be consumequeue or commitlog, not 'kafka'"),
+        ({"mode": "commitlog", "startingOffsets": '{"A":{"0":1}}'}, "startingOffsets/endingOffsets need mode="),
+    ],
+)
+def test_a_malformed_option_is_an_invalid_argument_error(options, error):
+    """Every option the source refuses raises InvalidArgumentError (a RocketStoreError, still a
+    ValueError), not a plain ValueError: ``except RocketStoreError`` catches it."""
+    from rocketstore.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=re.escape(error)):
+        parse_options({"path": "store", **options})
+
+
+def test_stream_only_path_and_schema_errors_are_invalid_argument_errors():
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from rocketstore.errors import InvalidArgumentError
+    from rocketstore.spark.schema import requested_columns
+
+    with pytest.raises(InvalidArgumentError, match="option endingOffsets is for batch reads only"):
+        parse_options({"path": "store", "endingOffsets": "latest"}, streaming=True)
+    with pytest.raises(InvalidArgumentError, match="streaming reads use mode=consumequeue"):
+        parse_options({"path": "store", "mode": "commitlog", "startingOffsets": "earliest"}, streaming=True)
+    with pytest.raises(InvalidArgumentError, match="no store given"):
+        parse_options({})
+    with pytest.raises(InvalidArgumentError, match="one store at a time"):
+        parse_options({"paths": '["a", "b"]'})
+    with pytest.raises(InvalidArgumentError, match="rocketstore has no column 'nope'"):
+        requested_columns(StructType([StructField("nope", StringType())]))
+    with pytest.raises(InvalidArgumentError, match="column 'topic' is string, not int64"):
+        requested_columns(StructType([StructField("topic", LongType())]))
+    with pytest.raises(InvalidArgumentError, match="declare topic without NOT NULL"):
+        requested_columns(StructType([StructField("topic", StringType(), nullable=False)]))
+
+
+def test_a_config_file_that_cannot_be_read_or_holds_a_bad_setting_is_a_config_error(tmp_path):
+    """``config`` naming no file (or a folder) raises ConfigError naming the option and the path,
+    not pathlib's bare FileNotFoundError; so does a bad value in the file or in a store-setting
+    option (was a plain ValueError)."""
+    from rocketstore.errors import ConfigError
+
+    missing = tmp_path / "nonexistent" / "broker.conf"
+    with pytest.raises(ConfigError, match=rf"^option config: cannot read {re.escape(str(missing))}: No such file"):
+        parse_options({"path": "store", "config": str(missing)})
+    with pytest.raises(ConfigError, match=rf"^option config: cannot read {re.escape(str(tmp_path))}: Is a directory"):
+        parse_options({"path": "store", "config": str(tmp_path)})
+    bad = tmp_path / "broker.conf"
+    bad.write_text("mappedFileSizeCommitLog=abc\n")
+    with pytest.raises(ConfigError, match=rf"^option config: {re.escape(str(bad))}: mappedFileSizeCommitLog must be"):
+        parse_options({"path": "store", "config": str(bad)})
+    bad.write_text("flushDiskTyp=SYNC_FLUSH\n")
+    with pytest.raises(ConfigError, match=rf"^option config: {re.escape(str(bad))}: unknown key 'flushDiskTyp'"):
+        parse_options({"path": "store", "config": str(bad)})
+    with pytest.raises(
+        ConfigError, match=r"^option mappedFileSizeCommitLog: mappedFileSizeCommitLog must be an integer"
+    ):
+        parse_options({"path": "store", "mappedFileSizeCommitLog": "abc"})

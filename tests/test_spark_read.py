@@ -247,9 +247,10 @@ def test_offsets_json_that_leaves_out_a_queue_read_is_refused(spark, store, ever
     ],
 )
 def test_invalid_numbers_in_options_are_refused(options, error):
+    from rocketstore.errors import InvalidArgumentError
     from rocketstore.spark.options import parse_options
 
-    with pytest.raises(ValueError, match=re.escape(error)):
+    with pytest.raises(InvalidArgumentError, match=re.escape(error)):
         parse_options({"path": "store", **options})
 
 

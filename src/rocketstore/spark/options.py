@@ -28,6 +28,8 @@ together): ``startingTimestamp`` wins over ``startingOffsets`` and ``endingTimes
 ``endingOffsets``; the offsets given with them are still checked, and a warning says they are
 not used. Option keys compare case-insensitively (Spark lower-cases them); a key that is neither
 an option above nor a store setting is ignored with a warning (``schema.warn_unknown_options``).
+An option refused raises InvalidArgumentError; a bad store setting, or a ``config`` file that
+cannot be read, ConfigError (``schema.store_config``): both are RocketStoreErrors and ValueErrors.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
 from rocketstore.config import StoreConfig
+from rocketstore.errors import InvalidArgumentError
 from rocketstore.reader import subscription_tags
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
 from rocketstore.timestamps import epoch_millis
@@ -148,7 +151,9 @@ def parse_topics(text: str | None) -> tuple[frozenset[str] | None, tuple[re.Patt
             try:
                 patterns.append(re.compile(item))
             except re.error as exc:
-                raise ValueError(f"option topics: {item!r} is neither a topic name nor a pattern ({exc})") from None
+                raise InvalidArgumentError(
+                    f"option topics: {item!r} is neither a topic name nor a pattern ({exc})"
+                ) from None
     return frozenset(names), tuple(patterns)
 
 
@@ -161,7 +166,7 @@ def parse_queues(text: str | None) -> tuple[frozenset[int] | None, dict[str, fro
         out = {}
         for topic, ids in obj.items():
             if not isinstance(ids, list):
-                raise ValueError(f"option queues: {topic} must map to a list of queue ids")
+                raise InvalidArgumentError(f"option queues: {topic} must map to a list of queue ids")
             out[str(topic)] = _queue_ids(ids)
         return None, out
     return _queue_ids(q for q in text.split(",") if q.strip()), None
@@ -184,7 +189,7 @@ def _queue_ids(values: Iterable[object]) -> frozenset[int]:
     for value in values:
         queue_id = _whole(value)
         if queue_id is None or queue_id < 0:
-            raise ValueError(f"option queues: {json.dumps(value)} is not a queue id (an integer from 0)")
+            raise InvalidArgumentError(f"option queues: {json.dumps(value)} is not a queue id (an integer from 0)")
         ids.add(queue_id)
     return frozenset(ids)
 
@@ -201,31 +206,37 @@ def parse_offsets(
     example = '{"TopicA":{"0":23,"1":-1}}' if ending else '{"TopicA":{"0":23,"1":-2}}'
     if text.lower() in ("earliest", "latest"):
         if ending and text.lower() == "earliest":
-            raise ValueError(f"option {name}: earliest is not an ending offset (give {allowed} or JSON {example})")
+            raise InvalidArgumentError(
+                f"option {name}: earliest is not an ending offset (give {allowed} or JSON {example})"
+            )
         if batch_start and text.lower() == "latest":
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"option {name}: latest is not allowed for a batch read, which would read nothing (give "
                 f"{allowed}, JSON {example} or startingTimestamp)"
             )
         return text.lower()
     if not text.startswith("{"):
-        raise ValueError(f"option {name} must be {allowed} or a JSON object like {example}, not {text!r}")
+        raise InvalidArgumentError(f"option {name} must be {allowed} or a JSON object like {example}, not {text!r}")
     obj = _json(text, name)
     out: dict[str, dict[int, int]] = {}
     for topic, queues in obj.items():
         if not isinstance(queues, dict):
-            raise ValueError(f'option {name}: {topic} must map to {{"queueId": offset}}')
+            raise InvalidArgumentError(f'option {name}: {topic} must map to {{"queueId": offset}}')
         per = {}
         for qid, off in queues.items():
             queue_id, offset = _whole(qid), _whole(off)
             if queue_id is None or queue_id < 0:
-                raise ValueError(f"option {name}: {topic}/{qid}: {qid!r} is not a queue id (an integer from 0)")
+                raise InvalidArgumentError(
+                    f"option {name}: {topic}/{qid}: {qid!r} is not a queue id (an integer from 0)"
+                )
             if offset is None:
-                raise ValueError(f"option {name}: {topic}/{qid}: {json.dumps(off)} is not an offset (an integer)")
+                raise InvalidArgumentError(
+                    f"option {name}: {topic}/{qid}: {json.dumps(off)} is not an offset (an integer)"
+                )
             if offset < EARLIEST or (ending and offset == EARLIEST):
-                raise ValueError(f"option {name}: {topic}/{qid}: {off} is not a valid offset")
+                raise InvalidArgumentError(f"option {name}: {topic}/{qid}: {off} is not a valid offset")
             if batch_start and offset == LATEST:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"option {name}: {topic}/{qid}: -1 (latest) is not allowed for a batch read, which would "
                     "read nothing of that queue"
                 )
@@ -241,7 +252,7 @@ def parse_timestamp(text: str | None, name: str) -> int | None:
     try:
         return epoch_millis(str(text))
     except ValueError as exc:
-        raise ValueError(f"option {name}: {exc}") from None
+        raise InvalidArgumentError(f"option {name}: {exc}") from None
 
 
 def _check_order(starting: Offsets, ending: Offsets) -> None:
@@ -252,7 +263,7 @@ def _check_order(starting: Offsets, ending: Offsets) -> None:
         for queue_id, start in per.items():
             end = ending.get(topic, {}).get(queue_id)
             if end is not None and start > end >= 0:
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"option startingOffsets: {topic}/{queue_id} starts at {start}, after its ending offset {end}"
                 )
 
@@ -261,7 +272,7 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     """An option that is a positive integer; None when it is not given."""
     value = int_option(options, name, None)
     if value is not None and value <= 0:
-        raise ValueError(f"option {name} must be a positive integer, not {option(options, name)!r}")
+        raise InvalidArgumentError(f"option {name} must be a positive integer, not {option(options, name)!r}")
     return value
 
 
@@ -269,9 +280,9 @@ def _json(text: str, name: str) -> dict:
     try:
         obj = json.loads(text)
     except ValueError as exc:
-        raise ValueError(f"option {name}: not valid JSON ({exc})") from None
+        raise InvalidArgumentError(f"option {name}: not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
-        raise ValueError(f"option {name}: expected a JSON object")
+        raise InvalidArgumentError(f"option {name}: expected a JSON object")
     return obj
 
 
@@ -279,7 +290,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     """Every option of a read (batch or stream), checked."""
     mode = (option(options, "mode", "consumequeue") or "consumequeue").strip().lower()
     if mode not in MODES:
-        raise ValueError(f"option mode must be consumequeue or commitlog, not {mode!r}")
+        raise InvalidArgumentError(f"option mode must be consumequeue or commitlog, not {mode!r}")
     names, patterns = parse_topics(option(options, "topics") or option(options, "topic"))
     queues, by_topic = parse_queues(option(options, "queues"))
     tags_text = option(options, "tags")
@@ -294,14 +305,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     _check_order(starting, ending)
     for name in ("endingOffsets", "endingTimestamp"):
         if streaming and option(options, name) is not None:
-            raise ValueError(f"option {name} is for batch reads only: a stream reads on as messages arrive")
+            raise InvalidArgumentError(f"option {name} is for batch reads only: a stream reads on as messages arrive")
     if mode == "commitlog" and (starting != "earliest" or ending != "latest"):
-        raise ValueError(
+        raise InvalidArgumentError(
             "startingOffsets/endingOffsets need mode=consumequeue: commitlog mode reads the whole log "
             "(narrow it with startingTimestamp/endingTimestamp, topics and queues)"
         )
     if mode == "commitlog" and streaming:
-        raise ValueError("streaming reads use mode=consumequeue")
+        raise InvalidArgumentError("streaming reads use mode=consumequeue")
     for ts_name, off_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
         if (option(options, ts_name) or "").strip() and (option(options, off_name) or "").strip():
             log.warning("option %s is not used: %s takes precedence (as in Kafka's source)", off_name, ts_name)

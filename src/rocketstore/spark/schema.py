@@ -68,13 +68,15 @@ def requested_columns(schema: object) -> list[str]:
     names = []
     for field in wanted:
         if field.name not in ARROW_TYPES:
-            raise ValueError(f"rocketstore has no column {field.name!r}; its columns are {', '.join(COLUMN_NAMES)}")
+            raise InvalidArgumentError(
+                f"rocketstore has no column {field.name!r}; its columns are {', '.join(COLUMN_NAMES)}"
+            )
         if not field.type.equals(ARROW_TYPES[field.name]):
-            raise ValueError(f"column {field.name!r} is {ARROW_TYPES[field.name]}, not {field.type}")
+            raise InvalidArgumentError(f"column {field.name!r} is {ARROW_TYPES[field.name]}, not {field.type}")
         names.append(field.name)
     strict = [field.name for field in wanted if not field.nullable]
     if strict:  # Spark would find out only when a task returns its first batch
-        raise ValueError(f"rocketstore's columns are nullable: declare {', '.join(strict)} without NOT NULL")
+        raise InvalidArgumentError(f"rocketstore's columns are nullable: declare {', '.join(strict)} without NOT NULL")
     return names
 
 
@@ -99,7 +101,7 @@ def flag_option(options: Mapping[str, str], name: str, default: bool) -> bool:
         return default
     text = str(value).strip().lower()
     if text not in ("true", "false"):
-        raise ValueError(f"option {name} must be true or false, not {value!r}")
+        raise InvalidArgumentError(f"option {name} must be true or false, not {value!r}")
     return text == "true"
 
 
@@ -110,7 +112,7 @@ def int_option(options: Mapping[str, str], name: str, default: int | None) -> in
     try:
         return int(str(value).strip())
     except ValueError:
-        raise ValueError(f"option {name} must be an integer, not {value!r}") from None
+        raise InvalidArgumentError(f"option {name} must be an integer, not {value!r}") from None
 
 
 _LOWER_KEYS = {k.lower(): k for name, _ in StoreConfig().items() for k in (name, snake_case(name))}
@@ -152,10 +154,11 @@ def store_config(options: Mapping[str, str]) -> StoreConfig:
     """A StoreConfig from ``config`` (a broker.conf path) and every option that is a
     MessageStoreConfig key by its RocketMQ name (``mappedFileSizeCommitLog`` ...); options
     that are not store keys are the source's own and are left alone (an option that is neither
-    is warned about: ``warn_unknown_options``)."""
+    is warned about: ``warn_unknown_options``). A bad setting, or a ``config`` file that cannot be
+    read, raises ConfigError naming the option."""
     warn_unknown_options(options)
     path = option(options, "config")
-    config = StoreConfig.from_properties(path) if path else StoreConfig()
+    config = broker_conf(path) if path else StoreConfig()
     for key, value in options.items():
         name = _LOWER_KEYS.get(key.lower())
         if name is None or key.lower() in ("path", "paths", "storepathrootdir", "store_path_root_dir"):
@@ -163,8 +166,21 @@ def store_config(options: Mapping[str, str]) -> StoreConfig:
         try:
             config.set(name, value)
         except ConfigError as exc:
-            raise ValueError(f"option {key}: {exc}") from None
+            raise ConfigError(f"option {key}: {exc}") from None
     return config
+
+
+def broker_conf(path: str) -> StoreConfig:
+    """The StoreConfig of the ``config`` option's broker.conf. A file that cannot be read (none
+    there, a folder, no permission) or that holds a bad setting raises ConfigError naming the
+    option and the file."""
+    try:
+        return StoreConfig.from_properties(path)
+    except OSError as exc:
+        raise ConfigError(f"option config: cannot read {path}: {exc.strerror or exc}") from None
+    except ConfigError as exc:
+        text = str(exc)  # a typo'd key names the file already
+        raise ConfigError(f"option config: {text if text.startswith(path) else f'{path}: {text}'}") from None
 
 
 def config_options(config: StoreConfig) -> dict[str, str]:
@@ -183,10 +199,10 @@ def store_path(options: Mapping[str, str]) -> str:
         if paths:
             listed = json.loads(paths)
             if len(listed) != 1:
-                raise ValueError("rocketstore reads one store at a time: give one path")
+                raise InvalidArgumentError("rocketstore reads one store at a time: give one path")
             path = listed[0]
     if not path:
-        raise ValueError("no store given: use load(STORE) / save(STORE) or .option('path', STORE)")
+        raise InvalidArgumentError("no store given: use load(STORE) / save(STORE) or .option('path', STORE)")
     return local_path(str(path))
 
 
