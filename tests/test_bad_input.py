@@ -307,6 +307,37 @@ def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):
     assert store.wait_for_dispatch() and len(store.get_message("g", "T", 0, 0).messages) == 1
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get_max_offset_in_queue("T", "0"),  # a JSON key: read as an empty queue
+        lambda s: s.get_min_offset_in_queue("T", "0"),
+        lambda s: s.get_min_offset_in_queue("T", None),
+        lambda s: s.get_max_offset_in_queue("T", 0.0),
+        lambda s: s.get_max_offset_in_queue("T", True),
+        lambda s: s.get_max_offset_in_queue(["T"], 0),  # unhashable: a raw TypeError
+        lambda s: s.get_min_offset_in_queue(b"T", 0),
+        lambda s: s.get_earliest_message_time("T", "0"),
+        lambda s: s.get_earliest_message_time("T", [0]),
+        lambda s: s.get_earliest_message_time(5),
+    ],
+)
+def test_queue_offset_and_earliest_time_calls_check_their_arguments(make_store, call):
+    """get_min/max_offset_in_queue and get_earliest_message_time check their topic and queue id
+    as get_message does: a queue id given as text or a float, a topic that is not text, are
+    InvalidArgumentError (they read as an empty queue, or raised a TypeError from inside)."""
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok and store.wait_for_dispatch()
+    with pytest.raises(InvalidArgumentError):
+        call(store)
+    stored = store.get_message_store_timestamp("T", 0, 0)
+    assert store.get_max_offset_in_queue(np.str_("T"), np.int64(0)) == 1
+    assert store.get_min_offset_in_queue("T", np.int32(0)) == 0
+    assert store.get_earliest_message_time(np.str_("T"), np.int8(0)) == stored
+    assert store.get_earliest_message_time("T") == store.get_earliest_message_time() == stored  # queue 0; the log
+    assert store.get_earliest_message_time("T", 1) == -1 and store.get_max_offset_in_queue("U", 0) == 0
+
+
 def test_numpy_integers_are_integers_everywhere(make_store):
     """Integers from numpy (a DataFrame, an array of offsets) are taken as ints, even narrow ones:
     an np.uint8 offset does not overflow in the unit arithmetic."""

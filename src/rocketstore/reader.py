@@ -304,7 +304,11 @@ class MessageReader:
         return self.commit_log.store_time_at(unit[0], unit[1])
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
-        """Store time of the first message of a queue, or of the whole log; -1 if none."""
+        """Store time of the first message of a queue (queue 0 when ``queue_id`` is None), or of
+        the whole log (``topic`` None); -1 if none."""
+        topic, queue_id = check_arguments(
+            "get_earliest_message_time", topic=(topic, (str, type(None))), queue_id=(queue_id, (int, type(None)))
+        )
         if topic is None:
             first = self.commit_log.min_offset()
             if first < 0 or first >= self.commit_log.max_offset():
@@ -322,9 +326,13 @@ class MessageReader:
         return unit[0] if unit else 0
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        if type(topic) is not str or type(queue_id) is not int:
+            topic, queue_id = check_arguments("get_min_offset_in_queue", topic=(topic, str), queue_id=(queue_id, int))
         cq = self.queues.find(topic, queue_id)
         return cq.min_offset_in_queue() if cq else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        if type(topic) is not str or type(queue_id) is not int:
+            topic, queue_id = check_arguments("get_max_offset_in_queue", topic=(topic, str), queue_id=(queue_id, int))
         cq = self.queues.find(topic, queue_id)
         return cq.max_offset_in_queue() if cq else 0
