@@ -306,13 +306,13 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     for name in ("endingOffsets", "endingTimestamp"):
         if streaming and option(options, name) is not None:
             raise InvalidArgumentError(f"option {name} is for batch reads only: a stream reads on as messages arrive")
+    if mode == "commitlog" and streaming:  # first: a stream's default start (latest) is an offset
+        raise InvalidArgumentError("streaming reads use mode=consumequeue")
     if mode == "commitlog" and (starting != "earliest" or ending != "latest"):
         raise InvalidArgumentError(
             "startingOffsets/endingOffsets need mode=consumequeue: commitlog mode reads the whole log "
             "(narrow it with startingTimestamp/endingTimestamp, topics and queues)"
         )
-    if mode == "commitlog" and streaming:
-        raise InvalidArgumentError("streaming reads use mode=consumequeue")
     for ts_name, off_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
         if (option(options, ts_name) or "").strip() and (option(options, off_name) or "").strip():
             log.warning("option %s is not used: %s takes precedence (as in Kafka's source)", off_name, ts_name)
