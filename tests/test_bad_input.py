@@ -5,11 +5,12 @@ store or RocketMQ's reading of it."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 
-from rocketstore import Message, MessageStore, PutMessageStatus
+from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.errors import (
     ConfigError,
     ImportLineError,
@@ -21,6 +22,7 @@ from rocketstore.errors import (
     RocketStoreError,
 )
 from rocketstore.export import import_jsonl
+from rocketstore.running_flags import NOT_READABLE
 from rocketstore.verify import verify_store
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
@@ -295,6 +297,17 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         lambda s: s.send_back("g", 0, delay_level="3"),
         lambda s: s.delete_topics("T"),  # one str would be split into letters
         lambda s: s.clean_unused_topics("T"),  # ... and every other topic removed
+        lambda s: s.delete_topics(None),
+        lambda s: s.delete_topics([["T"]]),
+        lambda s: s.clean_unused_topics(None),
+        lambda s: s.clean_unused_topics([None]),  # T is not None: it would go
+        lambda s: s.clean_unused_topics([b"T"]),
+        lambda s: s.set_running_flags("x"),
+        lambda s: s.set_running_flags(clear_bits=None),
+        lambda s: s.schedule_report("x"),
+        lambda s: s.schedule_report(now=1.5),
+        lambda s: s.clean_expired_files(now="x"),
+        lambda s: s.clean_expired_files(now=float("nan")),
     ],
 )
 def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):
@@ -391,6 +404,31 @@ def test_wrong_open_arguments_and_read_only_writes_are_typed_errors(make_store, 
     view = make_store(read_only=True)
     with pytest.raises(ReadOnlyStoreError):  # accepted, then lost at the next open
         view.commit_offset("g", "T", 0, 1)
+
+
+def test_a_path_or_settings_of_the_wrong_kind_are_typed_errors(make_store, store_config) -> None:
+    """A store path that is no path, settings that are no mapping or a key that is no str: typed
+    errors (a TypeError from os.fspath, from dict(), from difflib's matching of the key)."""
+    for path in (None, 5, ["store"]):
+        with pytest.raises(InvalidArgumentError):
+            MessageStore.open(path)
+    for values in ([("maxMessageSize", 1)], "maxMessageSize", 5, {5: 1}, {None: 1}):
+        with pytest.raises(ConfigError):
+            StoreConfig(values)
+    for name in (5, None, ["maxMessageSize"]):
+        with pytest.raises(ConfigError):
+            store_config.set(name, 1)
+        with pytest.raises(ConfigError):
+            store_config.get(name)
+    assert StoreConfig({np.str_("maxMessageSize"): 1024}).max_message_size == 1024
+    store = make_store()  # the right kinds still work: a float clock, a numpy integer
+    assert store.clean_expired_files(now=np.float64(time.time())).commit_log_files == 0
+    assert store.clean_expired_files(now=int(time.time())).commit_log_files == 0
+    assert store.schedule_report(now=np.int64(0)) == []
+    store.set_running_flags(set_bits=np.int32(NOT_READABLE))
+    assert store.running_flags == NOT_READABLE
+    store.set_running_flags(clear_bits=NOT_READABLE)
+    assert store.running_flags == 0 and store.put(Message("T", b"x")).ok
 
 
 def test_a_refused_put_result_is_false(make_store) -> None:

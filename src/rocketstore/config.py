@@ -389,6 +389,8 @@ def _obsolete(name: str) -> str:
 
 
 def _resolve(name: str) -> str:
+    if not isinstance(name, str):  # difflib would raise a TypeError matching it
+        raise ConfigError(f"a MessageStoreConfig key is a str, not {name!r}")
     snake = _BY_ANY_NAME.get(name)
     if snake is None and name in OBSOLETE_KEYS:
         raise ConfigError(_obsolete(name))
@@ -418,6 +420,8 @@ class StoreConfig:
     """
 
     def __init__(self, values: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        if not isinstance(values, Mapping | None):
+            raise ConfigError(f"StoreConfig takes a mapping of MessageStoreConfig keys, not {type(values).__name__}")
         self.__dict__.update(_DEFAULTS)
         for name, value in {**(values or {}), **kwargs}.items():
             self.set(name, value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
+import numbers
 import os
 from collections.abc import Iterable
 
@@ -32,8 +34,9 @@ except (ValueError, OSError):  # pragma: no cover
 
 def check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) -> list:
     """The values of ``name=(value, type)``, integers as Python ints (``as_int``: numpy's too,
-    not a bool) and text as a plain str (numpy.str_ too); InvalidArgumentError for a value not
-    of its type (None passes where ``type(None)`` is given)."""
+    not a bool), text as a plain str (numpy.str_ too) and, where ``float`` is given, any finite
+    real number (numpy's too, not a bool) as a float; InvalidArgumentError for a value not of its
+    type (None passes where ``type(None)`` is given)."""
     out = []
     for name, (value, kind) in given.items():
         kinds = kind if isinstance(kind, tuple) else (kind,)
@@ -41,9 +44,16 @@ def check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) 
             out.append(plain_str(value))
         elif int in kinds:
             out.append(as_int(f"{call}: {name}", value, InvalidArgumentError))
+        elif float in kinds and _finite_real(value):
+            out.append(float(value))  # type: ignore[arg-type]
         else:
-            raise InvalidArgumentError(f"{call}: {name} must be a {kinds[0].__name__}, not {value!r}")
+            what = "finite number" if float in kinds else kinds[0].__name__
+            raise InvalidArgumentError(f"{call}: {name} must be a {what}, not {value!r}")
     return out
+
+
+def _finite_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _queue_arguments(call: str, topic: object, queue_id: object, offset: object) -> list:

@@ -53,7 +53,7 @@ from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryRes
 from rocketstore.retry import send_back
 from rocketstore.running_flags import DISK_FULL, NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
-from rocketstore.services.clean import MANUAL_DELETE_TIMES, CleanRun, disk_report, measure_disk
+from rocketstore.services.clean import CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
 from rocketstore.services.schedule import schedule_report
 from rocketstore.services.wiring import ShutdownSteps, StoreServices
@@ -130,6 +130,8 @@ class MessageStore:
             raise InvalidArgumentError(f"config is a StoreConfig (or None), not {type(config).__name__}")
         if not recover and not read_only:
             raise InvalidArgumentError("recover=False is only for read-only opens")
+        if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
+            raise InvalidArgumentError(f"a store path is a str or os.PathLike (of a str), not {path!r}")
         root = os.path.abspath(os.fspath(path))
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
@@ -296,6 +298,9 @@ class MessageStore:
 
     def set_running_flags(self, set_bits: int = 0, clear_bits: int = 0) -> None:
         """Set and clear RunningFlags bits (DISK_FULL, NOT_WRITEABLE, ...)."""
+        set_bits, clear_bits = check_arguments(
+            "set_running_flags", set_bits=(set_bits, int), clear_bits=(clear_bits, int)
+        )
         with self._flags_lock:
             self.running_flags = (self.running_flags | set_bits) & ~clear_bits
             self._update_refusal()
@@ -499,16 +504,7 @@ class MessageStore:
         disk ratios call for. ``now`` (epoch seconds) stands in for the clock.
         """
         self._writable()
-        clean = self.services.clean
-        total = CleanRun()
-        for _ in range(MANUAL_DELETE_TIMES):  # a writer rolling segments as fast would keep it going
-            run = clean.run_once(now, manual=manually)
-            for name in ("commit_log_files", "consume_queue_files", "index_files", "hanged_files"):
-                setattr(total, name, getattr(total, name) + getattr(run, name))
-            total.triggered_by = total.triggered_by or run.triggered_by
-            if not run.commit_log_files or not run.triggered_by:
-                break
-        return total
+        return self.services.clean.run_rounds(now, manual=manually)
 
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is

@@ -17,15 +17,24 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names
-from rocketstore.errors import InvalidTopicError, RocketStoreError, StoreFileError
+from rocketstore.errors import InvalidArgumentError, InvalidTopicError, RocketStoreError, StoreFileError
+from rocketstore.reader import check_arguments
 
 if TYPE_CHECKING:
     from rocketstore.store import MessageStore
 
 
+def _topic_set(call: str, topics: Iterable[str]) -> set[str]:
+    """``topics``, a collection of topic names (not one str: ``topic_names``), as plain strs;
+    InvalidArgumentError for anything else."""
+    if not isinstance(topics, Iterable):
+        raise InvalidArgumentError(f"{call} takes a collection of topic names, not {topics!r}")
+    return {check_arguments(call, topic=(topic, str))[0] for topic in topic_names(call, topics)}
+
+
 def delete_topics(store: MessageStore, topics: Iterable[str]) -> list[str]:
     """``store.delete_topics``: the topics that had queues."""
-    doomed = set(topic_names("delete_topics", topics))
+    doomed = _topic_set("delete_topics", topics)
     if doomed & NEVER_REMOVED:
         raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
     # what to keep is known only once dispatch caught up: a topic whose records are not yet in a
@@ -36,7 +45,7 @@ def delete_topics(store: MessageStore, topics: Iterable[str]) -> list[str]:
 def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
     """``store.clean_unused_topics``: remove every topic's queues but ``keep``'s (and the schedule
     and transaction-op topics'); the topics removed."""
-    kept = set(topic_names("clean_unused_topics", keep))
+    kept = _topic_set("clean_unused_topics", keep)
     return _remove(store, lambda: kept)
 
 

@@ -34,6 +34,7 @@ from rocketstore.files.disk import used_ratio
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
+from rocketstore.reader import check_arguments
 from rocketstore.running_flags import DISK_FULL
 from rocketstore.services.base import Service
 
@@ -125,6 +126,22 @@ class CleanService(Service):
             self.rounds += 1
             self._round_done.notify_all()
         return run
+
+    def run_rounds(self, now: float | None = None, *, manual: bool = True) -> CleanRun:
+        """``store.clean_expired_files``: rounds now, in this thread, until one deletes no segment
+        (at most ``MANUAL_DELETE_TIMES``, the rounds RocketMQ's ``executeDeleteFilesManually``
+        arms: a writer rolling segments as fast would keep it going); the totals. ``now``: epoch
+        seconds, a finite number (InvalidArgumentError else)."""
+        (now,) = check_arguments("clean_expired_files", now=(now, (float, type(None))))
+        total = CleanRun()
+        for _ in range(MANUAL_DELETE_TIMES):
+            run = self.run_once(now, manual=manual)
+            for name in ("commit_log_files", "consume_queue_files", "index_files", "hanged_files"):
+                setattr(total, name, getattr(total, name) + getattr(run, name))
+            total.triggered_by = total.triggered_by or run.triggered_by
+            if not run.commit_log_files or not run.triggered_by:
+                break
+        return total
 
     def close(self) -> None:
         """No more rounds: waits for one in progress (a caller's ``clean_expired_files``, say),

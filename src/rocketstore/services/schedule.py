@@ -33,6 +33,7 @@ from rocketstore.errors import RocketStoreError, StoreClosedError
 from rocketstore.meta.config_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.reader import check_arguments
 from rocketstore.results import PutResult
 from rocketstore.services.base import Service
 
@@ -287,7 +288,8 @@ def schedule_report(
     queues: ConsumeQueueStore, offsets: DelayOffsetManager, level_names: list[str], now: int | None = None
 ) -> list[dict[str, object]]:
     """Per delay level with a queue or an offset: the delivered offset, the queue's end, the
-    messages still waiting (lag) and when the next one is due."""
+    messages still waiting (lag) and when the next one is due (``now``: epoch ms, an int)."""
+    (now,) = check_arguments("schedule_report", now=(now, (int, type(None))))
     now = int(time.time() * 1000) if now is None else now
     rows = []
     for level, name in enumerate(level_names, 1):
