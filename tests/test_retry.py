@@ -12,6 +12,7 @@ from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.fastjson import loads as fastjson_loads
 from rocketstore.results import PutMessageStatus
+from rocketstore.running_flags import NOT_WRITEABLE
 
 
 def _deliver_all(store: MessageStore) -> None:
@@ -121,6 +122,25 @@ def test_a_send_back_creates_the_retry_topic_and_writes_a_new_group_at_once(stor
     assert {"%RETRY%G", "%DLQ%G"} <= set(topics)
     groups = fastjson_loads((config / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
     assert "G" in groups
+
+
+def test_a_send_back_whose_put_is_refused_still_leaves_the_group_and_retry_topic(store, tmp_path) -> None:
+    """As RocketMQ's consumerSendMsgBack, the group and %RETRY%G are created (and written) before
+    the put, which can still be refused: a store not writeable, a body over maxMessageSize."""
+    first = store.put(Message("Orders", b"x" * 1000))
+    store.set_running_flags(set_bits=NOT_WRITEABLE)
+    refused = store.send_back("G1", first.commit_log_offset)
+    assert refused.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    store.set_running_flags(clear_bits=NOT_WRITEABLE)
+    store.config.max_message_size = 100
+    refused = store.send_back("G2", first.commit_log_offset)
+    assert refused.status == PutMessageStatus.MESSAGE_ILLEGAL
+    config = tmp_path / "store" / "config"
+    topics = fastjson_loads((config / "topics.json").read_text())["topicConfigTable"]
+    assert {"%RETRY%G1", "%RETRY%G2"} <= set(topics)
+    groups = fastjson_loads((config / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
+    assert {"G1", "G2"} <= set(groups)
+    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 0  # nothing was stored
 
 
 def test_a_sent_back_message_does_not_wait_for_a_flush(make_store, store_config) -> None:

@@ -84,7 +84,10 @@ def send_back(
     max_reconsume_times: int | None = None,
 ) -> PutResult:
     """``MessageStore.send_back``: store ``send_back_message``'s message, creating the group and
-    its topic if missing (after every check: a refused send-back leaves no entry)."""
+    its topics if missing. They are created once the checks here pass (a send-back they refuse
+    leaves no entry) but before the put, as RocketMQ's ``consumerSendMsgBack``
+    creates them: a put the store then refuses (not writeable, a body over ``maxMessageSize``)
+    leaves the group and ``%RETRY%<group>`` created and written."""
     validate_group(group)
     if not isinstance(message, StoredMessage):
         (offset,) = check_arguments("send_back", message=(message, int))
