@@ -1137,6 +1137,30 @@ def test_query_returns_at_most_max_msgs_num_batch(make_store):
     assert [m.commit_log_offset for m in got.messages] == [r.commit_log_offset for r in results[-10:]]
 
 
+def test_query_times_are_matched_in_whole_seconds_from_the_index_files_begin(make_store):
+    """The index holds a message's time as whole seconds since its file's first message (spec
+    8.3), and begin/end are compared with that time (8.6), as in RocketMQ: a message stored a few
+    ms after the first is found by begin = end = the first one's time, not by its own."""
+    store = make_store()
+    first = put_ok(store, Message("T", b"first", keys="k"))
+    while time.time_ns() // 1_000_000 <= first.store_timestamp:  # the next store time is later
+        pass
+    later = put_ok(store, Message("T", b"later", keys="k"))
+    assert store.wait_for_dispatch()
+    begin = first.store_timestamp  # the index file's begin time: its first message's
+
+    def indexed(ts: int) -> int:
+        return begin + (ts - begin) // 1000 * 1000
+
+    for at in (first.store_timestamp, later.store_timestamp):
+        expected = [r.commit_log_offset for r in (first, later) if indexed(r.store_timestamp) == at]
+        got = store.query_message("T", "k", begin=at, end=at).messages
+        assert [m.commit_log_offset for m in got] == expected
+    if later.store_timestamp - begin < 1000:  # the usual case: both fall in the first second
+        assert not store.query_message("T", "k", begin=later.store_timestamp, end=later.store_timestamp).messages
+        assert len(store.query_message("T", "k", begin=begin, end=begin).messages) == 2
+
+
 def test_query_drops_hash_collisions(make_store, store_config, tmp_path):
     assert java_hash("Aa") == java_hash("BB")
     assert index_key_hash("CollTopic#Aa") == index_key_hash("CollTopic#BB")

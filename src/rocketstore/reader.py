@@ -258,7 +258,12 @@ class MessageReader:
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
     ) -> QueryResult:
-        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) hold ``key``, stored within [begin, end].
+        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) hold ``key``, stored within [begin, end]
+        (epoch ms, both inclusive) at the index's resolution of whole seconds, as in RocketMQ: an
+        index entry holds its message's store time as whole seconds since its index file's first
+        message (spec 8.3), and that time, up to 999 ms before the store time, is what is compared.
+        A message stored up to 999 ms after ``end`` can match, one stored up to 999 ms after
+        ``begin`` can be missed.
 
         Index hits whose real key differs (hash collisions) are dropped.
         """
