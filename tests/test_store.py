@@ -419,6 +419,28 @@ def test_batch_with_ipv6_hosts_and_properties(make_store, tmp_path):
         assert x["sysFlag"] == 0x30 and x["queueOffset"] == i
 
 
+def test_every_put_result_is_hashable_whatever_made_it(make_store):
+    """A PutResult is a tuple compared by value: every one hashes, whichever path made it (the
+    single put, the general put, both batch paths, a refusal), and equal results hash alike;
+    commit_log_offsets and uniq_keys are still lists."""
+    store = make_store()
+    results = [
+        store.put(Message("T", b"plain", tags="a")),
+        store.put(Message("T", b"general", properties={"p": "v"})),
+        store.put_batch([Message("T", b"b1", keys="k"), Message("T", b"b2")]),
+        store.put_batch([Message("T", b"g1", properties={"p": "v"}), Message("T", b"g2")]),
+        store.put(Message("T", b"x", properties={"DELAY": "zz"})),  # refused
+    ]
+    assert [r.ok for r in results] == [True, True, True, True, False]
+    assert len({*results, *results}) == len(results)
+    for r in results:
+        twin = type(r)(tuple(r))
+        assert twin == r and hash(twin) == hash(r)
+        assert type(r.commit_log_offsets) is list and type(r.uniq_keys) is list and type(r.msg_ids) is list
+    first = store.look_message_by_offset(results[2].commit_log_offset)
+    assert results[2].commit_log_offsets == [first.commit_log_offset, first.commit_log_offset + first.store_size]
+
+
 def test_batch_takes_messages_whose_delay_is_no_delay(make_store):
     """DELAY "-1", "0" or "00" is no delay (a single put stores such a message in its own topic):
     a batch takes it, as RocketMQ's MessageBatch refuses only a delay level above 0."""

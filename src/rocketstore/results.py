@@ -64,7 +64,9 @@ class PutResult(tuple):
     """What a put did. For a batch, ``queue_offset`` and ``commit_log_offset`` are the first
     message's and ``msg_id`` joins every message's id with commas, as RocketMQ does.
 
-    A tuple underneath (built once per put on the hot path); read it by attribute.
+    A tuple underneath (built once per put on the hot path); read it by attribute. It compares
+    by value, and every field is immutable (a batch's offsets and ids are tuples inside, lists
+    when read), so every PutResult hashes, whatever made it.
     """
 
     __slots__ = ()
@@ -79,7 +81,7 @@ class PutResult(tuple):
 
     @classmethod
     def refused(cls, status: PutMessageStatus, detail: str = "") -> PutResult:
-        return cls((status, -1, -1, 0, 0, 0, None, b"", [], detail))
+        return cls((status, -1, -1, 0, 0, 0, None, b"", (), detail))
 
     @property
     def ok(self) -> bool:
@@ -93,7 +95,7 @@ class PutResult(tuple):
     @property
     def commit_log_offsets(self) -> list[int]:
         if self[6] is not None:
-            return self[6]
+            return list(self[6])
         return [self[1]] if self[5] else []
 
     @property

@@ -485,8 +485,19 @@ class MessageWriter(MessagePreparer):
         if result[0] is not _PUT_OK:
             return self.not_appended(result)
         status = self._flushed(result, wait)
-        return PutResult(
-            (status, result[1], result[3], result[4], result[2], len(bodies), result[5], self.store_host, uniqs, "")
+        return PutResult(  # tuples inside: a PutResult hashes
+            (
+                status,
+                result[1],
+                result[3],
+                result[4],
+                result[2],
+                len(bodies),
+                tuple(result[5]),
+                self.store_host,
+                tuple(uniqs),
+                "",
+            )
         )
 
     def page_cache_busy(self, now: int) -> PutResult | None:
@@ -537,9 +548,9 @@ class MessageWriter(MessagePreparer):
                 result[4],
                 result[2],
                 len(items),
-                result[5],
+                None if result[5] is None else tuple(result[5]),
                 items[0][rec.P_STORE_HOST],
-                [p[rec.P_UNIQ] for p in items],
+                tuple([p[rec.P_UNIQ] for p in items]),
                 "",
             )
         )
