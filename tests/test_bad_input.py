@@ -516,3 +516,20 @@ def test_an_import_line_with_fields_the_export_does_not_write_is_warned_about(ma
     assert store.wait_for_dispatch()
     stored = store.get_message("g", "T", 0, 0).messages[0]
     assert tuple(export_row(stored)) == JSON_FIELDS
+
+
+def test_a_body_of_any_bytes_type_is_taken_as_plain_bytes(make_store) -> None:
+    """A bytes subclass (numpy.bytes_, from an array of bodies) is a body, kept as plain bytes, as
+    a str subclass is text (it was refused: "a message body is bytes, not bytes_")."""
+
+    class Payload(bytes):
+        pass
+
+    store = make_store()
+    message = Message("T", np.bytes_(b"ab"))
+    assert message.body == b"ab" and type(message.body) is bytes
+    message.body = Payload(b"cd")
+    assert message.body == b"cd" and type(message.body) is bytes
+    assert store.put(message).ok and store.put_batch([Message("T", np.bytes_(b"ef"))]).ok
+    assert store.wait_for_dispatch()
+    assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"cd", b"ef"]

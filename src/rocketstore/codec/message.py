@@ -254,12 +254,14 @@ def _checked_keys(keys: object) -> str:
 
 
 def _as_bytes(body: object) -> bytes:
+    """A body that is not plain bytes as plain bytes: text as UTF-8; a bytes subclass
+    (numpy.bytes_), bytearray or memoryview copied, as ``plain_str`` takes a str subclass."""
     if isinstance(body, str):
         try:
             return body.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidMessageError(f"a str body must be UTF-8 text: {exc}") from None
-    if isinstance(body, (bytearray, memoryview)):
+    if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body)
     raise InvalidMessageError(f"a message body is bytes, not {type(body).__name__}")
 
