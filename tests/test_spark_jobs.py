@@ -105,6 +105,32 @@ def test_spark_verify_reports_like_verify(spark, tmp_path):  # noqa: F811
     assert json.loads(done.output)["problemCount"] == single.problem_count
 
 
+def test_spark_verify_of_a_store_held_open_stops_at_its_live_tail_as_verify(spark, tmp_path):  # noqa: F811
+    """A store a process holds (here this one), with a record being written at its tail (its size
+    and magic code, nothing after them yet): as ``rocketstore verify``, the Spark check ends the
+    log where the records ended when it started, says so in a note, and reports the same."""
+    import struct
+
+    from rocketstore.codec.record import MESSAGE_MAGIC_CODE
+
+    config = small_config()
+    store = make_store(tmp_path / "store", 120)
+    with MessageStore.open(store, config) as held:
+        write_messages(held, 5, start=120)
+        assert held.wait_for_dispatch()
+        end = held.max_phy_offset
+        size = config.mapped_file_size_commit_log
+        assert end % size + 300 < size
+        with open(store / "commitlog" / f"{end - end % size:020d}", "r+b") as f:
+            f.seek(end % size)
+            f.write(struct.pack(">ii", 200, MESSAGE_MAGIC_CODE))
+        single = verify_store(store, config, max_problems=100)
+        report = verify(spark, str(store), config)
+    assert single.lock_held_by is not None and single.ok, single.problems
+    assert any(f"the records ended at offset {end} when verify started" in n for n in single.notes), single.notes
+    assert report.to_dict() == single.to_dict()
+
+
 def test_parquet_export_partitioned_by_topic(spark, tmp_path):  # noqa: F811
     store = make_store(tmp_path / "store", 240)
     rows = _export(store)

@@ -67,7 +67,10 @@ __all__ = [
     "VerifyReport",
     "iter_problem_lines",
     "join_segments",
+    "live_tail",
+    "note_live_tail",
     "scan_segment",
+    "up_to",
     "verify_store",
 ]
 
@@ -78,7 +81,7 @@ def verify_store(
     *,
     max_problems: int | None = None,
     progress: Callable[[int], None] | None = None,
-    check_log: Callable[[MessageStore, VerifyReport], LogColumns] | None = None,
+    check_log: Callable[[MessageStore, VerifyReport, int | None], LogColumns] | None = None,
 ) -> VerifyReport:
     """Audit the store at ``path`` without changing it; see the module docstring for what is checked.
 
@@ -87,8 +90,9 @@ def verify_store(
     files that are all one size other than the configured one (the configuration is not the
     store's): CorruptStoreError naming the settings to give.
     ``progress(n)`` is called as commit-log bytes are scanned (``n`` more each time).
-    ``check_log`` replaces the commit-log scan (``rocketstore spark verify`` scans the segments
-    as Spark tasks, then calls ``join_segments``).
+    ``check_log(store, report, tail)`` replaces the commit-log scan (``rocketstore spark verify``
+    scans the segments as Spark tasks, then calls ``join_segments``); ``tail`` is ``live_tail``'s
+    when another process holds the store, else None (see ``_check_log``: ``up_to``, ``note_live_tail``).
     """
     root = os.path.abspath(os.fspath(path))
     config = (config or StoreConfig()).copy(storePathRootDir=root)
@@ -108,9 +112,9 @@ def verify_store(
         add_next_steps(report, found, reported, config.commit_log_folders, log)
         return report
     try:
-        tail = _live_tail(store) if report.lock_held_by is not None else None
+        tail = live_tail(store) if report.lock_held_by is not None else None
         with _counted(report, found, "log"):
-            log = _check_log(store, report, progress, tail) if check_log is None else check_log(store, report)
+            log = _check_log(store, report, progress, tail) if check_log is None else check_log(store, report, tail)
         with _counted(report, found, "queues"):
             check_queues(store, log, report)
         with _counted(report, found, "index"):
@@ -152,7 +156,7 @@ def _note_in_use(report: VerifyReport) -> None:
 _TOTAL_MAGIC = struct.Struct(">ii")
 
 
-def _live_tail(store: MessageStore) -> int:
+def live_tail(store: MessageStore) -> int:
     """Where the records end as verify starts, in a store another process holds (and may be
     writing): the log's last segment that holds data, walked record by record as recovery walks
     it (no CRCs; a BLANK marker ends it at the next segment). The writer appends only past it."""
@@ -213,7 +217,7 @@ def _check_log(
         path = paths[i]
         if path not in scans:
             scan = log_checks.scan_segment(by_path[path], delay, report.max_listed, progress, prop_crc=prop_crc)
-            scans[path] = scan if tail is None else _up_to(scan, tail)
+            scans[path] = scan if tail is None else up_to(scan, tail)
         return scans[path]
 
     removed: list[str] = []
@@ -240,14 +244,19 @@ def _check_log(
     report.records, report.log_min_offset = part.records, part.log_min_offset
     report.log_end, report.log_end_reason = part.log_end, part.log_end_reason
     if tail is not None:
-        report.note(
-            f"commitlog: the records ended at offset {tail} when verify started; what the process holding the "
-            "store writes past it (and the queue units and index entries pointing there) is not checked"
-        )
+        note_live_tail(report, tail)
     return log
 
 
-def _up_to(scan: SegmentScan, tail: int) -> SegmentScan:
+def note_live_tail(report: VerifyReport, tail: int) -> None:
+    """The note of a check bounded by ``tail`` (``live_tail``)."""
+    report.note(
+        f"commitlog: the records ended at offset {tail} when verify started; what the process holding the "
+        "store writes past it (and the queue units and index entries pointing there) is not checked"
+    )
+
+
+def up_to(scan: SegmentScan, tail: int) -> SegmentScan:
     """A segment's scan cut at ``tail`` (the data ends there: the stops at or past it, where the
     scan met the writer, are dropped; its records past it too)."""
     limit = tail - scan.base
