@@ -441,6 +441,25 @@ def test_every_put_result_is_hashable_whatever_made_it(make_store):
     assert results[2].commit_log_offsets == [first.commit_log_offset, first.commit_log_offset + first.store_size]
 
 
+def test_a_batchs_msg_ids_are_built_from_each_records_own_store_host(make_store, tmp_path):
+    """Each record of a batch holds its message's store host; the msgIds the put reports are its
+    records' (every id was built from the first message's host), and look up their records."""
+    store = make_store()
+    hosts = ["1.1.1.1:1", "[::1]:2", "1.1.1.1:1"]
+    mixed = store.put_batch([Message("T", b"%d" % i, store_host=h) for i, h in enumerate(hosts)])
+    same = store.put_batch([Message("T", b"s%d" % i, store_host="2.2.2.2:3") for i in range(2)])
+    own = store.put_batch([Message("T", b"o%d" % i, keys="k") for i in range(2)])
+    assert mixed.ok and same.ok and own.ok and len(mixed.msg_ids[1]) == 56 and len(mixed.msg_ids[0]) == 32
+    store.shutdown()
+    view = make_store(read_only=True)  # the records as the bytes hold them
+    written = ["1.1.1.1:1", "[0:0:0:0:0:0:0:1]:2", "1.1.1.1:1"]  # an IPv6 host as Java writes it out
+    for result, expected in ((mixed, written), (same, ["2.2.2.2:3"] * 2), (own, ["127.0.0.1:10911"] * 2)):
+        stored = [view.look_message_by_offset(o) for o in result.commit_log_offsets]
+        assert [m.store_host for m in stored] == expected
+        assert result.msg_ids == [m.msg_id for m in stored] and result.msg_id == ",".join(result.msg_ids)
+        assert [view.look_message_by_msg_id(i) for i in result.msg_ids] == stored
+
+
 def test_batch_takes_messages_whose_delay_is_no_delay(make_store):
     """DELAY "-1", "0" or "00" is no delay (a single put stores such a message in its own topic):
     a batch takes it, as RocketMQ's MessageBatch refuses only a delay level above 0."""

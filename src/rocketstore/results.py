@@ -100,8 +100,12 @@ class PutResult(tuple):
 
     @property
     def msg_ids(self) -> list[str]:
-        """The offset message id of every stored message."""
-        return [offset_msg_id(self[7], o) for o in self.commit_log_offsets]
+        """The offset message id of every stored message, from the store host its record holds
+        (one for all, or, for a batch of messages given several, a tuple of each record's)."""
+        host = self[7]
+        if type(host) is tuple:
+            return [offset_msg_id(h, o) for h, o in zip(host, self.commit_log_offsets, strict=True)]
+        return [offset_msg_id(host, o) for o in self.commit_log_offsets]
 
     @property
     def msg_id(self) -> str | None:

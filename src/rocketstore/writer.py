@@ -8,6 +8,7 @@ per-message objects beyond the record bytes, the dispatch tuple and the result.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -41,6 +42,7 @@ _ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 _time_ns = time.time_ns
 
 _NO_EXTRA = (None, None, None, 0, 0, 0)
+_store_host_of = operator.itemgetter(rec.P_STORE_HOST)  # a prepared record's store host bytes
 _PER_MESSAGE = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY})  # not for a batch's common properties
 
 FlushHandler = Callable[[AppendResult], PutMessageStatus]  # waits for the SYNC flush of a put
@@ -540,6 +542,11 @@ class MessageWriter(MessagePreparer):
             return self.not_appended(result)
         wait = wait and not any(m._props is not None and m._props.get(WAIT) == "false" for m in messages)
         status = self._flushed(result, wait)
+        host = items[0][rec.P_STORE_HOST]
+        if len(items) > 1:  # the records' store hosts, compared in C (no Python per message): 0.6 us for 32
+            hosts = list(map(_store_host_of, items))
+            if hosts.count(host) != len(hosts):  # a batch of messages given several: each record's own
+                host = tuple(hosts)
         return PutResult(
             (
                 status,
@@ -549,7 +556,7 @@ class MessageWriter(MessagePreparer):
                 result[2],
                 len(items),
                 None if result[5] is None else tuple(result[5]),
-                items[0][rec.P_STORE_HOST],
+                host,
                 tuple([p[rec.P_UNIQ] for p in items]),
                 "",
             )
