@@ -1485,6 +1485,26 @@ def test_clean_shutdown_removes_abort(make_store, tmp_path):
     assert segments(root) == ["00000000000000000000"]
 
 
+def test_set_running_flags_on_a_closed_store_raises_store_closed(make_store, tmp_path):
+    """Like every call on a closed store, set_running_flags raises StoreClosedError (it changed the
+    flags of a store already shut down); flags set while it was open still decide its shutdown."""
+    store = make_store()
+    put_ok(store, Message("T", b"x"))
+    store.shutdown()
+    view = make_store(read_only=True)
+    view.shutdown()
+    for closed in (store, view):
+        for bits in ({"set_bits": NOT_READABLE}, {"clear_bits": NOT_READABLE}, {}):
+            with pytest.raises(StoreClosedError):
+                closed.set_running_flags(**bits)
+        assert closed.running_flags == 0
+    assert not (tmp_path / "store" / "abort").exists()  # the shutdown was clean
+    again = make_store()
+    again.set_running_flags(set_bits=WRITE_LOGICS_QUEUE_ERROR)  # a shutdown with the store unwriteable
+    again.shutdown()
+    assert again.running_flags & WRITE_LOGICS_QUEUE_ERROR and (tmp_path / "store" / "abort").exists()
+
+
 def test_shutdown_finishes_dispatch_before_deciding_about_abort(make_store, tmp_path):
     """With the reput thread stopped, shutdown still runs a last dispatch round (as RocketMQ's
     ReputMessageService waits for it): nothing is behind, so the exit is clean. It does not

@@ -49,9 +49,9 @@ from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader, check_arguments
-from rocketstore.results import GetResult, PutMessageStatus, PutResult, QueryResult
+from rocketstore.results import GetResult, PutResult, QueryResult
 from rocketstore.retry import send_back
-from rocketstore.running_flags import DISK_FULL, NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
@@ -98,6 +98,7 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
         self.last_exit_ok = True
         self._closed = False
+        self._shutting_down = False  # closed, but its services (flush, clean, dispatch) may still set flags
         self._shutdown_lock = threading.Lock()
         self._flags_lock = threading.RLock()  # flags change from the flush, clean and put threads
         self._lock = StoreLock(root)
@@ -278,29 +279,19 @@ class MessageStore:
         if writer is None:
             return
         with self._flags_lock:
-            if self._closed:
-                writer.refusal = self._raise_closed
-            elif self.config.broker_role == "SLAVE":
-                writer.refusal = lambda: PutResult.refused(
-                    PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts"
-                )
-            elif self.running_flags & NOT_WRITEABLE_BITS:
-                names = ", ".join(describe_flags(self.running_flags & NOT_WRITEABLE_BITS))
-                why = f"the store is not writeable: {names}"
-                if self.running_flags & DISK_FULL:
-                    why += " (the disk is past diskSpaceWarningLevelRatio: puts resume once cleanup frees space)"
-                writer.refusal = lambda: PutResult.refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
-            else:
-                writer.refusal = None
+            writer.refusal = self._raise_closed if self._closed else writer.refusal_for(self.running_flags)
 
     def _raise_closed(self) -> PutResult:
         raise StoreClosedError(f"{self.root} is shut down")
 
     def set_running_flags(self, set_bits: int = 0, clear_bits: int = 0) -> None:
-        """Set and clear RunningFlags bits (DISK_FULL, NOT_WRITEABLE, ...)."""
+        """Set and clear RunningFlags bits (DISK_FULL, NOT_WRITEABLE, ...). StoreClosedError once
+        the store is shut down (while it shuts down, its services and steps still set them)."""
         set_bits, clear_bits = check_arguments(
             "set_running_flags", set_bits=(set_bits, int), clear_bits=(clear_bits, int)
         )
+        if not self._shutting_down:
+            self._readable()
         with self._flags_lock:
             self.running_flags = (self.running_flags | set_bits) & ~clear_bits
             self._update_refusal()
@@ -544,13 +535,14 @@ class MessageStore:
             if self._closed:
                 return
             _OPEN.discard(self)
-            self._closed = True
+            self._closed = self._shutting_down = True
         step = ShutdownSteps(lambda: self.set_running_flags(set_bits=NOT_WRITEABLE))
         try:
             self.services.stop(step, self._update_refusal, wait_for_dispatch)
             if not self.read_only:
                 self._write_back(step)
         finally:
+            self._shutting_down = False  # the services are stopped: no flag changes from here on
             try:
                 self._close_files()
             finally:

@@ -35,6 +35,8 @@ from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import InvalidMessageError, RecordError
 from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog, too_big_for_segment
 from rocketstore.results import PutMessageStatus, PutResult
+from rocketstore.running_flags import DISK_FULL, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import describe as describe_flags
 
 MAX_RECORD_EXTRA = 64 * 1024  # a record may be up to maxMessageSize + 64 KiB
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -501,6 +503,18 @@ class MessageWriter(MessagePreparer):
                 "",
             )
         )
+
+    def refusal_for(self, flags: int) -> Callable[[], PutResult] | None:
+        """How puts are refused with the store's RunningFlags ``flags`` (None: they are taken): a
+        SLAVE takes none, nor a store that is not writeable (SERVICE_NOT_AVAILABLE)."""
+        if self.config.broker_role == "SLAVE":
+            return lambda: PutResult.refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, "a SLAVE store takes no puts")
+        if not flags & NOT_WRITEABLE_BITS:
+            return None
+        why = f"the store is not writeable: {', '.join(describe_flags(flags & NOT_WRITEABLE_BITS))}"
+        if flags & DISK_FULL:
+            why += " (the disk is past diskSpaceWarningLevelRatio: puts resume once cleanup frees space)"
+        return lambda: PutResult.refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, why)
 
     def page_cache_busy(self, now: int) -> PutResult | None:
         """OS_PAGE_CACHE_BUSY when the put lock has been held for over
