@@ -441,6 +441,15 @@ def test_every_put_result_is_hashable_whatever_made_it(make_store):
     assert results[2].commit_log_offsets == [first.commit_log_offset, first.commit_log_offset + first.store_size]
 
 
+def test_a_put_stored_without_a_uniq_key_reports_none(make_store):
+    """put_as_is stores a message without a UNIQ_KEY as it is: its result's uniq_key is None (it
+    raised a TypeError joining None) and uniq_keys says [None]."""
+    store = make_store()
+    result = store.put_as_is(Message("T", b"x"))
+    assert result.ok and result.uniq_key is None and result.uniq_keys == [None]
+    assert store.look_message_by_offset(result.commit_log_offset).uniq_key is None
+
+
 def test_a_batchs_msg_ids_are_built_from_each_records_own_store_host(make_store, tmp_path):
     """Each record of a batch holds its message's store host; the msgIds the put reports are its
     records' (every id was built from the first message's host), and look up their records."""

@@ -120,7 +120,8 @@ class PutResult(tuple):
 
     @property
     def uniq_key(self) -> str | None:
-        return ",".join(self.uniq_keys) or None
+        """The UNIQ_KEYs joined with commas; None for a message stored without one (``put_as_is``)."""
+        return ",".join(k for k in self.uniq_keys if k is not None) or None
 
     def raise_for_status(self) -> PutResult:
         """Raise PutMessageError unless the message was stored; returns self otherwise."""
