@@ -27,6 +27,8 @@ from click.testing import CliRunner, Result
 import conftest
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
+from rocketstore.errors import CorruptStoreError
+from rocketstore.verify.layout import check_sizes
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 VECTORS = conftest.VECTORS
@@ -155,6 +157,29 @@ def test_a_store_of_other_file_sizes_is_refused_naming_every_setting_at_once(
         assert setting in error
     assert not (tmp_path / "out").exists()
     assert hashes(VECTORS / "sample-clean") == before
+
+
+def test_a_lone_segment_of_another_size_may_be_one_cut_short_and_is_said_so(tmp_path: Path) -> None:
+    """One segment alone, of a size other than the configured one and ending in zeros (a copy cut
+    short), is not taken for the store's setting: the error still says it may be cut short."""
+    root = tmp_path / "one"
+    sets = ["--set", "mappedFileSizeCommitLog=65536", *TINY_SETS[2:]]
+    assert run("produce", root, *sets, "--topic", "T", "--body", "x", "--count", 3).exit_code == 0
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.truncate(32768)  # in the zeros past the records
+    result = run("inspect", root, *sets)
+    assert result.exit_code == 2
+    assert "or it was cut short" in result.stderr and "every file is" not in result.stderr
+
+
+def test_sizes_for_a_rebuild_are_the_commit_logs_only(tmp_path: Path) -> None:
+    """A rebuild replaces the consume queues and the index: their sizes are not checked for it."""
+    root = tmp_path / "s"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 30).exit_code == 0
+    other = StoreConfig(**{**TINY, "mappedFileSizeConsumeQueue": 400}, storePathRootDir=str(root))
+    with pytest.raises(CorruptStoreError, match="consumequeue/: every file is 200 bytes"):
+        check_sizes(str(root), other)
+    check_sizes(str(root), other, derived=False)
 
 
 @needs_vectors

@@ -51,10 +51,11 @@ def _no_spark(exc: ImportError) -> CommandError:
 
 def _check_store(opts: Common, *, writes: bool) -> None:
     """What can be checked before Spark starts (which takes seconds): STORE is a store, and where
-    its commit log is, and the file sizes the settings give (every one to give named at once)."""
+    its commit log is, and the file sizes the settings give (every one to give named at once; for
+    a rebuild, the only job that writes, the commit log's: it replaces the queues and the index)."""
     require_store(opts.root, opts.rooted_config)
     check_commit_log(opts, writes=writes)
-    check_sizes(opts.root, opts.rooted_config)
+    check_sizes(opts.root, opts.rooted_config, derived=not writes)
 
 
 def _session(master: str, job: str) -> Any:

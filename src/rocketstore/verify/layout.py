@@ -21,20 +21,24 @@ _SEGMENT_NAME = re.compile(r"\d{20}")
 _END_BLANK = struct.pack(">ii", 8, BLANK_MAGIC_CODE)  # a segment's last 8 bytes after a BLANK of 8
 
 
-def check_sizes(root: str, config: StoreConfig) -> None:
+def check_sizes(root: str, config: StoreConfig, *, derived: bool = True) -> None:
     """Raise CorruptStoreError with the settings to give when every file of a kind (commit log,
     consume queues, index) is one size other than the configured one: the configuration is not
     the store's (as loading it says), not a store with every file damaged. The segment names must
-    agree with that size (multiples of it, contiguous), so that files cut short are damage."""
+    agree with that size (multiples of it, contiguous), so that files cut short are damage.
+    Without ``derived`` only the commit log is checked (a rebuild replaces the rest)."""
     wrong = []
     folders = [{n: os.path.join(f, n) for n in os.listdir(f)} for f in config.commit_log_folders if os.path.isdir(f)]
     merged = {name: path for group in reversed(folders) for name, path in group.items()}
-    size = _common_size([merged] if merged else [], config.mapped_file_size_commit_log, segments=True)
+    # one segment alone of another size may as well be one cut short (a partial copy: its zeros
+    # end it whole): it takes two, as for the queues and the index below
+    whole = sum(1 for path in merged.values() if os.path.isfile(path) and os.path.getsize(path))
+    size = _common_size([merged], config.mapped_file_size_commit_log, segments=True) if whole > 1 else None
     if size is not None and all(_ends_whole(path) for path in merged.values()):
         wrong.append(_setting_hint("commitlog/", "mappedFileSizeCommitLog", config.mapped_file_size_commit_log, size))
     queues = []
     cq_root = os.path.join(root, "consumequeue")
-    for topic in sorted(os.listdir(cq_root)) if os.path.isdir(cq_root) else []:
+    for topic in sorted(os.listdir(cq_root)) if derived and os.path.isdir(cq_root) else []:
         topic_dir = os.path.join(cq_root, topic)
         for qid in sorted(os.listdir(topic_dir)) if os.path.isdir(topic_dir) else []:
             queue_dir = os.path.join(topic_dir, qid)
@@ -45,7 +49,7 @@ def check_sizes(root: str, config: StoreConfig) -> None:
     if size is not None and size % CQ_STORE_UNIT_SIZE == 0:
         wrong.append(_setting_hint("consumequeue/", "mappedFileSizeConsumeQueue", config.cq_file_size, size))
     index_dir = os.path.join(root, "index")
-    if config.message_index_enable and os.path.isdir(index_dir):
+    if derived and config.message_index_enable and os.path.isdir(index_dir):
         files = {n: os.path.join(index_dir, n) for n in os.listdir(index_dir) if n.isdigit()}
         expected = index_file_size(config.max_hash_slot_num, config.max_index_num)
         size = _common_size([files], expected, segments=False) if len(files) > 1 else None
