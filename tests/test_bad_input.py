@@ -308,6 +308,7 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         lambda s: s.schedule_report(now=1.5),
         lambda s: s.clean_expired_files(now="x"),
         lambda s: s.clean_expired_files(now=float("nan")),
+        lambda s: s.clean_expired_files(now=10**400),  # past any float: was a raw OverflowError
     ],
 )
 def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import math
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rocketstore import Message, MessageStore, PutMessageStatus
@@ -233,7 +235,8 @@ def test_the_store_refuses_calls_after_shutdown(make_store, tmp_path: Path) -> N
     shutil.rmtree(tmp_path / "store")
 
 
-def test_shutdown_without_a_dispatch_limit_and_with_a_bad_one(make_store, tmp_path: Path) -> None:
+@pytest.mark.parametrize("wait", [None, np.int64(30), 10**400, math.inf], ids=["None", "numpy", "huge", "inf"])
+def test_shutdown_without_a_dispatch_limit_and_with_a_bad_one(make_store, tmp_path: Path, wait: object) -> None:
     """wait_for_dispatch=None (as wait_for_dispatch(None)) waits as long as dispatch takes; it raised
     a TypeError half-way, the store marked closed with its service threads left running on closed
     files. A value that is no number of seconds is refused before anything stops."""
@@ -245,7 +248,7 @@ def test_shutdown_without_a_dispatch_limit_and_with_a_bad_one(make_store, tmp_pa
         assert not store.closed and store.put(Message("T", b"y")).ok
     services = [t for t in threading.enumerate() if t.name.startswith("rocketstore-")]
     assert services
-    store.shutdown(wait_for_dispatch=None)
+    store.shutdown(wait_for_dispatch=wait)
     assert store.closed and not (tmp_path / "store" / "abort").exists()
     assert not [t for t in services if t.is_alive()]
     with MessageStore.open(tmp_path / "store", store.config, read_only=True) as view:

@@ -53,7 +53,12 @@ def check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) 
 
 
 def _finite_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past any float
+        return False
 
 
 def _queue_arguments(call: str, topic: object, queue_id: object, offset: object) -> list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -187,9 +188,14 @@ class StoreServices:
         before anything stops (InvalidArgumentError)."""
         if seconds is None:
             return math.inf
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or math.isnan(seconds):
-            raise InvalidArgumentError(f"shutdown: wait_for_dispatch must be seconds or None, not {seconds!r}")
-        return float(seconds)
+        if isinstance(seconds, numbers.Real) and not isinstance(seconds, bool):  # numpy's too
+            try:
+                value = float(seconds)
+            except OverflowError:  # an int past any float: longer than anything
+                return math.inf
+            if not math.isnan(value):
+                return value
+        raise InvalidArgumentError(f"shutdown: wait_for_dispatch must be seconds or None, not {seconds!r}")
 
     def _wait_for_dispatch(self, seconds: float) -> None:
         """Wait up to ``seconds`` for dispatch to catch up; not at all when it cannot: the reput
