@@ -1467,6 +1467,8 @@ def test_ipv6_broker_ip1_is_the_store_host(make_store, store_config, tmp_path):
     store = make_store(config=store_config.copy(brokerIP1="fd00::a"))
     r = put_ok(store, Message("V6Topic", b"x", tags="TagA"))
     assert len(r.msg_id) == 56
+    # a UNIQ_KEY the store makes has that address, as a client on that host makes it (spec 4.2: 56 chars)
+    assert len(r.uniq_key) == 56 and r.uniq_key.startswith("FD00000000000000000000000000000A")
     assert store.look_message_by_offset(r.commit_log_offset).store_host == "[fd00:0:0:0:0:0:0:a]:10911"
     store.shutdown()
     record = specreader.read_commitlog(str(tmp_path / "store"), CL_SIZE)[0]

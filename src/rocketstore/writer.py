@@ -99,7 +99,7 @@ class MessagePreparer:
         self.config = config
         self.delay_millis = delay_level_millis(config.message_delay_level)
         self.store_host = parse_host(config.store_host)
-        self.uniq_keys = UniqKeyGenerator(self.store_host[:-4] if len(self.store_host) == 8 else b"\x7f\0\0\x01")
+        self.uniq_keys = UniqKeyGenerator(self.store_host[:-4])  # its address: 4 or 16 bytes (spec 4.2)
         self._topic_bytes: dict[str, bytes] = {}
 
     def placed(self, message: Message, queue_id: int = 0, *, schedule: bool = True) -> tuple[Message, int] | PutResult:
