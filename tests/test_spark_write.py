@@ -156,6 +156,85 @@ def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_pat
     assert len(export_rows(store, small_config())) == 4
 
 
+def test_a_slave_store_is_refused_on_the_driver(spark, tmp_path):  # noqa: F811
+    """brokerRole=SLAVE (a store that takes no puts: every put is SERVICE_NOT_AVAILABLE) fails
+    the write before any task runs, as a setting a writable store refuses does: the new folder
+    is not made."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    @F.udf(BinaryType())
+    def no_task_runs(body):  # no hints: pyspark would take them for a pandas UDF's
+        raise ValueError("a task ran")
+
+    store = tmp_path / "new"
+    df = spark.createDataFrame([("TopicA", b"x")], "topic string, body binary")
+    df = df.withColumn("body", no_task_runs("body"))
+    with pytest.raises(Exception, match=r"ConfigError: brokerRole=SLAVE") as failed:
+        df.write.format("rocketstore").options(**SMALL_OPTIONS, brokerRole="SLAVE").mode("append").save(str(store))
+    assert "a task ran" not in str(failed.value)
+    assert not store.exists()
+    assert not (tmp_path / ".new.spark-staging").exists()
+
+
+def _folders_as_they_were(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A missing folder, an empty one, and a store of 3 messages."""
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    return missing, empty, make_store(tmp_path / "store", 3)
+
+
+def test_a_commit_without_the_space_for_its_batch_is_refused_before_the_store_is_made(tmp_path):
+    """The space check needs only the staged files' sizes: a batch the disk cannot take is refused
+    before the store is opened, so a missing folder is not made, an empty one stays empty, and a
+    store keeps its messages and its commit lock. The staged file is a sparse one larger than the
+    disk's free space: a real refusal, nothing mocked."""
+    import shutil
+
+    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+    from rocketstore.spark.sink import Staged
+
+    huge = tmp_path / "huge.arrow"
+    with open(huge, "wb") as f:
+        f.truncate(shutil.disk_usage(tmp_path).free + 1)
+    staged = [Staged(0, str(huge), 1)]
+    missing, empty, store = _folders_as_they_were(tmp_path)
+    for folder in (missing, empty, store):
+        with pytest.raises(OSError, match="bytes free, the staged messages need about"):
+            append_staged(str(folder), small_config(), staged, sink=None, batch_id=None)
+    assert not missing.exists()
+    assert list(empty.iterdir()) == []
+    assert (store / COMMIT_LOCK).is_file()
+    assert len(export_rows(store, small_config())) == 3
+
+
+def test_a_commit_that_appends_nothing_to_the_store_it_made_removes_it(tmp_path):
+    """A commit refused after it opened (made) the store, before its first message is in (here a
+    SLAVE store refuses the put), removes the store it made: a missing folder is not left behind,
+    an empty one is empty again (the batch's pending marker goes with it: nothing of the batch is
+    in). A store that was there before keeps all it held."""
+    from rocketstore.errors import InvalidMessageError, StoreNotFoundError
+    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+
+    staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
+    slave = small_config(brokerRole="SLAVE")
+    missing, empty, store = _folders_as_they_were(tmp_path)
+    for folder in (missing, empty, store):
+        for sink, batch_id in ((None, None), ("sink", 0)):
+            with pytest.raises(InvalidMessageError, match="SERVICE_NOT_AVAILABLE"):
+                append_staged(str(folder), slave, staged, sink=sink, batch_id=batch_id)
+            if folder is not store:
+                assert not missing.exists()
+                assert list(empty.iterdir()) == []
+    with pytest.raises(StoreNotFoundError):
+        verify_store(empty, small_config())
+    assert (store / COMMIT_LOCK).is_file()
+    assert read_markers(str(store))["sink"]["state"] == "pending"
+    assert len(export_rows(store, small_config())) == 3
+    assert append_staged(str(empty), small_config(), staged, sink="sink", batch_id=0) == 1
+    assert read_markers(str(empty))["sink"]["state"] == "committed"
+
+
 def _fds_on(path: Path) -> int:
     """How many of this process's file descriptors are open on ``path``."""
     import contextlib

@@ -41,8 +41,8 @@ Spark commits to one store, from this process or another, take turns: each holds
 to ``lockWaitMs`` (default 60000). A store lock taken while that lock is held is another
 program's (a broker, a program with the store open, a rebuild): the commit fails at once
 (StoreLockedError), and so does the check a write makes on the driver before any task runs. A
-commit that fails before the store is made in a folder that held none removes that lock again
-(``commit_turn``): the folder does not pass for a store.
+commit that fails with nothing appended in a folder that held no store leaves it as it was (no
+store, no lock: ``commit_turn``, ``_remove_store``); a folder that held anything keeps it all.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ from rocketstore.errors import (
 )
 from rocketstore.export import copy_key, skip_delivered
 from rocketstore.files.syscalls import fsync_dir
-from rocketstore.meta.lockfile import describe_holder, lock_holder
-from rocketstore.meta.root import require_store_or_new_folder
+from rocketstore.meta.lockfile import describe_holder, held, lock_holder
+from rocketstore.meta.root import is_inside, require_store_or_new_folder
 from rocketstore.results import PutResult
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.spark.schema import option, split_scheme
@@ -248,19 +248,20 @@ class QueueChooser:
 
 
 @contextlib.contextmanager
-def commit_turn(root: str, wait_ms: int) -> Iterator[None]:
+def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
     """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too),
-    waiting for it up to ``wait_ms`` while another Spark commit holds it.
+    waiting for it up to ``wait_ms`` while another Spark commit holds it. Yields whether the
+    folder held nothing but that lock once the turn was taken (no store: the commit makes it).
 
     A commit that fails in a folder holding nothing but that lock (a new store whose open was
-    refused) removes it, and ``config/`` with it, before it gives up the turn: the folder is left
-    as it was (a folder the commit made is removed too), since ``config`` would make it pass for
-    a store. A commit waiting for its turn meanwhile finds the file it waited on gone from its
-    path once it has it, and waits again on the one at the path (made anew)."""
+    refused, or that ``_remove_store`` removed) removes it, and ``config/`` with it, before it
+    gives up the turn: the folder is left as it was (one the commit made is removed too), since
+    ``config`` would make it pass for a store. A commit waiting for its turn meanwhile finds the
+    file it waited on gone from its path once it has it, and waits again on the one made anew."""
     made_root = not os.path.lexists(root)
     fd = _take_turn(root, wait_ms)
     try:
-        yield
+        yield _only_the_turn(root)
     except BaseException:
         _leave_no_trace(root, made_root)  # while the turn is still held
         raise
@@ -314,11 +315,18 @@ def _at_path(fd: int, path: str) -> bool:
     return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
+def _only_the_turn(root: str) -> bool:
+    """Whether the folder holds nothing but ``config/sparkCommit.lock``."""
+    with contextlib.suppress(OSError):
+        return os.listdir(root) == ["config"] and os.listdir(os.path.join(root, "config")) == [COMMIT_LOCK_NAME]
+    return False
+
+
 def _leave_no_trace(root: str, made_root: bool) -> None:
     """Remove the commit lock and ``config/`` when they are all the folder holds (the commit
-    failed before the store was made), and the folder itself when the commit made it."""
+    failed before the store was made, or removed it), and the folder too when the commit made it."""
     with contextlib.suppress(OSError):
-        if os.listdir(root) != ["config"] or os.listdir(os.path.join(root, "config")) != [COMMIT_LOCK_NAME]:
+        if not _only_the_turn(root):
             return
         os.unlink(os.path.join(root, COMMIT_LOCK))
         os.rmdir(os.path.join(root, "config"))
@@ -326,6 +334,34 @@ def _leave_no_trace(root: str, made_root: bool) -> None:
             os.rmdir(root)
         else:
             fsync_dir(root)
+
+
+def _holds_nothing(store: MessageStore) -> bool:
+    """Whether the store holds no message, and no file in a commit-log folder outside its own
+    (``storePathCommitLog``): nothing was appended to it, and nothing of it is elsewhere."""
+    try:
+        outside = [p for p in store.config.commit_log_folders if not is_inside(p, store.root)]
+        return store.max_phy_offset == 0 and not any(os.path.isdir(p) and os.listdir(p) for p in outside)
+    except Exception:  # a store that cannot tell: kept
+        return False
+
+
+def _remove_store(root: str) -> None:
+    """Remove what a commit made in a folder that held nothing but the commit lock when it took
+    its turn (the store it shut down with nothing appended, or what its failed open made): all but
+    that lock, which ``commit_turn`` then removes. Under the store's lock, whose file goes last: a
+    program that opened the store meanwhile keeps it (StoreLockedError: nothing is removed)."""
+    with contextlib.suppress(OSError, StoreLockedError), held(root):
+        config = os.path.join(root, "config")
+        paths = [os.path.join(config, name) for name in os.listdir(config) if name != COMMIT_LOCK_NAME]
+        paths += [os.path.join(root, name) for name in os.listdir(root) if name not in ("config", "lock")]
+        for path in paths:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, "lock"))
 
 
 def _held_elsewhere(root: str, exc: StoreLockedError) -> StoreLockedError:
@@ -464,16 +500,28 @@ def append_staged(
     if sink is None and not any(s.rows for s in staged):
         return 0
     require_store_or_new_folder(root, config)
-    with commit_turn(root, lock_wait_ms):
+    with commit_turn(root, lock_wait_ms) as new:
+        if new:  # a new store skips no batch: one the disk cannot take is refused before it is made
+            _check_space(root, staged, config)
         try:
             with no_delayed_delivery() if as_is else contextlib.nullcontext():
                 store = MessageStore.open(root, config)
         except StoreLockedError as exc:  # no Spark commit holds it now (we have the turn)
             raise _held_elsewhere(root, exc) from None
+        except BaseException:
+            if new:
+                _remove_store(root)
+            raise
+        unused = False
         try:
             return _append(store, config, staged, sink, batch_id, query, checkpoint, as_is)
+        except BaseException:
+            unused = new and _holds_nothing(store)
+            raise
         finally:
             store.shutdown()
+            if unused:  # the store this commit made, nothing put in it: the folder is left as it was
+                _remove_store(root)
 
 
 def _append(

@@ -37,8 +37,9 @@ as the import does (``commits.append_staged``).
 
 Several jobs or streaming queries may write one store at once: their commits take turns, each
 waiting up to the ``lockWaitMs`` option (default 60000) for the others. A store another program
-holds open (a broker) is refused on the driver before any task runs, and so is a setting a
-writable store refuses (``config_values.refuse_unsupported``: ``enableDLegerCommitLog``, ...).
+holds open (a broker) is refused on the driver before any task runs, and so are a setting a
+writable store refuses (``config_values.refuse_unsupported``: ``enableDLegerCommitLog``, ...) and
+``brokerRole=SLAVE`` (a SLAVE store takes no puts).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import refuse_unsupported
-from rocketstore.errors import InvalidMessageError, RecordError
+from rocketstore.errors import ConfigError, InvalidMessageError, RecordError
 from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
@@ -327,6 +328,8 @@ class _Writer:
         self.config: StoreConfig = store_config(options)
         require_store_or_new_folder(self.path, self.config)  # on the driver, before any task runs
         refuse_unsupported(self.config)  # as the commit's writable open would, after every task staged
+        if self.config.broker_role == "SLAVE":  # as every put of the commit would be
+            raise ConfigError("brokerRole=SLAVE: a SLAVE store takes no puts (SERVICE_NOT_AVAILABLE)")
         wait = int_option(options, "lockWaitMs", commits.DEFAULT_LOCK_WAIT_MS)
         if wait is None or wait < 0:
             raise ValueError(f"option lockWaitMs must be an integer from 0, not {option(options, 'lockWaitMs')!r}")
