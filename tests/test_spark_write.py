@@ -278,6 +278,67 @@ def test_a_commit_waiting_on_a_new_folder_whose_first_commit_failed_takes_its_tu
     assert len(export_rows(store, small_config())) == 1
 
 
+_FAILING_COMMIT = """
+import sys
+from rocketstore.spark.commits import commit_turn
+try:
+    with commit_turn(sys.argv[1], 10_000):
+        print("holding", flush=True)
+        sys.stdin.readline()
+        raise RuntimeError("failed on purpose")
+except RuntimeError:
+    print("gone", flush=True)
+"""
+
+
+@pytest.mark.parametrize("removed", ["config", "folder"])
+def test_a_commit_takes_its_turn_when_a_failed_commit_removes_the_folder_it_is_making(tmp_path, monkeypatch, removed):
+    """Another process's commit into a new folder fails, and removes config/ and the folder (it
+    made them), while this one makes them for its turn: between mkdir finding config/ there and
+    makedirs checking it is a folder ("config"), or between makedirs finding the folder there and
+    making config/ in it ("folder"). This commit tries again, takes its turn on a lock file it
+    makes anew, and does not fail with FileExistsError or FileNotFoundError. The interleaving is
+    forced: at that point os.mkdir waits (a pipe) for the other process to have failed."""
+    import os
+    import subprocess
+    import sys
+
+    from rocketstore.spark.commits import COMMIT_LOCK, commit_turn
+
+    root = tmp_path / "new"
+    other = subprocess.Popen(
+        [sys.executable, "-c", _FAILING_COMMIT, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert other.stdout is not None and other.stdin is not None
+    assert other.stdout.readline() == "holding\n"
+    config, real_mkdir, failed = str(root / "config"), os.mkdir, []
+
+    def let_the_other_fail() -> None:
+        other.stdin.write("fail\n")
+        other.stdin.close()
+        assert other.stdout.readline() == "gone\n"
+        failed.append(not root.exists())
+
+    def mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(path) != config or failed:
+            return real_mkdir(path, *args, **kwargs)
+        if removed == "folder":
+            let_the_other_fail()
+            return real_mkdir(path, *args, **kwargs)
+        try:
+            return real_mkdir(path, *args, **kwargs)
+        except FileExistsError:
+            let_the_other_fail()
+            raise
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    with commit_turn(str(root), 10_000):
+        monkeypatch.undo()
+        assert failed == [True]  # the other commit failed, and removed the folder, at that point
+        assert (root / COMMIT_LOCK).is_file()
+    assert other.wait(30) == 0
+
+
 def test_a_topic_option_the_broker_refuses_sends_to_is_refused_on_the_driver():
     from pyspark.sql.types import BinaryType, StructField, StructType
 

@@ -250,14 +250,14 @@ class QueueChooser:
 @contextlib.contextmanager
 def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
     """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too),
-    waiting for it up to ``wait_ms`` while another Spark commit holds it. Yields whether the
-    folder held nothing but that lock once the turn was taken (no store: the commit makes it).
+    waiting for it up to ``wait_ms`` while another Spark commit holds it; yields whether the folder
+    held nothing but that lock then (no store: the commit makes it).
 
     A commit that fails in a folder holding nothing but that lock (a new store whose open was
-    refused, or that ``_remove_store`` removed) removes it, and ``config/`` with it, before it
-    gives up the turn: the folder is left as it was (one the commit made is removed too), since
-    ``config`` would make it pass for a store. A commit waiting for its turn meanwhile finds the
-    file it waited on gone from its path once it has it, and waits again on the one made anew."""
+    refused, or one ``_remove_store`` removed) removes it and ``config/`` before it gives up the
+    turn, and the folder if it made it: ``config`` would make it pass for a store. A commit waiting
+    meanwhile finds the file it waited on gone once it has it, and waits on the one made anew; one
+    making ``config/`` as it (or the folder) is removed makes it again."""
     made_root = not os.path.lexists(root)
     fd = _take_turn(root, wait_ms)
     try:
@@ -272,15 +272,19 @@ def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
 def _take_turn(root: str, wait_ms: int) -> int:
     """An fd of the lock file at its path, flocked."""
     path = os.path.join(root, COMMIT_LOCK)
+    folder = os.path.dirname(path)
     deadline = time.monotonic() + wait_ms / 1000
     pause = 0.002
     fd = -1
     try:
         while True:
             if fd < 0:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with contextlib.suppress(FileNotFoundError):  # config/ removed since (a failed commit's)
+                try:
+                    os.makedirs(folder, exist_ok=True)
                     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                except (FileExistsError, FileNotFoundError):  # a failed commit removed config/ or the folder
+                    if os.path.lexists(folder) and not os.path.isdir(folder):
+                        raise  # a file named config: no race, nothing to wait for; else try again
             if fd >= 0:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -337,8 +341,7 @@ def _leave_no_trace(root: str, made_root: bool) -> None:
 
 
 def _holds_nothing(store: MessageStore) -> bool:
-    """Whether the store holds no message, and no file in a commit-log folder outside its own
-    (``storePathCommitLog``): nothing was appended to it, and nothing of it is elsewhere."""
+    """Whether the store holds no message, nor a file in a commit-log folder outside its own."""
     try:
         outside = [p for p in store.config.commit_log_folders if not is_inside(p, store.root)]
         return store.max_phy_offset == 0 and not any(os.path.isdir(p) and os.listdir(p) for p in outside)
@@ -347,21 +350,19 @@ def _holds_nothing(store: MessageStore) -> bool:
 
 
 def _remove_store(root: str) -> None:
-    """Remove what a commit made in a folder that held nothing but the commit lock when it took
-    its turn (the store it shut down with nothing appended, or what its failed open made): all but
-    that lock, which ``commit_turn`` then removes. Under the store's lock, whose file goes last: a
-    program that opened the store meanwhile keeps it (StoreLockedError: nothing is removed)."""
+    """Remove what a commit made in a folder that held only the commit lock at its turn (a store
+    shut down with nothing appended, what a failed open made), but that lock: ``commit_turn`` does.
+    Under the store's lock, its file last: a program that opened the store meanwhile keeps it."""
     with contextlib.suppress(OSError, StoreLockedError), held(root):
         config = os.path.join(root, "config")
         paths = [os.path.join(config, name) for name in os.listdir(config) if name != COMMIT_LOCK_NAME]
-        paths += [os.path.join(root, name) for name in os.listdir(root) if name not in ("config", "lock")]
+        names = sorted(os.listdir(root), key=lambda name: name == "lock")  # the lock's file last
+        paths += [os.path.join(root, name) for name in names if name != "config"]
         for path in paths:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(root, "lock"))
 
 
 def _held_elsewhere(root: str, exc: StoreLockedError) -> StoreLockedError:
