@@ -13,6 +13,7 @@ from rocketstore import MessageStore
 from rocketstore.spark.commits import MARKER, read_markers
 from rocketstore.verify import verify_store
 from spark_conftest import (
+    SMALL_GEOMETRY,
     SMALL_OPTIONS,
     export_rows,
     log_rows,
@@ -337,6 +338,92 @@ def test_a_commit_takes_its_turn_when_a_failed_commit_removes_the_folder_it_is_m
         assert failed == [True]  # the other commit failed, and removed the folder, at that point
         assert (root / COMMIT_LOCK).is_file()
     assert other.wait(30) == 0
+
+
+_OTHER_PROGRAM = """
+import json, sys
+from rocketstore import MessageStore
+from rocketstore.codec.message import Message
+from rocketstore.config import StoreConfig
+sys.stdin.readline()
+store = MessageStore.open(sys.argv[1], StoreConfig(**json.loads(sys.argv[2])))
+for i in range(3):
+    assert store.put(Message(topic="Other", body=b"kept %d" % i)).ok
+store.shutdown()
+print("closed", flush=True)
+"""
+
+
+def _another_program(root: Path, **extra: Any) -> tuple[Any, list]:
+    """A program (no Spark commit) that, told to, opens the store at ``root``, puts 3 messages in it
+    and closes it; and the list ``fill`` appends to once it has."""
+    import subprocess
+    import sys
+
+    settings = json.dumps({**SMALL_GEOMETRY, **extra})
+    other = subprocess.Popen(
+        [sys.executable, "-c", _OTHER_PROGRAM, str(root), settings],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    filled: list = []
+
+    def fill() -> None:
+        assert other.stdin is not None and other.stdout is not None
+        other.stdin.write("fill\n")
+        other.stdin.close()
+        assert other.stdout.readline() == "closed\n"
+        assert other.wait(30) == 0
+        filled.append(True)
+
+    return fill, filled
+
+
+@pytest.mark.parametrize("when", ["after its shutdown", "before its open"])
+def test_a_failed_commit_keeps_a_store_another_program_filled_in_the_folder_meanwhile(tmp_path, monkeypatch, when):
+    """A commit into a new folder fails having put nothing, and removes the store it made, under
+    the store's lock. Another program (not a Spark commit: it does not wait for the turn) opened
+    the store meanwhile, put 3 messages and closed it: "after its shutdown" (the commit's put was
+    refused; the program took the store between the commit's shutdown and its taking the store's
+    lock to remove it), or "before its open" (after the commit found the folder new; the commit's
+    open then fails, the program's segments being of another size). The store keeps its messages:
+    a commit-log segment that holds data is never removed. The interleaving is forced: the
+    commit's opening of the store's lock file to remove the store, or its reading of the free space
+    before it opens the store, waits (a pipe) for the program to have closed the store."""
+    import os
+
+    from rocketstore.config import StoreConfig
+    from rocketstore.errors import CorruptStoreError, InvalidMessageError
+    from rocketstore.spark.commits import append_staged
+
+    root = tmp_path / "new"
+    staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
+    if when == "after its shutdown":
+        fill, filled = _another_program(root)
+        config, refused, name, real = small_config(brokerRole="SLAVE"), InvalidMessageError, "open", os.open
+
+        def hook(path: Any, flags: int, *args: Any, **kwargs: Any) -> Any:
+            if os.fspath(path) == str(root / "lock") and not flags & os.O_CREAT and not filled:
+                fill()
+            return real(path, flags, *args, **kwargs)
+    else:
+        fill, filled = _another_program(root, mappedFileSizeCommitLog=32768)
+        config, refused, name, real = small_config(), CorruptStoreError, "statvfs", os.statvfs
+
+        def hook(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if os.fspath(path) == str(root) and not filled:
+                fill()
+            return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, hook)
+    with pytest.raises(refused):
+        append_staged(str(root), config, staged, sink=None, batch_id=None)
+    monkeypatch.undo()
+    assert filled == [True]
+    size = 32768 if when == "before its open" else SMALL_GEOMETRY["mappedFileSizeCommitLog"]
+    kept = export_rows(root, StoreConfig(**{**SMALL_GEOMETRY, "mappedFileSizeCommitLog": size}))
+    assert sorted(base64.b64decode(r["body"]) for r in kept) == [b"kept 0", b"kept 1", b"kept 2"]
 
 
 def test_a_topic_option_the_broker_refuses_sends_to_is_refused_on_the_driver():

@@ -6,43 +6,41 @@ else the query), the query that writes it, its checkpoint and the last micro-bat
     {"<sink>": {"query": "query:<id>", "checkpoint": "checkpoint:<uri>", "batchId": 7,
                 "state": "committed", "logStart": 1234, "count": 100, "queueStarts": {"T": 3}}}
 
-A query is the id Spark keeps in its checkpoint's ``metadata`` (what ``StreamingQuery.id``
-says). The driver reads it there when the checkpoint is local: a path, or a ``file:`` URI
-(``file:/p``, ``file:///p``). Every task of a streaming query gets it from Spark too (the local
-property ``sql.streaming.queryId``) and reports it with what it staged, so a checkpoint on
-another file system (``hdfs://``, ``s3a://``) binds the sink to its query just the same. Only
-when neither knows it (no task ran, nothing to write: the marker is left alone; or a Spark that
-does not set the property) does the checkpoint's URI stand for the query, spelled as Hadoop's
+A query is the id Spark keeps in its checkpoint's ``metadata`` (what ``StreamingQuery.id`` says). The driver
+reads it there when the checkpoint is local: a path, or a ``file:`` URI (``file:/p``, ``file:///p``). Every
+task of a streaming query gets it from Spark too (the local property ``sql.streaming.queryId``) and reports it
+with what it staged, so a checkpoint on another file system (``hdfs://``, ``s3a://``) binds the sink to its
+query just the same. Only when neither knows it (no task ran, nothing to write: the marker is left alone; or a
+Spark that does not set the property) does the checkpoint's URI stand for the query, spelled as Hadoop's
 ``Path`` spells it (no trailing or doubled slash, the scheme in lower case).
 
-A sink belongs to the query that first wrote it: another query (another checkpoint, or one
-deleted and made again at the same place, whose batch ids start over at 0) given the same
-``sinkId`` is refused (SinkInUseError), as its batches would be taken for ones already written
-and skipped. The same query restarted from its checkpoint, however its path is written, is not.
+A sink belongs to the query that first wrote it: another query (another checkpoint, or one deleted and made
+again at the same place, whose batch ids start over at 0) given the same ``sinkId`` is refused
+(SinkInUseError), as its batches would be taken for ones already written and skipped. The same query restarted
+from its checkpoint, however its path is written, is not.
 
 Before a batch's messages are appended, the entry becomes ``pending`` with the log's end offset
-(``logStart``), written atomically (temporary file, fsync, rename). After the messages are
-appended and flushed, it becomes ``committed``. A batch id at or below a committed one is
-skipped (Spark replays the last batch after a restart when the crash came between the sink's
-commit and the checkpoint's). A ``pending`` entry for the same batch means a crash during the
-append: the records after ``logStart`` that match the batch's messages in order, as a put
-stores them (a delayed one in SCHEDULE_TOPIC_XXXX; an ``asIs`` one as ``put_as_is`` stores it, DELAY
-kept, in its own topic), are its first messages, and only the rest
-is appended. The store's lock is held throughout.
+(``logStart``), written atomically (temporary file, fsync, rename). After the messages are appended and
+flushed, it becomes ``committed``. A batch id at or below a committed one is skipped (Spark replays the last
+batch after a restart when the crash came between the sink's commit and the checkpoint's). A ``pending`` entry
+for the same batch means a crash during the append: the records after ``logStart`` that match the batch's
+messages in order, as a put stores them (a delayed one in SCHEDULE_TOPIC_XXXX; an ``asIs`` one as
+``put_as_is`` stores it, DELAY kept, in its own topic), are its first messages, and only the rest is appended.
+The store's lock is held throughout.
 
-Rows without a queue id go round-robin over their topic's write queues, going on from where the
-store is: a commit starts a topic at the sum of its queues' next offsets modulo its write queue
-count, so one-row jobs and micro-batches take turns over the queues as a single large one does. The
-starts are fixed before the ``pending`` entry is written and kept in it (``queueStarts``), so a
-batch cut short chooses the same queues when it is replayed.
+Rows without a queue id go round-robin over their topic's write queues, going on from where the store is: a
+commit starts a topic at the sum of its queues' next offsets modulo its write queue count, so one-row jobs and
+micro-batches take turns over the queues as a single large one does. The starts are fixed before the
+``pending`` entry is written and kept in it (``queueStarts``), so a batch cut short chooses the same queues
+when it is replayed.
 
-Spark commits to one store, from this process or another, take turns: each holds
-``config/sparkCommit.lock`` (an flock) while it has the store open, and a commit waits for it up
-to ``lockWaitMs`` (default 60000). A store lock taken while that lock is held is another
-program's (a broker, a program with the store open, a rebuild): the commit fails at once
-(StoreLockedError), and so does the check a write makes on the driver before any task runs. A
-commit that fails with nothing appended in a folder that held no store leaves it as it was (no
-store, no lock: ``commit_turn``, ``_remove_store``); a folder that held anything keeps it all.
+Spark commits to one store, from this process or another, take turns: each holds ``config/sparkCommit.lock``
+(an flock) while it has the store open, and a commit waits for it up to ``lockWaitMs`` (default 60000). A
+store lock taken while that lock is held is another program's (a broker, a program with the store open, a
+rebuild): the commit fails at once (StoreLockedError), and so does the check a write makes on the driver
+before any task runs. A commit that fails with nothing appended in a folder that held no store leaves it as it
+was (no store, no lock: ``commit_turn``, ``_remove_store``); a folder that held anything keeps it all, and so
+does a store another program put messages in meanwhile.
 """
 
 from __future__ import annotations
@@ -73,6 +71,7 @@ from rocketstore.errors import (
     StoreLockedError,
 )
 from rocketstore.export import copy_key, skip_delivered
+from rocketstore.files.file_queue import _only_zeros
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, held, lock_holder
 from rocketstore.meta.root import is_inside, require_store_or_new_folder
@@ -249,15 +248,15 @@ class QueueChooser:
 
 @contextlib.contextmanager
 def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
-    """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too),
-    waiting for it up to ``wait_ms`` while another Spark commit holds it; yields whether the folder
-    held nothing but that lock then (no store: the commit makes it).
+    """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too), waiting
+    for it up to ``wait_ms`` while another Spark commit holds it; yields whether the folder held nothing but
+    that lock then (no store: the commit makes it).
 
-    A commit that fails in a folder holding nothing but that lock (a new store whose open was
-    refused, or one ``_remove_store`` removed) removes it and ``config/`` before it gives up the
-    turn, and the folder if it made it: ``config`` would make it pass for a store. A commit waiting
-    meanwhile finds the file it waited on gone once it has it, and waits on the one made anew; one
-    making ``config/`` as it (or the folder) is removed makes it again."""
+    A commit that fails in a folder holding nothing but that lock (a new store whose open was refused, or one
+    ``_remove_store`` removed) removes it and ``config/`` before it gives up the turn, and the folder if it
+    made it: ``config`` would make it pass for a store. A commit waiting meanwhile finds the file it waited on
+    gone once it has it, and waits on the one made anew; one making ``config/`` as it (or the folder) is
+    removed makes it again."""
     made_root = not os.path.lexists(root)
     fd = _take_turn(root, wait_ms)
     try:
@@ -312,11 +311,9 @@ def _take_turn(root: str, wait_ms: int) -> int:
 def _at_path(fd: int, path: str) -> bool:
     """Whether ``fd`` is the file at ``path`` (not one removed from there)."""
     try:
-        st = os.stat(path)
+        return os.path.samestat(os.stat(path), os.fstat(fd))
     except FileNotFoundError:
         return False
-    held = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _only_the_turn(root: str) -> bool:
@@ -349,11 +346,15 @@ def _holds_nothing(store: MessageStore) -> bool:
         return False
 
 
-def _remove_store(root: str) -> None:
+def _remove_store(root: str, config: StoreConfig) -> None:
     """Remove what a commit made in a folder that held only the commit lock at its turn (a store
     shut down with nothing appended, what a failed open made), but that lock: ``commit_turn`` does.
-    Under the store's lock, its file last: a program that opened the store meanwhile keeps it."""
+    Under the store's lock, its file last, and only while no file of a commit-log folder holds data:
+    a program that has the store open, or filled it meanwhile (it does not wait for the turn), keeps it."""
+    folders = config.copy(storePathRootDir=os.path.abspath(root)).commit_log_folders
     with contextlib.suppress(OSError, StoreLockedError), held(root):
+        if not all(_only_zeros(os.path.join(f, name)) for f in folders if os.path.isdir(f) for name in os.listdir(f)):
+            return  # messages are in (a file that cannot be read, or a folder, fails: kept as well)
         config = os.path.join(root, "config")
         paths = [os.path.join(config, name) for name in os.listdir(config) if name != COMMIT_LOCK_NAME]
         names = sorted(os.listdir(root), key=lambda name: name == "lock")  # the lock's file last
@@ -511,7 +512,7 @@ def append_staged(
             raise _held_elsewhere(root, exc) from None
         except BaseException:
             if new:
-                _remove_store(root)
+                _remove_store(root, config)
             raise
         unused = False
         try:
@@ -522,7 +523,7 @@ def append_staged(
         finally:
             store.shutdown()
             if unused:  # the store this commit made, nothing put in it: the folder is left as it was
-                _remove_store(root)
+                _remove_store(root, config)
 
 
 def _append(
