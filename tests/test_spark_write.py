@@ -426,6 +426,42 @@ def test_a_failed_commit_keeps_a_store_another_program_filled_in_the_folder_mean
     assert sorted(base64.b64decode(r["body"]) for r in kept) == [b"kept 0", b"kept 1", b"kept 2"]
 
 
+def test_a_failed_commit_that_waited_on_a_missing_folder_does_not_leave_it_made(tmp_path, monkeypatch):
+    """Two commits into a missing folder, both failing: this one starts while another process's has
+    the turn (that one made the folder), which fails and removes the folder; this one makes it
+    again for its turn, fails, and removes it too: the folder is missing again, as it was. The
+    interleaving is forced: this commit's first flock waits (a pipe) for the other to have failed."""
+    import fcntl
+    import subprocess
+    import sys
+
+    from rocketstore.spark.commits import commit_turn
+
+    root = tmp_path / "new"
+    other = subprocess.Popen(
+        [sys.executable, "-c", _FAILING_COMMIT, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert other.stdout is not None and other.stdin is not None
+    assert other.stdout.readline() == "holding\n"
+    real_flock, failed = fcntl.flock, []
+
+    def flock(fd: int, operation: int) -> None:
+        if not failed:
+            other.stdin.write("fail\n")
+            other.stdin.close()
+            assert other.stdout.readline() == "gone\n"
+            failed.append(not root.exists())
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with pytest.raises(RuntimeError, match="failed on purpose"), commit_turn(str(root), 10_000):
+        monkeypatch.undo()
+        assert failed == [True]  # the other commit failed, and removed the folder, while this one waited
+        raise RuntimeError("failed on purpose")
+    assert other.wait(30) == 0
+    assert not root.exists()
+
+
 def test_a_topic_option_the_broker_refuses_sends_to_is_refused_on_the_driver():
     from pyspark.sql.types import BinaryType, StructField, StructType
 

@@ -97,10 +97,9 @@ def _normal_path(path: str) -> str:
 
 
 def local_checkpoint(checkpoint: str) -> str | None:
-    """The local path of a checkpoint given as a path or a ``file:`` URI (``file:/p``,
-    ``file:///p``; no %-escape is decoded, Hadoop decodes none either); None for a checkpoint on
-    another file system. A relative path is the JVM's, whose working folder the Python workers
-    share."""
+    """The local path of a checkpoint given as a path or a ``file:`` URI (``file:/p``, ``file:///p``; no %-escape is
+    decoded, Hadoop decodes none either); None for a checkpoint on another file system. A relative path is the
+    JVM's, whose working folder the Python workers share."""
     scheme, rest = split_scheme(checkpoint)
     if scheme is None:
         return os.path.abspath(checkpoint)
@@ -153,12 +152,11 @@ def _same_checkpoint(binding: str, checkpoint: str | None) -> bool:
 
 
 def check_owner(markers: Mapping[str, Any], sink: str, query: str | None, checkpoint: str | None = None) -> None:
-    """Refuse ``sink`` when its marker names another query. ``query`` is this query's
-    ``query:<id>``; or None while its id is not known (the driver, with a checkpoint on another
-    file system: the tasks will tell), which refuses only a sink bound to another checkpoint; or
-    ``checkpoint:<uri>`` when it cannot be known (tasks Spark did not tell), taken for the owner
-    whose marker names the same checkpoint. A sink bound to a checkpoint (by an earlier version,
-    or in that last case) is the sink of whichever query that checkpoint is."""
+    """Refuse ``sink`` when its marker names another query. ``query`` is this query's ``query:<id>``; or None while
+    its id is not known (the driver, with a checkpoint on another file system: the tasks will tell), which refuses
+    only a sink bound to another checkpoint; or ``checkpoint:<uri>`` when it cannot be known (tasks Spark did not
+    tell), taken for the owner whose marker names the same checkpoint. A sink bound to a checkpoint (by an earlier
+    version, or in that last case) is the sink of whichever query that checkpoint is."""
     entry = markers.get(sink) or {}
     owner = entry.get("query")
     if owner is None or owner == query:
@@ -248,17 +246,12 @@ class QueueChooser:
 
 @contextlib.contextmanager
 def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
-    """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too), waiting
-    for it up to ``wait_ms`` while another Spark commit holds it; yields whether the folder held nothing but
-    that lock then (no store: the commit makes it).
-
-    A commit that fails in a folder holding nothing but that lock (a new store whose open was refused, or one
-    ``_remove_store`` removed) removes it and ``config/`` before it gives up the turn, and the folder if it
-    made it: ``config`` would make it pass for a store. A commit waiting meanwhile finds the file it waited on
-    gone once it has it, and waits on the one made anew; one making ``config/`` as it (or the folder) is
-    removed makes it again."""
-    made_root = not os.path.lexists(root)
-    fd = _take_turn(root, wait_ms)
+    """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too), waiting for
+    it up to ``wait_ms`` while another Spark commit holds it; yields whether the folder held nothing but that
+    lock then (no store: the commit makes it). A commit that fails in a folder holding nothing but that lock (a
+    new store whose open was refused, or one ``_remove_store`` removed) leaves it as it was (``_leave_no_trace``):
+    ``config`` would make it pass for a store. One waiting meanwhile takes its turn anew (``_take_turn``)."""
+    fd, made_root = _take_turn(root, wait_ms)
     try:
         yield _only_the_turn(root)
     except BaseException:
@@ -268,17 +261,22 @@ def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
         os.close(fd)  # drops the flock
 
 
-def _take_turn(root: str, wait_ms: int) -> int:
-    """An fd of the lock file at its path, flocked."""
+def _take_turn(root: str, wait_ms: int) -> tuple[int, bool]:
+    """An fd of the lock file at its path, flocked, and whether this call made the folder. The lock file, or
+    ``config/`` or the folder, that a failed commit removed while this one waited or made them is made anew."""
     path = os.path.join(root, COMMIT_LOCK)
     folder = os.path.dirname(path)
     deadline = time.monotonic() + wait_ms / 1000
     pause = 0.002
-    fd = -1
+    fd, made = -1, False
     try:
         while True:
             if fd < 0:
                 try:
+                    os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
+                    with contextlib.suppress(FileExistsError):  # made meanwhile; a file: making config/ in it fails
+                        os.mkdir(root)
+                        made = True
                     os.makedirs(folder, exist_ok=True)
                     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 except (FileExistsError, FileNotFoundError):  # a failed commit removed config/ or the folder
@@ -292,7 +290,7 @@ def _take_turn(root: str, wait_ms: int) -> int:
                 else:
                     if _at_path(fd, path):
                         taken, fd = fd, -1
-                        return taken
+                        return taken, made
                     os.close(fd)  # a file a failed commit removed from the path: wait on the one there
                     fd = -1
                     continue
@@ -374,9 +372,9 @@ def _held_elsewhere(root: str, exc: StoreLockedError) -> StoreLockedError:
 
 
 def check_unheld(root: str) -> None:
-    """Refuse (StoreLockedError), on the driver before any task runs, a store another program
-    holds open. A store a Spark commit holds is not refused: the write waits for its turn. Nothing
-    is written (``/proc/locks`` tells who holds the lock; where it cannot, the commit will)."""
+    """Refuse (StoreLockedError), on the driver before any task runs, a store another program holds open. A store a
+    Spark commit holds is not refused: the write waits for its turn. Nothing is written (``/proc/locks`` tells who
+    holds the lock; where it cannot, the commit will)."""
     holder = lock_holder(root)
     if holder is None:
         return
@@ -407,10 +405,10 @@ def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
 
 
 def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueChooser, as_is: bool = False) -> None:
-    """Refuse the batch, before anything is appended, if a message is refused with the queue
-    chosen for it here. The tasks checked every message, those without a queueId as queue 0;
-    only a delayed one can differ: its queue id goes into ``REAL_QID``, and a longer one may not
-    fit (``as_is``: none is delayed, so none differs; the queues are only chosen)."""
+    """Refuse the batch, before anything is appended, if a message is refused with the queue chosen for it here. The
+    tasks checked every message, those without a queueId as queue 0; only a delayed one can differ: its queue id
+    goes into ``REAL_QID``, and a longer one may not fit (``as_is``: none is delayed, so none differs; the queues
+    are only chosen)."""
     from rocketstore.spark.sink import messages_of
 
     for batch in _staged_batches(staged):
@@ -436,10 +434,9 @@ def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueCho
 def _stored_as(
     msg: StoredMessage, message: Message, queue_id: int | None, writer: MessagePreparer, as_is: bool = False
 ) -> bool:
-    """Whether ``msg`` is the record a put of ``message`` stored, as the writer places it (a
-    delayed one in SCHEDULE_TOPIC_XXXX, with REAL_TOPIC/REAL_QID; ``as_is``, a ``put_as_is``:
-    where it is sent, DELAY kept, born time and reconsume times as given). A queue the driver
-    chose is not known here, nor then its REAL_QID."""
+    """Whether ``msg`` is the record a put of ``message`` stored, as the writer places it (a delayed one in
+    SCHEDULE_TOPIC_XXXX, with REAL_TOPIC/REAL_QID; ``as_is``, a ``put_as_is``: where it is sent, DELAY kept, born
+    time and reconsume times as given). A queue the driver chose is not known here, nor then its REAL_QID."""
     placed = writer.placed(message, 0 if queue_id is None else queue_id, schedule=not as_is)
     if isinstance(placed, PutResult):  # refused: never stored
         return False
@@ -490,15 +487,14 @@ def append_staged(
     lock_wait_ms: int = DEFAULT_LOCK_WAIT_MS,
     as_is: bool = False,
 ) -> int:
-    """Append the staged messages (task order) under the store's lock, in turn with other Spark
-    commits (waiting up to ``lock_wait_ms``); returns how many were appended. With
-    ``sink``/``batch_id``, the write-ahead marker makes this exactly-once; a sink another
-    ``query`` owns is refused (SinkInUseError, see ``check_owner``).
+    """Append the staged messages (task order) under the store's lock, in turn with other Spark commits (waiting up
+    to ``lock_wait_ms``); returns how many were appended. With ``sink``/``batch_id``, the write-ahead marker makes
+    this exactly-once; a sink another ``query`` owns is refused (SinkInUseError, see ``check_owner``).
 
-    ``as_is`` (the ``asIs`` option) stores each message as ``rocketstore import`` does: with
-    ``put_as_is``, the store open under ``no_delayed_delivery`` (no schedule service delivers
-    while the batch is appended), and afterwards the delay offsets moved past the units whose
-    delivered copy the batch brought or the store holds (``export.skip_delivered``)."""
+    ``as_is`` (the ``asIs`` option) stores each message as ``rocketstore import`` does: with ``put_as_is``, the
+    store open under ``no_delayed_delivery`` (no schedule service delivers while the batch is appended), and
+    afterwards the delay offsets moved past the units whose delivered copy the batch brought or the store holds
+    (``export.skip_delivered``)."""
     if sink is None and not any(s.rows for s in staged):
         return 0
     require_store_or_new_folder(root, config)
