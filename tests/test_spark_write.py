@@ -133,8 +133,8 @@ def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_
 
 def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_path):
     """The commit's turn (config/sparkCommit.lock) is given up with the folder as it was: a
-    missing folder is not made, an empty one stays empty (neither then passes for a store). A
-    store's own commit lock stays."""
+    missing folder is not made (nor its missing parents), an empty one stays empty (neither then
+    passes for a store). A store's own commit lock stays."""
     from rocketstore.errors import ConfigError, StoreNotFoundError
     from rocketstore.spark.commits import COMMIT_LOCK, append_staged
 
@@ -149,6 +149,9 @@ def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_pat
     assert list(empty.iterdir()) == []
     with pytest.raises(StoreNotFoundError):
         verify_store(empty, small_config())
+    with pytest.raises(ConfigError, match="enableDLegerCommitLog"):  # the missing parents it made go too
+        append_staged(str(empty / "a" / "b" / "new"), refused, staged, sink=None, batch_id=None)
+    assert list(empty.iterdir()) == []
     store = make_store(tmp_path / "store", 3)
     append_staged(str(store), small_config(), staged, sink=None, batch_id=None)
     with pytest.raises(ConfigError):

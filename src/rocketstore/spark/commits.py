@@ -127,8 +127,8 @@ def checkpoint_binding(checkpoint: str) -> str:
 
 
 def checkpoint_query(options: Mapping[str, str]) -> tuple[str | None, str]:
-    """(``query:<id>`` from the checkpoint's metadata, or None when it cannot be read here (a
-    checkpoint on another file system), ``checkpoint:<uri>``) of a streaming write."""
+    """(``query:<id>`` from the checkpoint's metadata, or None when it cannot be read here (a checkpoint on another
+    file system), ``checkpoint:<uri>``) of a streaming write."""
     checkpoint = option(options, "checkpointLocation")
     if not checkpoint:
         raise InvalidArgumentError(
@@ -211,8 +211,8 @@ def _messages(staged: list[Any], as_is: bool = False) -> Iterator[tuple[Message,
 
 
 class QueueChooser:
-    """Queue ids for messages without one: round-robin over the topic's write queues, from
-    ``starts`` (a replay's, kept in its marker) or else from the store's state (``start_of``)."""
+    """Queue ids for messages without one: round-robin over the topic's write queues, from ``starts`` (a replay's,
+    kept in its marker) or else from the store's state (``start_of``)."""
 
     def __init__(self, store: MessageStore, starts: Mapping[str, int] | None = None) -> None:
         self.store = store
@@ -234,8 +234,8 @@ class QueueChooser:
         return i % nums
 
     def start_of(self, topic: str, nums: int) -> int:
-        """Where the topic's round-robin goes on: the sum of its queues' next offsets (as the
-        puts assign them) modulo ``nums``; after n messages sent round-robin, queue n % nums."""
+        """Where the topic's round-robin goes on: the sum of its queues' next offsets (as the puts assign them)
+        modulo ``nums``; after n messages sent round-robin, queue n % nums."""
         table = dict(self.store.commit_log.topic_queue_table)
         return sum(offset for (name, _), offset in table.items() if name == topic) % nums
 
@@ -251,32 +251,34 @@ def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
     lock then (no store: the commit makes it). A commit that fails in a folder holding nothing but that lock (a
     new store whose open was refused, or one ``_remove_store`` removed) leaves it as it was (``_leave_no_trace``):
     ``config`` would make it pass for a store. One waiting meanwhile takes its turn anew (``_take_turn``)."""
-    fd, made_root = _take_turn(root, wait_ms)
+    fd, made = _take_turn(root, wait_ms)
     try:
         yield _only_the_turn(root)
     except BaseException:
-        _leave_no_trace(root, made_root)  # while the turn is still held
+        _leave_no_trace(root, made)  # while the turn is still held
         raise
     finally:
         os.close(fd)  # drops the flock
 
 
-def _take_turn(root: str, wait_ms: int) -> tuple[int, bool]:
-    """An fd of the lock file at its path, flocked, and whether this call made the folder. The lock file, or
-    ``config/`` or the folder, that a failed commit removed while this one waited or made them is made anew."""
+def _take_turn(root: str, wait_ms: int) -> tuple[int, str | None]:
+    """An fd of the lock file at its path, flocked, and the topmost folder of root's path this call made (or
+    None); what a failed commit removed meanwhile (the file, ``config/``, folders) is made anew."""
     path = os.path.join(root, COMMIT_LOCK)
     folder = os.path.dirname(path)
     deadline = time.monotonic() + wait_ms / 1000
     pause = 0.002
-    fd, made = -1, False
+    fd, made = -1, None
     try:
         while True:
             if fd < 0:
                 try:
-                    os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
+                    top = os.path.abspath(root)  # the topmost missing folder of root's path
+                    while not os.path.lexists(os.path.dirname(top)):
+                        top = os.path.dirname(top)
                     with contextlib.suppress(FileExistsError):  # made meanwhile; a file: making config/ in it fails
-                        os.mkdir(root)
-                        made = True
+                        os.mkdir(top)
+                        made = top if made is None or len(top) < len(made) else made
                     os.makedirs(folder, exist_ok=True)
                     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 except (FileExistsError, FileNotFoundError):  # a failed commit removed config/ or the folder
@@ -321,18 +323,21 @@ def _only_the_turn(root: str) -> bool:
     return False
 
 
-def _leave_no_trace(root: str, made_root: bool) -> None:
-    """Remove the commit lock and ``config/`` when they are all the folder holds (the commit
-    failed before the store was made, or removed it), and the folder too when the commit made it."""
+def _leave_no_trace(root: str, made: str | None) -> None:
+    """Remove the commit lock and ``config/`` when they are all the folder holds (the commit failed before the
+    store was made, or removed it), and the folders it made (``made`` and those below it), while empty."""
     with contextlib.suppress(OSError):
         if not _only_the_turn(root):
             return
         os.unlink(os.path.join(root, COMMIT_LOCK))
         os.rmdir(os.path.join(root, "config"))
-        if made_root:
-            os.rmdir(root)
-        else:
+        if made is None:
             fsync_dir(root)
+            return
+        path, up = os.path.abspath(root), ""
+        while up != made:  # root, then each parent up to ``made``; an OSError (one not empty) stops it
+            os.rmdir(path)
+            path, up = os.path.dirname(path), path
 
 
 def _holds_nothing(store: MessageStore) -> bool:
@@ -345,10 +350,9 @@ def _holds_nothing(store: MessageStore) -> bool:
 
 
 def _remove_store(root: str, config: StoreConfig) -> None:
-    """Remove what a commit made in a folder that held only the commit lock at its turn (a store
-    shut down with nothing appended, what a failed open made), but that lock: ``commit_turn`` does.
-    Under the store's lock, its file last, and only while no file of a commit-log folder holds data:
-    a program that has the store open, or filled it meanwhile (it does not wait for the turn), keeps it."""
+    """Remove what a commit made in a folder that held only the commit lock at its turn, but that lock (for
+    ``commit_turn``): under the store's lock, its file last, and only while no file of a commit-log folder holds
+    data (a program that has the store open, or filled it meanwhile without waiting for the turn, keeps it)."""
     folders = config.copy(storePathRootDir=os.path.abspath(root)).commit_log_folders
     with contextlib.suppress(OSError, StoreLockedError), held(root):
         if not all(_only_zeros(os.path.join(f, name)) for f in folders if os.path.isdir(f) for name in os.listdir(f)):
