@@ -153,6 +153,23 @@ def test_planning_reads_each_queue_once_whatever_the_partition_count(uneven):
         ({"failOnDataLoss": "no"}, "option failOnDataLoss must be true or false, not 'no'"),
         ({"mode": "kafka"}, "option mode must be consumequeue or commitlog, not 'kafka'"),
         ({"mode": "commitlog", "startingOffsets": '{"A":{"0":1}}'}, "startingOffsets/endingOffsets need mode="),
+        ({"maxPartitionBytes": "0"}, "maxPartitionBytes must be a positive integer"),
+        ({"minPartitions": "-3"}, "minPartitions must be a positive integer"),
+        ({"maxRecordsPerBatch": "-1"}, "maxRecordsPerBatch must be a positive integer"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger must be a positive integer"),
+        ({"startingOffsets": '{"TopicA": {"0": 5.9}}'}, "TopicA/0: 5.9 is not an offset"),
+        ({"endingOffsets": '{"TopicA": {"0": true}}'}, "TopicA/0: true is not an offset"),
+        ({"startingOffsets": '{"TopicA": {"-1": 3}}'}, "is not a queue id"),
+        ({"queues": '{"TopicA": [1.5]}'}, "queues: 1.5 is not a queue id"),
+        ({"queues": "0,-1"}, "is not a queue id"),
+        ({"startingOffsets": '{"TopicA": {"0": -1}}'}, "TopicA/0: -1 (latest) is not allowed for a batch read"),
+        ({"startingOffsets": "earliset"}, 'must be earliest or a JSON object like {"TopicA":{"0":23,"1":-2}}'),
+        ({"endingOffsets": "{oops"}, "endingOffsets: not valid JSON"),
+        ({"endingOffsets": "lastest"}, "endingOffsets must be latest or a JSON object like"),
+        (
+            {"startingOffsets": '{"TopicA": {"0": 10}}', "endingOffsets": '{"TopicA": {"0": 5}}'},
+            "TopicA/0 starts at 10, after its ending offset 5",
+        ),
     ],
 )
 def test_a_malformed_option_is_an_invalid_argument_error(options, error):

@@ -224,36 +224,6 @@ def test_offsets_json_that_leaves_out_a_queue_read_is_refused(spark, store, ever
     ).count() == len(everything)
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"maxPartitionBytes": "0"}, "maxPartitionBytes must be a positive integer"),
-        ({"minPartitions": "-3"}, "minPartitions must be a positive integer"),
-        ({"maxRecordsPerBatch": "-1"}, "maxRecordsPerBatch must be a positive integer"),
-        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger must be a positive integer"),
-        ({"startingOffsets": '{"TopicA": {"0": 5.9}}'}, "TopicA/0: 5.9 is not an offset"),
-        ({"endingOffsets": '{"TopicA": {"0": true}}'}, "TopicA/0: true is not an offset"),
-        ({"startingOffsets": '{"TopicA": {"-1": 3}}'}, "is not a queue id"),
-        ({"queues": '{"TopicA": [1.5]}'}, "queues: 1.5 is not a queue id"),
-        ({"queues": "0,-1"}, "is not a queue id"),
-        ({"startingOffsets": '{"TopicA": {"0": -1}}'}, "TopicA/0: -1 (latest) is not allowed for a batch read"),
-        ({"startingOffsets": "earliset"}, 'must be earliest or a JSON object like {"TopicA":{"0":23,"1":-2}}'),
-        ({"endingOffsets": "{oops"}, "endingOffsets: not valid JSON"),
-        ({"endingOffsets": "lastest"}, "endingOffsets must be latest or a JSON object like"),
-        (
-            {"startingOffsets": '{"TopicA": {"0": 10}}', "endingOffsets": '{"TopicA": {"0": 5}}'},
-            "TopicA/0 starts at 10, after its ending offset 5",
-        ),
-    ],
-)
-def test_invalid_numbers_in_options_are_refused(options, error):
-    from rocketstore.errors import InvalidArgumentError
-    from rocketstore.spark.options import parse_options
-
-    with pytest.raises(InvalidArgumentError, match=re.escape(error)):
-        parse_options({"path": "store", **options})
-
-
 def test_an_invalid_option_fails_the_read(spark, store):  # noqa: F811
     with pytest.raises(Exception, match="maxPartitionBytes must be a positive integer"):
         reader(spark, maxPartitionBytes="0").load(str(store)).collect()
