@@ -108,10 +108,16 @@ def test_a_folder_that_is_no_store_is_refused(spark, tmp_path, hash_tree):  # no
         require_store_or_new_folder(str(tmp_path / "file"), small_config())
 
 
-def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_path):  # noqa: F811
-    """enableDLegerCommitLog (and every setting ``refuse_unsupported`` refuses) fails the write
-    before any task runs: no task stages a row only for the commit to refuse the batch, and the
-    new folder is not made."""
+@pytest.mark.parametrize(
+    ("setting", "error"),
+    [({"enableDLegerCommitLog": "true"}, "enableDLegerCommitLog"), ({"brokerRole": "SLAVE"}, "brokerRole=SLAVE")],
+    ids=["unsupported", "slave"],
+)
+def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_path, setting, error):  # noqa: F811
+    """enableDLegerCommitLog (and every setting ``refuse_unsupported`` refuses) and brokerRole=SLAVE
+    (a store that takes no puts: every put is SERVICE_NOT_AVAILABLE) fail the write before any task
+    runs: no task stages a row only for the commit to refuse the batch, and the new folder is not
+    made."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
 
@@ -122,10 +128,8 @@ def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_
     store = tmp_path / "new"
     df = spark.createDataFrame([("TopicA", b"x")], "topic string, body binary")
     df = df.withColumn("body", no_task_runs("body"))
-    with pytest.raises(Exception, match=r"ConfigError: enableDLegerCommitLog") as failed:
-        df.write.format("rocketstore").options(**SMALL_OPTIONS, enableDLegerCommitLog="true").mode("append").save(
-            str(store)
-        )
+    with pytest.raises(Exception, match=f"ConfigError: {error}") as failed:
+        df.write.format("rocketstore").options(**SMALL_OPTIONS, **setting).mode("append").save(str(store))
     assert "a task ran" not in str(failed.value)
     assert not store.exists()
     assert not (tmp_path / ".new.spark-staging").exists()
@@ -158,27 +162,6 @@ def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_pat
         append_staged(str(store), refused, staged, sink=None, batch_id=None)
     assert (store / COMMIT_LOCK).is_file()
     assert len(export_rows(store, small_config())) == 4
-
-
-def test_a_slave_store_is_refused_on_the_driver(spark, tmp_path):  # noqa: F811
-    """brokerRole=SLAVE (a store that takes no puts: every put is SERVICE_NOT_AVAILABLE) fails
-    the write before any task runs, as a setting a writable store refuses does: the new folder
-    is not made."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType
-
-    @F.udf(BinaryType())
-    def no_task_runs(body):  # no hints: pyspark would take them for a pandas UDF's
-        raise ValueError("a task ran")
-
-    store = tmp_path / "new"
-    df = spark.createDataFrame([("TopicA", b"x")], "topic string, body binary")
-    df = df.withColumn("body", no_task_runs("body"))
-    with pytest.raises(Exception, match=r"ConfigError: brokerRole=SLAVE") as failed:
-        df.write.format("rocketstore").options(**SMALL_OPTIONS, brokerRole="SLAVE").mode("append").save(str(store))
-    assert "a task ran" not in str(failed.value)
-    assert not store.exists()
-    assert not (tmp_path / ".new.spark-staging").exists()
 
 
 def _folders_as_they_were(tmp_path: Path) -> tuple[Path, Path, Path]:
