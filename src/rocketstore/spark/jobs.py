@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from rocketstore.codec.scan import STOP_BLANK, STOP_END
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import CorruptStoreError, InvalidArgumentError
 from rocketstore.files.file_queue import MappedFileQueue
@@ -161,8 +162,6 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
     Records are dispatched as the store's reput does (no CRC checks), but those of topics deleted
     since (config/deletedTopics.json) are only indexed; a log whose scan stops short of a segment's end
     while later segments hold data is refused (CorruptStoreError)."""
-    from rocketstore.codec.scan import STOP_BLANK, STOP_END
-
     started = time.perf_counter()
     root = os.path.abspath(path)
     config = (config or StoreConfig()).copy(storePathRootDir=root)
@@ -185,10 +184,10 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
             rdd = spark.sparkContext.parallelize(groups, len(groups))
             results = rdd.flatMap(lambda g: _scan_for_rebuild(g, parts_dir, delay, deleted)).collect()
         results.sort(key=lambda r: r["base"])
-        _refuse_records_past_the_end(results, STOP_BLANK, STOP_END)
+        _refuse_records_past_the_end(results)
         scanned = time.perf_counter()
         new_root = os.path.join(work, "store")
-        summary = _write_rebuilt(new_root, root, config, results, (STOP_BLANK, STOP_END), deleted)
+        summary = _write_rebuilt(new_root, root, config, results, deleted)
         for name in ("consumequeue", "index") if config.message_index_enable else ("consumequeue",):
             _swap_in(os.path.join(new_root, name), os.path.join(root, name), os.path.join(work, f"old-{name}"))
         fsync_dir(root)
@@ -268,23 +267,23 @@ def _remove_stale_work(root: str) -> None:
         shutil.rmtree(full)
 
 
-def _holds_data(result: dict, stop_end: int) -> bool:
+def _holds_data(result: dict) -> bool:
     """Whether a scanned segment holds data: anything but zeros from its start (an empty
     pre-allocated file, which recovery deletes, holds none)."""
-    return result["stop"] > 0 or result["reason"] != stop_end
+    return result["stop"] > 0 or result["reason"] != STOP_END
 
 
-def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end: int) -> None:
+def _refuse_records_past_the_end(results: list[dict]) -> None:
     """Raise CorruptStoreError when a segment's scan stops short of its end-of-file marker (a record
     that fails its checks, or zeros) while a later segment holds data: the rebuilt queues would end
     there, and the next open's recovery would cut the log there and delete the later segments.
     (Where the last segment with data stops, a torn tail, is the end of the log.)"""
     for i, r in enumerate(results):
-        if r["reason"] == stop_blank:
+        if r["reason"] == STOP_BLANK:
             continue
-        later = [x for x in results[i + 1 :] if _holds_data(x, stop_end)]
+        later = [x for x in results[i + 1 :] if _holds_data(x)]
         if later:
-            what = "zeros" if r["reason"] == stop_end else "a record that fails its checks"
+            what = "zeros" if r["reason"] == STOP_END else "a record that fails its checks"
             raise CorruptStoreError(
                 f"the commit log has {what} at offset {r['base'] + r['stop']}, and {len(later)} later "
                 f"segment(s) hold data (the first at offset {later[0]['base']}): the rebuilt queues would "
@@ -294,19 +293,11 @@ def _refuse_records_past_the_end(results: list[dict], stop_blank: int, stop_end:
         return
 
 
-def _write_rebuilt(
-    new_root: str,
-    root: str,
-    config: StoreConfig,
-    results: list[dict],
-    stops: tuple[int, int],
-    deleted: dict[str, int],
-) -> dict:
+def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[dict], deleted: dict[str, int]) -> dict:
     """Write the consume queues and index files of the scanned segments, in log order, up to the
     end of the valid log (the first segment whose scan did not end at its end-of-file marker).
-    ``stops``: the scan's STOP_BLANK and STOP_END. The segments after the end that hold data are
-    counted (``segmentsAfterEnd``); empty pre-allocated ones are not."""
-    stop_blank, stop_end = stops
+    The segments after the end that hold data are counted (``segmentsAfterEnd``); empty
+    pre-allocated ones are not."""
     os.makedirs(new_root)
     queues = ConsumeQueueStore(new_root, config.cq_file_size, "rw")
     checkpoint = StoreCheckpoint(os.path.join(new_root, "checkpoint"), writable=True)
@@ -336,7 +327,7 @@ def _write_rebuilt(
         if index is not None and len(data["index_hash"]):
             index.put_entries(data["index_hash"], data["index_phy"], data["index_ts"])
         records += r["records"]
-        if r["reason"] != stop_blank:
+        if r["reason"] != STOP_BLANK:
             end = r["base"] + r["stop"]
             break
     carried = _carry_over_queues(root, config, queues, deleted)
@@ -350,7 +341,7 @@ def _write_rebuilt(
         real.logics_msg_timestamp = last_ts
         real.index_msg_timestamp = last_ts
         real.flush()
-    ignored = [r["base"] for r in results if r["base"] > end and _holds_data(r, stop_end)]
+    ignored = [r["base"] for r in results if r["base"] > end and _holds_data(r)]
     if ignored:
         log.warning("rebuild: %d segment(s) after the log end %d were not dispatched", len(ignored), end)
     return {
