@@ -24,7 +24,7 @@ _NAME = re.compile(r"\d{20}")
 _RELISTS = 5  # listings of several folders a read-only load makes at most after the first
 
 
-def _only_zeros(path: str) -> bool:
+def only_zeros(path: str) -> bool:
     """True when the file holds zero bytes only (never written)."""
     with open(path, "rb") as f:
         if not os.fstat(f.fileno()).st_size:
@@ -160,7 +160,7 @@ class MappedFileQueue:
         with contextlib.suppress(OSError):
             if os.path.samefile(first, second):
                 return first
-        empty = [p for p in (second, first) if _only_zeros(p)]
+        empty = [p for p in (second, first) if only_zeros(p)]
         for spare in empty:
             if os.path.getsize(spare) == self.file_size:
                 kept = first if spare == second else second

@@ -71,7 +71,7 @@ from rocketstore.errors import (
     StoreLockedError,
 )
 from rocketstore.export import copy_key, skip_delivered
-from rocketstore.files.file_queue import _only_zeros
+from rocketstore.files.file_queue import only_zeros
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, held, lock_holder
 from rocketstore.meta.root import is_inside, require_store_or_new_folder
@@ -355,7 +355,7 @@ def _remove_store(root: str, config: StoreConfig) -> None:
     data (a program that has the store open, or filled it meanwhile without waiting for the turn, keeps it)."""
     folders = config.copy(storePathRootDir=os.path.abspath(root)).commit_log_folders
     with contextlib.suppress(OSError, StoreLockedError), held(root):
-        if not all(_only_zeros(os.path.join(f, name)) for f in folders if os.path.isdir(f) for name in os.listdir(f)):
+        if not all(only_zeros(os.path.join(f, name)) for f in folders if os.path.isdir(f) for name in os.listdir(f)):
             return  # messages are in (a file that cannot be read, or a folder, fails: kept as well)
         config = os.path.join(root, "config")
         paths = [os.path.join(config, name) for name in os.listdir(config) if name != COMMIT_LOCK_NAME]
