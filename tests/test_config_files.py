@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -9,7 +10,7 @@ import threading
 import pytest
 
 import conftest
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_files import (
     ConsumerOffsetManager,
@@ -921,3 +922,45 @@ def test_a_config_path_that_is_a_folder_is_named(tmp_path) -> None:
             TopicConfigManager(path).load()
         assert info.value.path == str(where)
         where.rmdir()
+
+
+def _unreadable(path: os.PathLike[str]) -> None:
+    """``path`` exists but cannot be read, for root too: a symbolic link to itself (ELOOP), as a
+    file of another user with mode 0600 is for a non-root store."""
+    os.symlink(os.path.basename(path), path)
+
+
+def test_a_main_file_that_cannot_be_read_refuses_a_writable_load(tmp_path) -> None:
+    """A config file that is there but cannot be read (no permission, say) is not "undecodable": a
+    writable manager refuses to load it (StoreFileError naming it) rather than load the older
+    backup and fail on every write; a read-only one loads the backup and says so."""
+    path = tmp_path / "consumerOffset.json"
+    _write(str(path) + ".bak", '{"offsetTable":{"T@g":{0:1}}}')
+    _unreadable(path)
+    reader = ConsumerOffsetManager(path, writable=False)
+    assert reader.load() and reader.query("g", "T", 0) == 1
+    assert reader.load_problem is not None and "cannot read" in reader.load_problem
+    with pytest.raises(StoreFileError, match=r"consumerOffset\.json") as info:
+        ConsumerOffsetManager(path).load()
+    assert info.value.errno == errno.ELOOP and info.value.filename == str(path)
+    os.remove(str(path) + ".bak")  # nor is an unreadable backup "corrupt" when the main file is missing
+    os.remove(path)
+    _unreadable(tmp_path / "consumerOffset.json.bak")
+    with pytest.raises(StoreFileError, match=r"consumerOffset\.json\.bak"):
+        ConsumerOffsetManager(path).load()
+
+
+def test_write_json_file_raises_a_typed_error_naming_the_file(tmp_path) -> None:
+    """A write that fails on the file system (the main file cannot be read to back it up, the
+    folder cannot hold the .tmp) raises StoreFileError naming the file and leaves no .tmp."""
+    path = tmp_path / "consumerOffset.json"
+    _unreadable(path)
+    with pytest.raises(StoreFileError, match=r"consumerOffset\.json") as info:
+        write_json_file(path, '{"offsetTable":{}}')
+    assert info.value.errno == errno.ELOOP
+    assert not os.path.lexists(str(path) + ".tmp") and os.path.islink(path)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(StoreFileError, match=r"file/config/topics\.json") as info:
+        write_json_file(blocked / "config" / "topics.json", "{}")
+    assert info.value.errno == errno.ENOTDIR

@@ -7,6 +7,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -278,3 +281,56 @@ def test_delete_topics_that_cannot_write_deleted_topics_json_removes_nothing(mak
     assert store.topics.find("Doomed") is not None and "Doomed" not in store.deleted_topics.table
     assert store.delete_topics(["Doomed"]) == ["Doomed"]
     assert store.deleted_topics.table.keys() == {"Doomed"}
+
+
+_OPEN_IN_CHILD = """
+import json, sys
+from rocketstore import MessageStore, StoreConfig
+config = StoreConfig(json.loads(sys.argv[2]))
+out = {}
+try:
+    MessageStore.open(sys.argv[1], config).shutdown()
+    out["writable"] = "opened"
+except Exception as exc:
+    out["writable"] = [type(exc).__name__, getattr(exc, "errno", None), getattr(exc, "filename", None), str(exc)]
+with MessageStore.open(sys.argv[1], config, read_only=True) as reader:
+    out["read_only"] = [reader.query_offset("g", "T", 0), reader.consumer_offsets.load_problem]
+print(json.dumps(out))
+"""
+
+
+def _open_unable_to_read(root: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Open the store writable, then read-only, in a child process that file modes bind: as root,
+    one without CAP_DAC_OVERRIDE (setpriv)."""
+    command = [sys.executable, "-c", _OPEN_IN_CHILD, root, json.dumps(config)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: file modes do not bind")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_writable_open_refuses_a_config_file_it_cannot_read(make_store, store_config) -> None:
+    """consumerOffset.json is there but cannot be read (mode 0000): a writable open refuses with a
+    StoreFileError naming it (it loaded the older .bak, then every write and the shutdown failed,
+    and the offsets committed since were lost); a read-only open loads the .bak and says so."""
+    store = make_store()
+    store.commit_offset("g", "T", 0, 5)
+    store.consumer_offsets.persist()
+    store.commit_offset("g", "T", 0, 9)
+    store.shutdown()  # consumerOffset.json holds 9, its .bak 5
+    path = Path(store.consumer_offsets.path)
+    path.chmod(0)
+    try:
+        out = _open_unable_to_read(store.root, store_config.changed())
+    finally:
+        path.chmod(0o644)
+    kind, number, filename, message = out["writable"]
+    assert kind == "StoreFileError" and number == errno.EACCES and filename == str(path)
+    assert f"config file {path} cannot be read" in message
+    offset, problem = out["read_only"]
+    assert offset == 5 and "cannot read" in problem
+    reopened = make_store()  # the refused open left the lock free and nothing behind
+    assert reopened.query_offset("g", "T", 0) == 9
+    assert not Path(str(path) + ".tmp").exists()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import StoreClosedError
+from rocketstore.errors import StoreClosedError, StoreFileError
 from rocketstore.meta import fastjson
 from rocketstore.meta.json_files import load_json_file, read_json_file, write_json_file
 
@@ -148,6 +148,12 @@ def _group_topic_map(read: dict[str, list[Any]], offset_table: dict[str, Any]) -
     return out
 
 
+def _raise_not_removed(exc: BaseException, topics: list[str]) -> None:
+    """A config file's StoreFileError that stopped a topic removal, raised again saying so."""
+    if isinstance(exc, StoreFileError):
+        raise StoreFileError.of(exc, f"no topic was removed ({', '.join(topics)})") from exc
+
+
 class ConfigFile(abc.ABC):
     """Shared load/persist plumbing (``ConfigManager``); each file's manager supplies the codec."""
 
@@ -188,7 +194,7 @@ class ConfigFile(abc.ABC):
 
     def load(self) -> bool:
         """Replace the in-memory state with the file's (or its ``.bak``'s); False if there was none."""
-        state, self.load_problem = read_json_file(self.path, self._decode)
+        state, self.load_problem = read_json_file(self.path, self._decode, writable=self.writable)
         with self._lock:
             if state is None:
                 self._reset()
@@ -297,7 +303,9 @@ class TopicConfigManager(ConfigFile):
         ``then`` (the rest of a deletion that must go with it); the topics that had one. When the
         write or ``then`` fails, the table and its dataVersion are put back as they were (and
         written again, after ``then``) before the error is raised: no topic is gone from memory
-        that the file still lists, nor from the file when the deletion did not go through."""
+        that the file still lists, nor from the file when the deletion did not go through (a
+        StoreFileError says so)."""
+        topics = list(topics)
         with self._persist_lock, self._lock:  # in persist's order; nothing changes the table meanwhile
             table, data_version = dict(self.topic_config_table), dict(self.data_version)
 
@@ -311,17 +319,19 @@ class TopicConfigManager(ConfigFile):
             try:
                 if self.writable:
                     self._write(self.encode())
-            except BaseException:
+            except BaseException as exc:
                 put_back()
+                _raise_not_removed(exc, topics)
                 raise
             try:
                 if then is not None:
                     then()
-            except BaseException:
+            except BaseException as exc:
                 put_back()
                 if self.writable:
                     with contextlib.suppress(OSError):  # it was written a moment ago: it most likely is again
                         self._write(self.encode())
+                _raise_not_removed(exc, topics)
                 raise
             return removed
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import CorruptStoreError, RocketStoreError, StoreFileError
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta import fastjson
 
@@ -32,6 +32,14 @@ class _Undecodable(Exception):
     """Internal: a config file exists but cannot be used."""
 
 
+class _Unreadable(_Undecodable):
+    """Internal: a config file exists but cannot be read (no permission, say): not its content."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"cannot read: {error}")
+        self.error = error
+
+
 def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, Any]:
     """``(False, None)`` for a missing/blank file, ``(True, value)`` when decoded; raises _Undecodable,
     or CorruptStoreError for a folder where the file belongs."""
@@ -43,7 +51,7 @@ def _read_config(path: str, convert: Callable[[Any], T] | None) -> tuple[bool, A
     except IsADirectoryError:
         raise CorruptStoreError("should be a file", path) from None
     except OSError as exc:
-        raise _Undecodable(f"cannot read: {exc}") from exc
+        raise _Unreadable(exc) from exc
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -85,21 +93,33 @@ def load_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | N
     return read_json_file(path, convert)[0]
 
 
-def read_json_file(path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None) -> tuple[Any, str | None]:
+def read_json_file(
+    path: str | os.PathLike[str], convert: Callable[[Any], T] | None = None, *, writable: bool = False
+) -> tuple[Any, str | None]:
     """``load_json_file``'s value, and what is wrong with the file: None when it is usable, or it and
     its backup are both missing (a store without that config yet), else what loading fell back to
-    (a blank file without a backup is a problem too: its content was lost)."""
+    (a blank file without a backup is a problem too: its content was lost).
+
+    A file that is there but cannot be read (no permission, say) is not bad content: StoreFileError
+    naming it for a backup, and for the main file when ``writable`` (its state would be lost: the
+    store would load the older backup and fail on every write); a read-only load falls back."""
     path = os.fspath(path)
     main_error: str | None = None
     try:
         found, value = _read_config(path, convert)
         if found:
             return value, None
+    except _Unreadable as exc:
+        if writable:
+            raise StoreFileError.of(exc.error, f"config file {path} cannot be read") from exc
+        main_error = str(exc)
     except _Undecodable as exc:
         main_error = str(exc)
     bak = path + ".bak"
     try:
         found, value = _read_config(bak, convert)
+    except _Unreadable as exc:
+        raise StoreFileError.of(exc.error, f"the backup {bak} of config file {path} cannot be read") from exc
     except _Undecodable as exc:
         detail = f"{main_error}; " if main_error else "missing or empty; "
         raise CorruptStoreError(f"config file {detail}backup {bak}: {exc}", path) from None
@@ -140,29 +160,49 @@ def write_json_file(
     to read and is not parsed again (a large consumerOffset.json took seconds).
     """
     path = os.fspath(path)
+    tmp = path + ".tmp"
+    try:
+        _write_via_tmp(path, tmp, text, convert, known)
+    except OSError as exc:
+        if isinstance(exc, RocketStoreError):
+            raise
+        raise StoreFileError.of(exc, f"config file {path} cannot be written") from exc
+
+
+def _write_via_tmp(path: str, tmp: str, text: str, convert: Callable[[Any], Any] | None, known: str | None) -> None:
+    """``write_json_file``'s steps; a failure before the rename removes the ``.tmp`` it wrote."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)
         with contextlib.suppress(OSError):  # the new folder's own entry survives a power cut too
             fsync_dir(os.path.dirname(directory))
-    tmp = path + ".tmp"
     _write_synced(tmp, text.encode("utf-8"))
     try:
-        with open(path, "rb") as f:
-            previous: bytes | None = f.read()
-    except FileNotFoundError:
-        previous = None
-    if previous is not None and previous.strip():
-        holds = True if known is not None and previous == known.encode("utf-8") else _holds_config(path, convert)
-        if holds:
-            _write_synced(path + ".bak", previous)
-        elif holds is False:
-            _keep_aside(path, previous)
-        # a blank file (a power cut after RocketMQ's unsynced write) replaces no backup: the .bak
-        # may hold the only good state until the new file is in place
-    os.replace(tmp, path)
+        _back_up(path, convert, known)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     with contextlib.suppress(OSError):  # e.g. Windows cannot open a directory
         fsync_dir(directory)
+
+
+def _back_up(path: str, convert: Callable[[Any], Any] | None, known: str | None) -> None:
+    """Copy the current content of ``path`` to its ``.bak`` if it reads as a config file, else keep
+    it aside (see :func:`write_json_file`)."""
+    try:
+        with open(path, "rb") as f:
+            previous = f.read()
+    except FileNotFoundError:
+        return
+    if not previous.strip():  # a blank file (a power cut after RocketMQ's unsynced write) replaces
+        return  # no backup: the .bak may hold the only good state until the new file is in place
+    holds = True if known is not None and previous == known.encode("utf-8") else _holds_config(path, convert)
+    if holds:
+        _write_synced(path + ".bak", previous)
+    elif holds is False:
+        _keep_aside(path, previous)
 
 
 def _keep_aside(path: str, data: bytes) -> None:
