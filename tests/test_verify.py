@@ -243,9 +243,19 @@ def test_a_bad_record_in_an_old_segment_says_which_recovery_cuts_there(tmp_path:
         (built / "abort").touch()
     report = verify_store(built, tiny())
     assert report.commit_log_files > 4
-    crash_only = has(report.problems, "which a recovery after a crash drops", "checks only the last 3 files")
+    crash_only = has(report.problems, "a recovery after a crash would cut the log here", "checks only the last 3 files")
     assert crash_only is not abort
     assert has(report.problems, "which recovery drops (the log is cut here)") is abort
+    # the next open keeps the log whole after a clean shutdown: the damage is the only problem, the
+    # log ends at the end of the data, no unit or entry lies past a cut, and no CRC setting is needed
+    assert has(report.problems + report.notes, "point at or past offset") is abort  # a note after a crash
+    assert (report.log_end == target["offset"]) is abort
+    assert report.problem_count == 1, report.problems
+    assert has(report.next_steps, "checkCRCOnRecover") is abort
+    assert has(report.next_steps, "no command repairs a record in place") is not abort
+    if not abort:
+        assert report.log_end_reason == "end of data"
+        assert report.log_end == records(built)[-1]["offset"] + records(built)[-1]["size"]
 
 
 @pytest.mark.parametrize("damage", ["crc", "totalsize"])

@@ -46,7 +46,9 @@ class LogColumns:
     key_records: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # record index per key
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     topics: list[str] = field(default_factory=list)
-    cut: int | None = None  # where recovery cuts the log (the first bad record data follows); None: ``end``
+    # where recovery cuts the log (the first bad record data follows in the files it checks: all
+    # after a crash, the last 3 after a clean shutdown); None: ``end``
+    cut: int | None = None
     skipped: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # damaged [start, end)s
     torn_at: int | None = None  # a torn record that ends the data (nothing but zeros after it)
     other_damage: bool = False  # a damaged stretch other than a record whose body CRC alone fails
@@ -406,7 +408,8 @@ def check_commit_log(
 
 def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], report: VerifyReport) -> LogColumns:
     """The log from its segments' scans, in order: where recovery would end it (the first bad
-    record or zeros that data follows: ``cut``), every later damaged stretch (skipped: the records
+    record or zeros that data follows: ``cut``; without an abort file only in the last 3 files,
+    which is all an open after a clean shutdown checks), every later damaged stretch (skipped: the records
     after it are checked too), where the data ends, and the records. ``scan_of(i)`` gives the
     scan of ``paths[i]``."""
     report.commit_log_files = len(paths)
@@ -423,6 +426,7 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     other_damage = False
     end = scans[last].base + scans[last].stops[-1].pos
     skipped: list[tuple[int, int]] = []
+    crash_cut: int | None = None  # where only a recovery after a crash cuts the log (a clean shutdown's keeps it)
     for i, scan in enumerate(scans[: last + 1]):
         name = segment_label(scan.path, report.store)
         for stop in scan.stops:
@@ -456,14 +460,16 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
             went_on = _went_on(scan, stop, i < last)
             skipped.append((at, scan.base + (stop.resume if stop.resume >= 0 else scan.size)))
             other_damage = other_damage or not (stop.skipped and stop.why.startswith("body CRC"))
-            if cut is None:
+            if cut is None and (report.abort_file or i >= len(paths) - 3):
                 cut = at
                 after = stop.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
-                _report_cut(report, scan, stop, after, went_on, old=i < len(paths) - 3)
-            elif stop.reason == STOP_BAD:
-                report.problem(f"{where}: {stop.why}; {went_on}")
-            else:
-                report.problem(f"{where}: zeros where a record should start; {went_on}")
+                _report_cut(report, scan, stop, after, went_on)
+                continue
+            kept = ""
+            if cut is None and crash_cut is None:  # before the last 3 files, no abort file
+                crash_cut, kept = at, KEPT_AFTER_CLEAN_SHUTDOWN
+            what = stop.why if stop.reason == STOP_BAD else "zeros where a record should start"
+            report.problem(f"{where}: {what}; {kept}{went_on}")
     empty = len(scans) - last - 1
     if empty:
         report.note(f"commitlog: {empty} empty file(s) after the log end (pre-allocated; recovery deletes them)")
@@ -482,6 +488,12 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     return log
 
 
+KEPT_AFTER_CLEAN_SHUTDOWN = (
+    "an open after a clean shutdown checks only the last 3 files and keeps it and the log after it "
+    "(a recovery after a crash would cut the log here); "
+)
+
+
 def _went_on(scan: SegmentScan, stop: Stop, later_files: bool) -> str:
     """What verify skipped past a stop, and where it went on."""
     if stop.resume >= 0:
@@ -490,9 +502,8 @@ def _went_on(scan: SegmentScan, stop: Stop, later_files: bool) -> str:
     return f"verify skipped {rest}" + (" and went on in the next file" if later_files else "")
 
 
-def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int, went_on: str, *, old: bool) -> None:
-    """The first damage that data follows: where recovery cuts the log (``old``: before the last
-    3 files, which an open after a clean shutdown does not check)."""
+def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int, went_on: str) -> None:
+    """The first damage that data follows where recovery checks the log: where it cuts the log."""
     at = scan.base + stop.pos
     if stop.reason != STOP_BAD:
         report.log_end_reason = "end of data"
@@ -503,14 +514,10 @@ def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int,
         return
     report.log_end_reason = f"a bad record at {at}"
     label = segment_label(scan.path, report.store)
-    where = f"{label}@{stop.pos} (offset {at}): {stop.why}; {after} non-zero bytes follow it"
-    if report.abort_file or not old:
-        report.problem(f"{where}, which recovery drops (the log is cut here); {went_on}")
-    else:  # a clean shutdown's open checks the last three files only (RocketMQ's recoverNormally)
-        report.problem(
-            f"{where}, which a recovery after a crash drops (the log is cut here; an open after a clean "
-            f"shutdown checks only the last 3 files and keeps them); {went_on}"
-        )
+    report.problem(
+        f"{label}@{stop.pos} (offset {at}): {stop.why}; {after} non-zero bytes follow it, which recovery drops "
+        f"(the log is cut here); {went_on}"
+    )
 
 
 def report_past_cut(log: LogColumns, report: VerifyReport) -> None:

@@ -112,7 +112,7 @@ def _log_steps(report: VerifyReport, log: LogColumns) -> list[str]:
     steps = [recover_log(report.store)] if checked else []
     if left:
         steps.append(in_place(report.store))
-    if starts and not log.other_damage:
+    if log.cut is not None and not log.other_damage:  # the setting keeps what recovery would cut
         steps.append(f"body CRC: {CRC_OFF}")
     return steps
 
