@@ -6,6 +6,7 @@ beside the store's and which the store ignores, and the store keys RocketMQ hold
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from rocketstore.errors import ConfigError
 
@@ -19,33 +20,76 @@ def parse_properties(text: str) -> dict[str, str]:
     Lines end at ``\\r\\n``, ``\\r`` or ``\\n``; a line ending in an odd number of backslashes
     continues on the next one (whose leading whitespace is dropped), also at the end of the text;
     ``#``/``!`` comments never continue; ``key=value``, ``key: value`` and ``key value``; escapes
-    ``\\t \\n \\r \\f \\uXXXX`` (a malformed ``\\u`` raises ConfigError). The last duplicate wins.
+    ``\\t \\n \\r \\f \\uXXXX`` (a malformed ``\\u`` raises ConfigError naming the line and
+    the key). The last duplicate wins.
     """
-    out: dict[str, str] = {}
-    logical: str | None = None  # the logical line continued so far
-    for line in _LINE_END.split(text):
-        stripped = line.lstrip(_BLANK)
-        if logical is None:
-            if not stripped or stripped[0] in "#!":
-                continue
-            logical = ""
-        logical += stripped
-        if _odd_backslashes(logical):
-            logical = logical[:-1]
-            continue
-        _store(out, logical)
-        logical = None
-    if logical is not None:  # continued on the last line: Java keeps what was read
-        _store(out, logical)
+    return {key: value for key, (value, _line) in read_properties(text).items()}
+
+
+def read_properties(text: str) -> dict[str, tuple[str, int]]:
+    """``parse_properties``, with the (1-based) line each key's logical line starts on."""
+    out: dict[str, tuple[str, int]] = {}
+    line_no, counted = 1, 0
+    for start, line in logical_lines(text):
+        line_no += len(_LINE_END.findall(text, counted, start))
+        counted = start
+        key_end, value_start = _split(line)
+        try:
+            out[_unescape(line[:key_end])] = _unescape(line[value_start:]), line_no
+        except ConfigError as exc:
+            raise ConfigError(f"line {line_no}: {line[:key_end]}: {exc}") from None
     return out
 
 
-def _odd_backslashes(s: str) -> bool:
-    return (len(s) - len(s.rstrip("\\"))) % 2 == 1
+def logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """``Properties.LineReader.readLine``: each logical line (continuations joined, comments and
+    blank lines skipped) with the offset in ``text`` where it starts. A line that is still empty
+    after a continuation (a line of a lone backslash) starts afresh: a comment or blank line after
+    it is skipped, not joined."""
+    end, off = len(text), 0
+    while True:
+        chars: list[str] = []
+        skip_blanks, appended, backslash, start = True, False, False, off
+        while True:
+            if off >= end:
+                if chars:
+                    yield start, "".join(chars[:-1] if backslash else chars)
+                return
+            c = text[off]
+            off += 1
+            if skip_blanks:
+                if c in _BLANK or (not appended and c in "\r\n"):
+                    continue
+                skip_blanks = appended = False
+                if not chars:
+                    start = off - 1
+            if not chars and c in "#!":  # a comment: up to the end of its line
+                while off < end and text[off] not in "\r\n":
+                    off += 1
+                if off >= end:
+                    return
+                off += 1
+                skip_blanks = True
+                continue
+            if c not in "\r\n":
+                chars.append(c)
+                backslash = c == "\\" and not backslash
+            elif not chars:  # an empty line (after a lone continuation too)
+                skip_blanks = True
+            elif off >= end or not backslash:
+                yield start, "".join(chars[:-1] if backslash else chars)
+                if off >= end:
+                    return
+                break
+            else:  # a continuation: the backslash goes, the next line's leading blanks too
+                chars.pop()
+                skip_blanks, appended, backslash = True, True, False
+                if c == "\r" and text[off] == "\n":
+                    off += 1
 
 
-def _store(out: dict[str, str], line: str) -> None:
-    """Split a logical line into key and value as ``Properties.load0`` does."""
+def _split(line: str) -> tuple[int, int]:
+    """Where the key of a logical line ends and its value starts, as ``Properties.load0`` splits it."""
     key_end, value_start, has_sep, escaped = len(line), len(line), False, False
     for i, c in enumerate(line):
         if not escaped and c in "=:":
@@ -62,7 +106,7 @@ def _store(out: dict[str, str], line: str) -> None:
                 break
             has_sep = True
         value_start += 1
-    out[_unescape(line[:key_end])] = _unescape(line[value_start:])
+    return key_end, value_start
 
 
 def _unescape(s: str) -> str:
@@ -74,7 +118,7 @@ def _unescape(s: str) -> str:
 def _escape_char(c: str) -> str:
     if c[0] == "u":
         if not re.fullmatch(r"u[0-9a-fA-F]{4}", c):
-            raise ConfigError(f"malformed \\uxxxx escape in a properties file: \\{c}")
+            raise ConfigError(f"malformed \\uxxxx escape: \\{c}")
         return chr(int(c[1:], 16))
     return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
 
