@@ -6,17 +6,19 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.errors import RocketStoreError
 from rocketstore.export import export_jsonl
 from test_cli import SRC, TINY, TINY_SETS, cli_process, jsonl, run
 
@@ -505,3 +507,54 @@ def test_produce_refuses_tags_or_keys_that_disagree_with_their_property(tmp_path
         assert result.exit_code == 2 and "disagree: give one" in result.stderr, extra
     assert not root.exists() or not list((root / "commitlog").glob("*"))
     assert run(*base, "--tags", "y", "--property", "TAGS=y", "--keys", "a b", "--property", "KEYS=a b").exit_code == 0
+
+
+# -- a failed shutdown after an error: the error is what is said first -------------------------------
+@contextlib.contextmanager
+def _immutable(path: Path) -> Iterator[None]:
+    """``path`` immutable (chattr +i): nothing in it can be made or replaced, even by root."""
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not supported here")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_an_error_in_a_with_block_is_raised_with_the_failed_shutdown_as_a_note(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shutdown still runs whole (the store is closed, its lock released), but its own error
+    does not replace the one the block raised: it is a note on it, and logged."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        store.put(Message("T", "x")).raise_for_status()
+    with _immutable(root / "config"), caplog.at_level(logging.ERROR, logger="rocketstore"):
+        with (
+            pytest.raises(ValueError, match=r"^the block's error") as caught,
+            MessageStore.open(root, StoreConfig(**TINY)) as store,
+        ):
+            raise ValueError("the block's error")
+        assert [note for note in caught.value.__notes__ if "did not shut down cleanly" in note]
+        assert "did not shut down cleanly" in caplog.text and "ValueError" in caplog.text
+        with (
+            pytest.raises(RocketStoreError, match="did not shut down cleanly"),
+            MessageStore.open(root, StoreConfig(**TINY)),
+        ):
+            pass  # no error in flight: the shutdown's own is raised
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:  # closed, the lock released
+        assert store.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_clean_whose_topic_deletion_fails_says_so_first_then_that_the_shutdown_failed(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        for topic in ("T", "PayTopic"):
+            store.put(Message(topic, "x")).raise_for_status()
+    with _immutable(root / "config"):
+        result = run("clean", root, *TINY_SETS, "--delete-topic", "PayTopic")
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2, result.stderr
+    assert "no topic was removed (PayTopic)" in errors[0]
+    assert "did not shut down cleanly" in errors[1]

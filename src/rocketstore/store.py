@@ -269,8 +269,17 @@ class MessageStore:
     def __enter__(self) -> MessageStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+    def __exit__(self, _type: object, error: BaseException | None, _tb: object) -> None:
+        """Shut down. When the block raised, a failed shutdown (which still runs whole) does not
+        replace its error: it is logged and added to it as a note, and the block's error goes on."""
+        if error is None:
+            self.shutdown()
+            return
+        try:
+            self.shutdown()
+        except Exception as failure:
+            log.error("the shutdown after %s failed too: %s", type(error).__name__, failure)
+            error.add_note(f"the store's shutdown failed too: {failure}")
 
     # -- writing -------------------------------------------------------------------------------
     def _update_refusal(self) -> None:

@@ -150,13 +150,11 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     had_abort = os.path.exists(os.path.join(opts.root, "abort"))
     with no_delayed_delivery():  # recovery only: no delayed message is delivered
         store = open_store(opts, create=False, checked=True)
-    try:
+    with store:  # a failed shutdown does not hide an error before it
         report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
         steps = _left(plan, store.recovery.kept_bad_records if store.recovery else [])
         warnings = [w for w in (_delay_offsets_lost(store),) if w]
-    finally:
-        store.shutdown()
     for text in warnings:
         warn(f"WARNING: {text}")
     info = {

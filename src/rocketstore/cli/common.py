@@ -33,7 +33,22 @@ class CommandError(click.ClickException):
     exit_code = 2
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        echo_error(self, f"error: {self.format_message()}")
+
+
+def echo_error(exc: BaseException, line: str | None = None) -> None:
+    """``line`` (``error: <exc>`` by default) on stderr, then ``error: <note>`` for each note added
+    to the error: a store's shutdown that failed after it (``MessageStore.__exit__``)."""
+    click.echo(f"error: {exc}" if line is None else line, err=True)
+    for note in getattr(exc, "__notes__", ()):
+        click.echo(f"error: {note}", err=True)
+
+
+def with_notes(error: BaseException, cause: BaseException) -> BaseException:
+    """``error`` (raised in place of ``cause``) with ``cause``'s notes, which ``echo_error`` shows."""
+    for note in getattr(cause, "__notes__", ()):
+        error.add_note(note)
+    return error
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
@@ -49,7 +64,7 @@ class Interrupted(CommandError):
         self.details = details  # for the --json error object (import: line, imported)
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(self.format_message(), err=True)
+        echo_error(self, self.format_message())
 
 
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, as a shell reports a process a closed pipe ended

@@ -27,7 +27,7 @@ from rocketstore.cli import (
     spark_cmd,
     transfer,
 )
-from rocketstore.cli.common import Interrupted, PipeClosed, silence_stdout, storing
+from rocketstore.cli.common import Interrupted, PipeClosed, echo_error, silence_stdout, storing, with_notes
 from rocketstore.cli.output import print_json_error
 from rocketstore.errors import RocketStoreError
 
@@ -56,14 +56,14 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise Interrupted() from None
+        except KeyboardInterrupt as exc:
+            raise with_notes(Interrupted(), exc) from None
         except click.ClickException as exc:  # also what click refuses while it reads a command's options
             if ctx.meta.get(_JSON):
                 print_json_error(exc)
             raise
         except RocketStoreError as exc:
-            click.echo(f"error: {exc}", err=True)
+            echo_error(exc)
             ctx.exit(EXIT_ERROR)
         except BrokenPipeError:  # stdout closed early (``| head``)
             silence_stdout()
@@ -71,7 +71,7 @@ class _Group(click.Group):
                 raise PipeClosed() from None
             ctx.exit(0)  # a command that reads: done, quietly, as Unix tools are
         except OSError as exc:  # a file the store needs cannot be read or written
-            click.echo(f"error: {exc}", err=True)
+            echo_error(exc)
             ctx.exit(EXIT_ERROR)
 
 

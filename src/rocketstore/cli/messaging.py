@@ -359,7 +359,7 @@ def consume(
         raise click.UsageError("give at most one of --from-offset, --from-time and --from-committed")
     # it commits only what it wrote out: a closed stdout ends it quietly, as a consumer stops
     store = open_store(opts, read_only=not commit, create=False, closed_pipe_interrupts=False)
-    try:
+    with store:  # a failed shutdown does not hide an error before it
         queue_ids = _queues_to_read(opts, store, topic, queue_id)
         messages: list[StoredMessage] = []
         next_offsets: dict[int, int] = {}
@@ -411,7 +411,5 @@ def consume(
             store.commit_offset(group, topic, qid, offset)  # past the messages the tag filter skipped
         if opts.as_json and moves:  # after the messages, as an error object is
             click.echo(json.dumps({"offsetsMoved": moves}, separators=(",", ":")))
-    finally:
-        store.shutdown()
     for line in progress:
         warn(line)

@@ -132,7 +132,7 @@ def query(
     cap = opts.config.max_msgs_num_batch  # as RocketMQ, a query gives at most maxMsgsNumBatch messages
     want = min(max_num, cap)
     store = open_store(dataclasses.replace(opts, config=opts.config.copy(maxMsgsNumBatch=_UNCAPPED)), read_only=True)
-    try:
+    with store:  # a failed shutdown does not hide an error before it
         messages: list[StoredMessage] = []
         if key is not None:
             assert topic is not None
@@ -175,8 +175,6 @@ def query(
             what = f"no record starts at commit-log offset {offset}{_past_cut(store, offset)}"
             if damaged is not None:
                 what = f"the record at commit-log offset {offset} fails its checks: {damaged}"
-    finally:
-        store.shutdown()
     if not messages:
         warn(what)
         ctx.exit(EXIT_NOT_FOUND)

@@ -21,6 +21,7 @@ from rocketstore.cli.common import (
     open_store,
     require_topics,
     store_options,
+    with_notes,
 )
 from rocketstore.cli.output import print_json, progress_bar, replacing_file, say, utf8_stdout, warn
 from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
@@ -121,8 +122,7 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
                 raise click.UsageError(
                     f"--output {output} is inside the store ({folder}): it would overwrite its files"
                 )
-    store = open_store(opts, read_only=True)
-    try:
+    with open_store(opts, read_only=True) as store:  # a failed shutdown does not hide an error before it
         selected = list(topics) or None
         if selected is not None:
             _check_topics(opts, store, selected)
@@ -130,8 +130,6 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
         to_file = output not in (None, "-")  # no bar beside data on the terminal
         with _output(output) as out, progress_bar("export", total, enabled=to_file) as advance:
             count = export_topics(store, out, selected, advance)
-    finally:
-        store.shutdown()
     if output not in (None, "-"):
         warn(f"exported {count.exported} messages to {output}")
     if count.skipped:
@@ -185,12 +183,13 @@ def import_(opts: Common, input_path: str) -> None:
                 count = import_jsonl(store, lines, advance, guard=guard)
     except ImportInterrupted as exc:
         source = "FILE" if input_path == "-" else input_path
-        raise Interrupted(
+        interrupted = Interrupted(
             f"interrupted: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
             f"`tail -n +{exc.line} {source}` gives the rest to import",
             line=exc.line,
             imported=exc.imported,
-        ) from None
+        )
+        raise with_notes(interrupted, exc) from None
     done_storing()  # every line stored and the store shut down: a closed stdout is no interruption now
     try:
         if opts.as_json:
