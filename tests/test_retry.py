@@ -9,7 +9,7 @@ import pytest
 
 from rocketstore import Message, MessageStore
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import InvalidTopicError, MessageNotFoundError
+from rocketstore.errors import InvalidArgumentError, InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.fastjson import loads as fastjson_loads
 from rocketstore.results import PutMessageStatus
 from rocketstore.running_flags import NOT_WRITEABLE
@@ -161,6 +161,20 @@ def test_a_group_whose_dead_letter_topic_is_too_long_is_refused_before_anything_
     with pytest.raises(InvalidTopicError):
         store.send_back(group, first.commit_log_offset, delay_level=-1)
     assert group not in store.subscription_groups.subscription_group_table
+
+
+@pytest.mark.parametrize("keyword", ["delay_level", "max_reconsume_times"])
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**63])
+def test_a_level_or_maximum_outside_javas_int_is_refused_before_anything_changes(store, keyword, value) -> None:
+    """A delay level or maximum a Java int cannot hold is the caller's mistake: refused with the
+    other argument checks, before the group or %RETRY%G is created (it was refused at the put,
+    after both were written)."""
+    first = store.put(Message("Orders", b"pay"))
+    with pytest.raises(InvalidArgumentError, match=keyword):
+        store.send_back("G", first.commit_log_offset, **{keyword: value})
+    assert "G" not in store.subscription_groups.subscription_group_table
+    assert "%RETRY%G" not in store.topics.topic_config_table
+    assert store.send_back("G", first.commit_log_offset, **{keyword: 2**31 - 1}).ok  # the highest int is taken
 
 
 def test_a_retry_topic_only_a_v2_record_holds_is_refused_when_v2_is_off(make_store, store_config) -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.message import JAVA_INT, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, validate_group
-from rocketstore.errors import InvalidTopicError, MessageNotFoundError
+from rocketstore.errors import InvalidArgumentError, InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.config_files import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
 from rocketstore.reader import check_arguments
 from rocketstore.results import PutMessageStatus, PutResult
@@ -97,6 +97,11 @@ def send_back(
     delay_level, max_reconsume_times = check_arguments(
         "send_back", delay_level=(delay_level, int), max_reconsume_times=(max_reconsume_times, (int, type(None)))
     )
+    for name, value in (("delay_level", delay_level), ("max_reconsume_times", max_reconsume_times)):
+        if value is not None and not JAVA_INT[0] <= value <= JAVA_INT[1]:  # RocketMQ's request fields are ints
+            raise InvalidArgumentError(
+                f"send_back: {name} must be a Java int ({JAVA_INT[0]} .. {JAVA_INT[1]}), not {value}"
+            )
     planned = send_back_message(message, group, store.subscription_groups, max_reconsume_times, delay_level)
     if planned is None:  # RocketMQ answers success and stores nothing
         reason = f"group {group} has no retry queue (retryQueueNums <= 0)"
