@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 
 import pytest
 
 from conftest import tree_hashes
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.broker_conf import parse_properties
 from rocketstore.cli.common import build_config
-from rocketstore.config import parse_properties, snake_case
-from rocketstore.errors import ConfigError
+from rocketstore.config import snake_case
+from rocketstore.errors import ConfigError, StoreFileError
 
 ALL_KEYS = [name for name, _ in StoreConfig().items()]
 
@@ -356,6 +359,40 @@ def test_from_properties_reads_iso_8859_1_when_not_utf_8(tmp_path):
     assert config.brokerName == "broker-\u00e9" and config.maxMessageSize == 65536
     path.write_text("brokerName=broker-\u00e9\n", encoding="utf-8")
     assert StoreConfig.from_properties(path).brokerName == "broker-\u00e9"
+
+
+def test_broker_conf_errors_are_typed_and_name_the_file_the_key_and_the_line(tmp_path):
+    """A file that cannot be read raises StoreFileError naming it (was a raw FileNotFoundError,
+    IsADirectoryError, PermissionError); a bad value, an unknown key under strict=True and a
+    malformed escape raise ConfigError naming the file, the key and its line."""
+    path = tmp_path / "broker.conf"
+    for missing, code in ((path, errno.ENOENT), (tmp_path, errno.EISDIR)):
+        with pytest.raises(StoreFileError) as info:
+            StoreConfig.from_properties(missing)
+        assert info.value.errno == code and info.value.filename == str(missing)
+    at = re.escape(str(path))
+    cases = [
+        (
+            "brokerName=a\nmappedFileSizeCommitLog=3000000000\n",
+            rf"^{at}: mappedFileSizeCommitLog is a Java int: .* \(line 2\)$",
+        ),
+        ("# c\n\nflushDiskType = \\\n  SOMETIMES\n", rf"^{at}: flushDiskType must be one of .*'SOMETIMES' \(line 3\)$"),
+        ("a=1\nk\\u00g1=v\n", rf"^{at}: k\\u00g1: malformed \\uxxxx escape: \\u00g1 \(line 2\)$"),
+        (
+            "\n\nflushDiskTyp=SYNC_FLUSH\n",
+            rf"^{at}: unknown key 'flushDiskTyp' \(did you mean flushDiskType\?\) \(line 3\)$",
+        ),
+    ]
+    for text, message in cases:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError, match=message):
+            StoreConfig.from_properties(path)
+    path.write_text("brokerName=a\nnoSuchKnob=1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{at}: unknown MessageStoreConfig key 'noSuchKnob'.* \(line 2\)$"):
+        StoreConfig.from_properties(path, strict=True)
+    path.write_text("maxHashSlotNum=600000000\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^{at}: maxHashSlotNum 600000000 and maxIndexNum"):
+        StoreConfig.from_properties(path)
 
 
 def test_parse_properties_escapes():

@@ -37,7 +37,7 @@ def read_properties(text: str) -> dict[str, tuple[str, int]]:
         try:
             out[_unescape(line[:key_end])] = _unescape(line[value_start:]), line_no
         except ConfigError as exc:
-            raise ConfigError(f"line {line_no}: {line[:key_end]}: {exc}") from None
+            raise ConfigError(f"{line[:key_end]}: {exc} (line {line_no})") from None
     return out
 
 

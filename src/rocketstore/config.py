@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rocketstore.broker_conf import BROKER_KEYS, JAVA_LONG_KEYS, parse_properties
+from rocketstore.broker_conf import BROKER_KEYS, JAVA_LONG_KEYS, read_properties
 from rocketstore.config_values import (
     check_broker_ip,
     delay_level_millis,
@@ -33,7 +33,7 @@ from rocketstore.config_values import (
     resolve_broker_ip,
     untrimmed,
 )
-from rocketstore.errors import ConfigError
+from rocketstore.errors import ConfigError, StoreFileError
 from rocketstore.files.disk import distinct_folders
 
 log = logging.getLogger(__name__)
@@ -412,6 +412,47 @@ def _folders(setting: str | None) -> list[str]:
     return distinct_folders(p.strip() for p in (setting or "").split(",") if p.strip())
 
 
+def _read_conf(name: str) -> dict[str, tuple[str, int]]:
+    """A broker.conf's entries (value, line): UTF-8 (a leading BOM dropped), else ISO-8859-1.
+    StoreFileError naming a file that cannot be read; ConfigError (line and key) for a bad escape."""
+    try:
+        data = Path(name).read_bytes()
+    except OSError as exc:
+        if exc.errno is None:
+            raise StoreFileError(f"{name}: cannot read the config file: {exc}") from exc
+        raise StoreFileError(exc.errno, exc.strerror, name) from exc
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("iso-8859-1")
+    try:
+        return read_properties(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _apply_conf_entry(config: StoreConfig, key: str, value: str, strict: bool, ignored: list[str]) -> str | None:
+    """Apply one broker.conf entry to ``config``; the warning it deserves, if any. An unknown key
+    to ignore (not a broker key) goes to ``ignored``; ConfigError for a bad value, a typo'd key,
+    and under ``strict`` for every key the store does not apply."""
+    if key in _BY_ANY_NAME:
+        config.set(key, value)
+        return untrimmed(key, value, _DEFAULTS[_resolve(key)])
+    if key in OBSOLETE_KEYS:  # RocketMQ ignores it: so does the store, with a word
+        if strict:
+            raise ConfigError(_obsolete(key))
+        return f"ignoring {key}={value}: {_obsolete(key)}"
+    if strict:
+        _resolve(key)
+    elif key not in BROKER_KEYS:
+        close = _close_store_key(key, _TYPO_CUTOFF)
+        if close:
+            raise ConfigError(f"unknown key {key!r} (did you mean {close}?)")
+        ignored.append(key)
+    return None
+
+
 class StoreConfig:
     """The store's configuration: every MessageStoreConfig key by RocketMQ name or snake_case.
 
@@ -502,34 +543,26 @@ class StoreConfig:
         ignored with one warning naming them all, given to ``warn`` (default: the log).
         ``strict=True`` refuses every unknown key. The file is read as UTF-8 (a leading BOM is
         dropped), or as ISO-8859-1 (Java's encoding of ``.properties``) when it is not valid UTF-8.
+        A file that cannot be read raises StoreFileError naming it; a ConfigError names the file,
+        the key and its line.
         """
-        config = cls()
-        data = Path(path).read_bytes().removeprefix(b"\xef\xbb\xbf")
+        name, say = os.fspath(path), warn or log.warning
+        config, ignored = cls(), []
+        for key, (value, line) in _read_conf(name).items():
+            try:
+                note = _apply_conf_entry(config, key, value, strict, ignored)
+            except ConfigError as exc:
+                text = str(exc)
+                raise ConfigError(f"{name}: {text if key in text else f'{key}: {text}'} (line {line})") from None
+            if note:
+                say(f"{name}: {note}")
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = data.decode("iso-8859-1")
-        ignored = []
-        for key, value in parse_properties(text).items():
-            if key in _BY_ANY_NAME:
-                config.set(key, value)
-                if differs := untrimmed(key, value, _DEFAULTS[_resolve(key)]):
-                    (warn or log.warning)(f"{os.fspath(path)}: {differs}")
-            elif key in OBSOLETE_KEYS:  # RocketMQ ignores it: so does the store, with a word
-                if strict:
-                    raise ConfigError(f"{os.fspath(path)}: {_obsolete(key)}")
-                (warn or log.warning)(f"{os.fspath(path)}: ignoring {key}={value}: {_obsolete(key)}")
-            elif strict:
-                _resolve(key)
-            elif key not in BROKER_KEYS:
-                close = _close_store_key(key, _TYPO_CUTOFF)
-                if close:
-                    raise ConfigError(f"{os.fspath(path)}: unknown key {key!r} (did you mean {close}?)")
-                ignored.append(key)
-        config.validate()
+            config.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
         if ignored:
-            (warn or log.warning)(
-                f"{os.fspath(path)}: ignoring keys that are neither MessageStoreConfig nor broker keys: "
+            say(
+                f"{name}: ignoring keys that are neither MessageStoreConfig nor broker keys: "
                 + ", ".join(
                     f"{key} (did you mean {close}?)" if (close := _close_store_key(key)) else key for key in ignored
                 )
