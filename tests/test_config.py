@@ -624,6 +624,32 @@ def test_a_broker_conf_with_a_utf_8_bom_keeps_its_first_key(tmp_path):
     assert StoreConfig.from_properties(path).brokerName == "caf\u00e9"
 
 
+def test_a_broker_conf_bom_or_non_ascii_text_is_warned_about(tmp_path):
+    """RocketMQ reads broker.conf as ISO-8859-1 (Properties.load of an InputStream): a BOM becomes
+    part of the first key, which it then ignores, and UTF-8 text becomes other characters.
+    rocketstore drops the BOM and reads UTF-8, and says what RocketMQ reads instead."""
+    path = tmp_path / "broker.conf"
+    path.write_bytes("\ufeffflushDiskType=SYNC_FLUSH\nbrokerName=caf\u00e9\nbrokerClusterName=c\\u00e9\n".encode())
+    warnings: list[str] = []
+    config = StoreConfig.from_properties(path, warn=warnings.append)
+    assert (config.flushDiskType, config.brokerName, config.brokerClusterName) == ("SYNC_FLUSH", "caf\u00e9", "c\u00e9")
+    assert len(warnings) == 2, warnings  # an escape is ASCII text: RocketMQ reads it as rocketstore does
+    assert warnings[0] == (
+        f"{path}: starts with a UTF-8 byte order mark, which RocketMQ reads as text (ISO-8859-1): it reads "
+        "the first key as '\u00ef\u00bb\u00bfflushDiskType' and ignores it; rocketstore drops the mark"
+    )
+    assert warnings[1] == (
+        f"{path}: line 2: brokerName='caf\u00e9' holds non-ASCII text, which RocketMQ reads as ISO-8859-1: "
+        "brokerName='caf\u00c3\u00a9'"
+    )
+    path.write_bytes("\ufeff# comment\nflushDiskType=SYNC_FLUSH\n".encode())
+    warnings.clear()
+    assert StoreConfig.from_properties(path, warn=warnings.append).flushDiskType == "SYNC_FLUSH"
+    assert warnings == [f"{path}: starts with a UTF-8 byte order mark, which RocketMQ reads as text (ISO-8859-1)"]
+    path.write_bytes("brokerName=caf\u00e9\n".encode("iso-8859-1"))  # not UTF-8: read as RocketMQ reads it
+    assert StoreConfig.from_properties(path, warn=warnings.append).brokerName == "caf\u00e9" and len(warnings) == 1
+
+
 # -- the parser follows java.util.Properties.load --------------------------------------------------
 @pytest.mark.parametrize(
     ("text", "expected"),

@@ -1,17 +1,21 @@
 """``broker.conf``: a Java ``.properties`` reader that splits as ``java.util.Properties.load`` does,
 the names of the broker's own keys (BrokerConfig, BrokerIdentity, Netty), which a broker.conf holds
-beside the store's and which the store ignores, and the store keys RocketMQ holds as Java longs.
+beside the store's and which the store ignores, the older spellings of store keys, and the store
+keys RocketMQ holds as Java longs.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
-from rocketstore.errors import ConfigError
+from rocketstore.errors import ConfigError, StoreFileError
 
 _BLANK = " \t\f"  # Properties.load's whitespace; nothing else (no VT, NEL, U+2028 ...)
 _LINE_END = re.compile(r"\r\n|\r|\n")  # LineReader's line ends
+_BOM = b"\xef\xbb\xbf"
+_BOM_AS_TEXT = _BOM.decode("iso-8859-1")  # what Properties.load(InputStream) reads of it
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -39,6 +43,57 @@ def read_properties(text: str) -> dict[str, tuple[str, int]]:
         except ConfigError as exc:
             raise ConfigError(f"{line[:key_end]}: {exc} (line {line_no})") from None
     return out
+
+
+def read_conf_file(name: str, warn: Callable[[str], None]) -> dict[str, tuple[str, int]]:
+    """A broker.conf's entries (value, line), read as UTF-8 (a leading BOM dropped), else as
+    ISO-8859-1. RocketMQ reads it as ISO-8859-1 always: a BOM and non-ASCII text it reads
+    otherwise get a warning each. StoreFileError naming a file that cannot be read; ConfigError
+    naming the file, the line and the key for a malformed escape."""
+    try:
+        data = Path(name).read_bytes()
+    except OSError as exc:
+        if exc.errno is None:
+            raise StoreFileError(f"{name}: cannot read the config file: {exc}") from exc
+        raise StoreFileError(exc.errno, exc.strerror, name) from exc
+    bom, data = data.startswith(_BOM), data.removeprefix(_BOM)
+    as_java = data.decode("iso-8859-1")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = as_java
+    try:
+        entries = read_properties(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if bom:
+        warn(f"{name}: {_bom_note(text)}")
+    if text != as_java:
+        for note in _read_otherwise(entries, read_properties(as_java)):
+            warn(f"{name}: {note}")
+    return entries
+
+
+def _bom_note(text: str) -> str:
+    """What RocketMQ makes of the BOM before ``text``: the first key, when it is on the first line."""
+    note = "starts with a UTF-8 byte order mark, which RocketMQ reads as text (ISO-8859-1)"
+    start, line = next(logical_lines(text), (-1, ""))
+    if start < 0 or _LINE_END.search(text, 0, start):
+        return note  # a comment or blank line first: nothing is lost
+    key = line[: _split(line)[0]] if start == 0 else ""  # after blanks, the mark alone is the key
+    return f"{note}: it reads the first key as '{_BOM_AS_TEXT}{key}' and ignores it; rocketstore drops the mark"
+
+
+def _read_otherwise(ours: dict[str, tuple[str, int]], java: dict[str, tuple[str, int]]) -> Iterator[str]:
+    """A note for every entry of UTF-8 text that RocketMQ, reading ISO-8859-1, reads otherwise."""
+    java_lines = {line: (key, value) for key, (value, line) in java.items()}
+    for key, (value, line) in ours.items():
+        theirs = java_lines.get(line)
+        if theirs is not None and theirs != (key, value):
+            yield (
+                f"line {line}: {key}={value!r} holds non-ASCII text, which RocketMQ reads as ISO-8859-1: "
+                f"{theirs[0]}={theirs[1]!r}"
+            )
 
 
 def logical_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -195,6 +250,27 @@ _BROKER_KEY_NAMES = """
     innerClientAuthenticationCredentials migrateAuthFromV1Enabled
 """
 BROKER_KEYS = frozenset(_BROKER_KEY_NAMES.split())
+
+# Older spellings RocketMQ still reads for the same keys (4.x MessageStoreConfig's setter).
+ALIASES = {
+    "haSlaveFallbehindMax": "haMaxGapNotInSync",
+}
+
+# Pre-4.5 spellings RocketMQ 4.5 and later have no setter for and so ignore (apache/rocketmq#1560):
+# a broker.conf template still carrying them must not change the file sizes. Ignored with a warning.
+OBSOLETE_KEYS = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
+
+def obsolete_key(name: str) -> str:
+    """Why an ``OBSOLETE_KEYS`` name does nothing, and what to set instead."""
+    return (
+        f"{name} is the pre-4.5 name of {OBSOLETE_KEYS[name]}, which RocketMQ 4.5 and later ignore "
+        f"(apache/rocketmq#1560): set {OBSOLETE_KEYS[name]} instead"
+    )
+
 
 # MessageStoreConfig and BrokerConfig keys of type long; every other integer key is a Java int.
 JAVA_LONG_KEYS = frozenset(

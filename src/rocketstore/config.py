@@ -19,10 +19,9 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
-from rocketstore.broker_conf import BROKER_KEYS, JAVA_LONG_KEYS, read_properties
+from rocketstore.broker_conf import ALIASES, BROKER_KEYS, JAVA_LONG_KEYS, OBSOLETE_KEYS, obsolete_key, read_conf_file
 from rocketstore.config_values import (
     check_broker_ip,
     delay_level_millis,
@@ -33,7 +32,7 @@ from rocketstore.config_values import (
     resolve_broker_ip,
     untrimmed,
 )
-from rocketstore.errors import ConfigError, StoreFileError
+from rocketstore.errors import ConfigError
 from rocketstore.files.disk import distinct_folders
 
 log = logging.getLogger(__name__)
@@ -257,18 +256,6 @@ _KEYS: tuple[tuple[str, Any], ...] = (
     ("brokerId", 0),
 )
 
-# Older spellings RocketMQ still reads for the same keys (4.x MessageStoreConfig's setter).
-_ALIASES = {
-    "haSlaveFallbehindMax": "haMaxGapNotInSync",
-}
-
-# Pre-4.5 spellings RocketMQ 4.5 and later have no setter for and so ignore (apache/rocketmq#1560):
-# a broker.conf template still carrying them must not change the file sizes. Ignored with a warning.
-OBSOLETE_KEYS = {
-    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
-    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
-}
-
 _ENUMS = {"flushDiskType": FLUSH_DISK_TYPES, "brokerRole": BROKER_ROLES}
 
 # Sizes and counts that must be at least 1: a file size of 0 divides by zero, a negative one makes
@@ -323,9 +310,9 @@ _DEFAULTS: dict[str, Any] = {snake_case(k): v for k, v in _KEYS}
 _TYPES: dict[str, type] = {snake_case(k): (str if v is None else type(v)) for k, v in _KEYS}
 _CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
 _BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
-_BY_ANY_NAME.update({old: snake_case(new) for old, new in _ALIASES.items()})
+_BY_ANY_NAME.update({old: snake_case(new) for old, new in ALIASES.items()})
 _ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
-_FOLDED = {name.lower(): name for name in (*_CAMEL.values(), *_ALIASES, *OBSOLETE_KEYS)}
+_FOLDED = {name.lower(): name for name in (*_CAMEL.values(), *ALIASES, *OBSOLETE_KEYS)}
 _LONG_SNAKE = frozenset(snake_case(k) for k in JAVA_LONG_KEYS)
 _RANGE_SNAKE = {snake_case(k): v for k, v in _RANGES.items()}
 _MINIMUM_SNAKE = {snake_case(k): v for k, v in _MINIMUM.items()}
@@ -381,19 +368,12 @@ def _coerce(snake: str, value: Any) -> Any:
     return value
 
 
-def _obsolete(name: str) -> str:
-    return (
-        f"{name} is the pre-4.5 name of {OBSOLETE_KEYS[name]}, which RocketMQ 4.5 and later ignore "
-        f"(apache/rocketmq#1560): set {OBSOLETE_KEYS[name]} instead"
-    )
-
-
 def _resolve(name: str) -> str:
     if not isinstance(name, str):  # difflib would raise a TypeError matching it
         raise ConfigError(f"a MessageStoreConfig key is a str, not {name!r}")
     snake = _BY_ANY_NAME.get(name)
     if snake is None and name in OBSOLETE_KEYS:
-        raise ConfigError(_obsolete(name))
+        raise ConfigError(obsolete_key(name))
     if snake is None:
         close = difflib.get_close_matches(name, list(_BY_ANY_NAME), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -412,26 +392,6 @@ def _folders(setting: str | None) -> list[str]:
     return distinct_folders(p.strip() for p in (setting or "").split(",") if p.strip())
 
 
-def _read_conf(name: str) -> dict[str, tuple[str, int]]:
-    """A broker.conf's entries (value, line): UTF-8 (a leading BOM dropped), else ISO-8859-1.
-    StoreFileError naming a file that cannot be read; ConfigError (line and key) for a bad escape."""
-    try:
-        data = Path(name).read_bytes()
-    except OSError as exc:
-        if exc.errno is None:
-            raise StoreFileError(f"{name}: cannot read the config file: {exc}") from exc
-        raise StoreFileError(exc.errno, exc.strerror, name) from exc
-    data = data.removeprefix(b"\xef\xbb\xbf")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("iso-8859-1")
-    try:
-        return read_properties(text)
-    except ConfigError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-
-
 def _apply_conf_entry(config: StoreConfig, key: str, value: str, strict: bool, ignored: list[str]) -> str | None:
     """Apply one broker.conf entry to ``config``; the warning it deserves, if any. An unknown key
     to ignore (not a broker key) goes to ``ignored``; ConfigError for a bad value, a typo'd key,
@@ -441,8 +401,8 @@ def _apply_conf_entry(config: StoreConfig, key: str, value: str, strict: bool, i
         return untrimmed(key, value, _DEFAULTS[_resolve(key)])
     if key in OBSOLETE_KEYS:  # RocketMQ ignores it: so does the store, with a word
         if strict:
-            raise ConfigError(_obsolete(key))
-        return f"ignoring {key}={value}: {_obsolete(key)}"
+            raise ConfigError(obsolete_key(key))
+        return f"ignoring {key}={value}: {obsolete_key(key)}"
     if strict:
         _resolve(key)
     elif key not in BROKER_KEYS:
@@ -548,7 +508,7 @@ class StoreConfig:
         """
         name, say = os.fspath(path), warn or log.warning
         config, ignored = cls(), []
-        for key, (value, line) in _read_conf(name).items():
+        for key, (value, line) in read_conf_file(name, say).items():
             try:
                 note = _apply_conf_entry(config, key, value, strict, ignored)
             except ConfigError as exc:
