@@ -743,6 +743,21 @@ def test_trailing_whitespace_kept_by_the_parser_is_stripped_from_values(tmp_path
     assert (config.flushDiskType, config.maxMessageSize, config.checkCRCOnRecover) == ("SYNC_FLUSH", 1024, False)
 
 
+def test_text_values_are_trimmed_as_java_string_trim_does(tmp_path):
+    """MixAll.properties2Object trims a text value with String.trim: every character up to U+0020,
+    and nothing else (Python's str.strip took U+00A0 off a path and kept U+0001 on an enum value).
+    A boolean is Boolean.parseBoolean's: no trimming of anything beyond that."""
+    assert StoreConfig(flushDiskType="SYNC_FLUSH\x01").flushDiskType == "SYNC_FLUSH"
+    assert StoreConfig(storePathCommitLog="/data/cl\u00a0").storePathCommitLog == "/data/cl\u00a0"
+    assert StoreConfig(brokerName="\u2003b\x1f").brokerName == "\u2003b"
+    with pytest.raises(ConfigError, match="checkCRCOnRecover must be true or false"):
+        StoreConfig(checkCRCOnRecover="false\u00a0")
+    path = tmp_path / "broker.conf"
+    path.write_text("flushDiskType=SYNC_FLUSH\x01\nstorePathCommitLog=/data/cl\u00a0\n", encoding="utf-8")
+    config = StoreConfig.from_properties(path, warn=lambda text: None)
+    assert (config.flushDiskType, config.storePathCommitLog) == ("SYNC_FLUSH", "/data/cl\u00a0")
+
+
 # -- brokerIP1: an IP literal as Java reads it, or a host name looked up only for the store host ----
 @pytest.fixture
 def lookups(monkeypatch):

@@ -28,6 +28,7 @@ from rocketstore.config_values import (
     delete_hours,
     finite_double,
     java_int,
+    java_trim,
     local_address,
     resolve_broker_ip,
     untrimmed,
@@ -328,8 +329,8 @@ def _coerce(snake: str, value: Any) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
+        if isinstance(value, str) and java_trim(value).lower() in ("true", "false"):
+            return java_trim(value).lower() == "true"
         raise ConfigError(f"{name} must be true or false, not {value!r}")
     if kind is int:
         if isinstance(value, bool):
@@ -355,7 +356,7 @@ def _coerce(snake: str, value: Any) -> Any:
     value = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(value, str | int | float):  # a list of paths is "a;b", as in broker.conf
         raise ConfigError(f"{name} is text, not {type(value).__name__} {value!r}")
-    value = str(value).strip()
+    value = java_trim(str(value))  # String.trim, as MixAll.properties2Object trims a String
     allowed = _ENUM_BY_SNAKE.get(snake)
     if allowed and value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
