@@ -615,6 +615,27 @@ def test_broker_keys_are_ignored_silently_and_other_keys_with_a_warning(tmp_path
     assert err.startswith("warning: ") and "somePluginSetting" in err and err.count("\n") == 1
 
 
+def test_snake_case_keys_in_a_broker_conf_are_ignored_as_rocketmq_ignores_them(tmp_path):
+    """RocketMQ looks up every key by its Java name (properties2Object): a broker.conf line
+    mapped_file_size_commit_log=65536 changes nothing there, nor here now, with a warning naming
+    the key to set; strict=True refuses it. In code and in ``--set`` the snake_case name still works."""
+    path = tmp_path / "broker.conf"
+    path.write_text("mapped_file_size_commit_log=65536\nmaxMessageSize=1024\n", encoding="utf-8")
+    warnings: list[str] = []
+    config = StoreConfig.from_properties(path, warn=warnings.append)
+    assert config.changed() == {"maxMessageSize": 1024}
+    assert len(warnings) == 1 and "ignoring mapped_file_size_commit_log=65536" in warnings[0]
+    assert "set mappedFileSizeCommitLog instead" in warnings[0]
+    with pytest.raises(
+        ConfigError, match=r"mapped_file_size_commit_log.*set mappedFileSizeCommitLog instead \(line 1\)"
+    ):
+        StoreConfig.from_properties(path, strict=True)
+    assert StoreConfig(mapped_file_size_commit_log=65536).mappedFileSizeCommitLog == 65536
+    settings = [("mapped_file_size_commit_log", "65536")]
+    assert build_config(None, settings).mappedFileSizeCommitLog == 65536
+    assert build_config(str(path), settings).changed() == {"mappedFileSizeCommitLog": 65536, "maxMessageSize": 1024}
+
+
 def test_a_broker_conf_with_a_utf_8_bom_keeps_its_first_key(tmp_path):
     path = tmp_path / "broker.conf"
     path.write_bytes("\ufeffflushDiskType=SYNC_FLUSH\r\nmaxMessageSize=65536\r\n".encode())

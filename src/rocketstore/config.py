@@ -312,6 +312,7 @@ _TYPES: dict[str, type] = {snake_case(k): (str if v is None else type(v)) for k,
 _CAMEL: dict[str, str] = {snake_case(k): k for k, _ in _KEYS}
 _BY_ANY_NAME: dict[str, str] = {**{k: snake_case(k) for k, _ in _KEYS}, **{s: s for s in _DEFAULTS}}
 _BY_ANY_NAME.update({old: snake_case(new) for old, new in ALIASES.items()})
+_SNAKE_ONLY = frozenset(snake for snake, camel in _CAMEL.items() if snake != camel)  # not in a broker.conf
 _ENUM_BY_SNAKE = {snake_case(k): v for k, v in _ENUMS.items()}
 _FOLDED = {name.lower(): name for name in (*_CAMEL.values(), *ALIASES, *OBSOLETE_KEYS)}
 _LONG_SNAKE = frozenset(snake_case(k) for k in JAVA_LONG_KEYS)
@@ -397,6 +398,11 @@ def _apply_conf_entry(config: StoreConfig, key: str, value: str, strict: bool, i
     """Apply one broker.conf entry to ``config``; the warning it deserves, if any. An unknown key
     to ignore (not a broker key) goes to ``ignored``; ConfigError for a bad value, a typo'd key,
     and under ``strict`` for every key the store does not apply."""
+    if key in _SNAKE_ONLY:  # RocketMQ looks keys up by their Java names only
+        why = f"RocketMQ reads no key {key}: set {_CAMEL[key]} instead"
+        if strict:
+            raise ConfigError(why)
+        return f"ignoring {key}={value}: {why}"
     if key in _BY_ANY_NAME:
         config.set(key, value)
         return untrimmed(key, value, _DEFAULTS[_resolve(key)])
@@ -502,6 +508,7 @@ class StoreConfig:
         Keys of RocketMQ's broker that the store does not use (``namesrvAddr``, ...) are ignored.
         A key close to a store key (``flushDiskTyp``) is a typo: ConfigError. Any other unknown key is
         ignored with one warning naming them all, given to ``warn`` (default: the log).
+        A snake_case name (the Python API's) is ignored with a warning, as RocketMQ ignores it.
         ``strict=True`` refuses every unknown key. The file is read as UTF-8 (a leading BOM is
         dropped), or as ISO-8859-1 (Java's encoding of ``.properties``) when it is not valid UTF-8.
         A file that cannot be read raises StoreFileError naming it; a ConfigError names the file,
