@@ -562,3 +562,60 @@ def test_the_tags_option_trims_as_java_trims():
     assert parse_options({"path": "/s", "tags": ""}).tags is None
     assert parse_options({"path": "/s", "tags": "\x1f*\x00"}).tags == {"*"}
     assert parse_options({"path": "/s", "tags": "   "}).tags == frozenset()
+
+
+def _interleaved_store(path: Path, count: int = 100) -> Path:
+    """``count`` messages in T1/0 between 500-byte Filler ones: 5 consume-queue files of T1/0
+    over a dozen commit-log segments, so retention removes some of each."""
+    from rocketstore import Message, MessageStore
+
+    with MessageStore.open(path, small_config()) as s:
+        for i in range(count):
+            s.put(Message("T1", f"m{i}".encode()), queue_id=0).raise_for_status()
+            s.put(Message("Filler", b"x" * 500), queue_id=0).raise_for_status()
+        s.wait_for_dispatch()
+    return path
+
+
+def _retention(path: Path) -> tuple[int, int]:
+    """Retention as the store runs it (every file expired); T1/0's (min, max) offsets after it."""
+    import time
+
+    from rocketstore import MessageStore
+
+    with MessageStore.open(path, small_config(fileReservedTime=0)) as s:
+        assert s.clean_expired_files(now=time.time() + 3600).consume_queue_files > 0
+        return s.get_min_offset_in_queue("T1", 0), s.get_max_offset_in_queue("T1", 0)
+
+
+def test_consume_queue_files_removed_after_planning_lose_only_their_messages(tmp_path, caplog):
+    """Retention between a read's planning and its task: the consume-queue files it removed lose
+    only their own messages (failOnDataLoss=false warns naming that range; the default fails
+    naming it); what the store still holds is read, each row with its own queue offset."""
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.read import read_partition
+    from rocketstore.spark.source import BatchReader
+
+    store = _interleaved_store(tmp_path / "store")
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "T1"}
+    schema = StructType([StructField("queueOffset", LongType()), StructField("body", BinaryType())])
+    kept = BatchReader({**options, "failOnDataLoss": "false"}, schema).partitions()
+    failing = BatchReader(options, schema).partitions()
+    lo, hi = _retention(store)
+    assert 0 < lo < hi == 100
+    left = [r for r in export_rows(store, small_config()) if r["topic"] == "T1"]
+    assert [r["queueOffset"] for r in left] == list(range(lo, hi))
+    first_kept = lo - lo % 20  # the first consume-queue file still there (20 units a file)
+    with caplog.at_level("WARNING", logger="rocketstore.spark.read"):
+        got = [row for p in kept for batch in read_partition(p) for row in batch.to_pylist()]
+    assert [(r["queueOffset"], r["body"]) for r in got] == [
+        (r["queueOffset"], f"m{r['queueOffset']}".encode()) for r in left
+    ]
+    warned = [r.getMessage() for r in caplog.records if "consume queue" in r.getMessage()]
+    assert warned == [
+        f"consume queue T1/0 offsets 0 to {first_kept - 1}: removed before it was read; skipped (failOnDataLoss=false)"
+    ]
+    with pytest.raises(DataLossError, match=rf"^consume queue T1/0 offsets 0 to {first_kept - 1}: it was removed"):
+        [batch for p in failing for batch in read_partition(p)]

@@ -366,3 +366,47 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
     held = stream._snapshot
     stream.stop()  # a query stopped between its latestOffset and its partitions leaves nothing open
     assert stream._snapshot is None and held.store.closed
+
+
+def _interleaved_store(path: Path, count: int = 100) -> Path:
+    """``count`` messages in T1/0 between 500-byte Filler ones: several consume-queue files of
+    T1/0 over a dozen commit-log segments, so retention removes some of each."""
+    from rocketstore import Message
+
+    with MessageStore.open(path, small_config()) as s:
+        for i in range(count):
+            s.put(Message("T1", f"m{i}".encode()), queue_id=0).raise_for_status()
+            s.put(Message("Filler", b"x" * 500), queue_id=0).raise_for_status()
+        s.wait_for_dispatch()
+    return path
+
+
+def test_retention_while_a_batch_runs_loses_only_what_it_removed(spark, tmp_path):  # noqa: F811
+    """Retention between a micro-batch's planning and its tasks (failOnDataLoss=false): the batch
+    delivers every message the store still holds; only the removed ones are skipped."""
+    import time
+
+    store = _interleaved_store(tmp_path / "store")
+    got: list[int] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        if batch_id == 0:  # planned: retention now, before the tasks read
+            with MessageStore.open(store, small_config(fileReservedTime=0)) as s:
+                s.clean_expired_files(now=time.time() + 3600)
+        got.extend(r.queueOffset for r in df.collect())
+
+    options = {**SMALL_OPTIONS, "topics": "T1", "startingOffsets": "earliest", "failOnDataLoss": "false"}
+    query = (
+        spark.readStream.format("rocketstore")
+        .options(**options)
+        .load(str(store))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    left = [r["queueOffset"] for r in all_rows(store) if r["topic"] == "T1"]
+    assert left[0] > 0 and left[-1] == 99
+    assert sorted(got) == left

@@ -149,28 +149,44 @@ def read_partition(part: ReadPartition) -> Iterator[pa.RecordBatch]:
 # -- consume-queue mode ------------------------------------------------------------------------------
 
 
-def _disk_units(spec: ReadSpec, s: QueueSlice, start: int, end: int) -> np.ndarray | None:
-    """Units [start, end) of a queue, read from its files."""
+def _disk_units(spec: ReadSpec, s: QueueSlice, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """Units [start, end) of a queue read from its files, and the queue offset of each. A file
+    missing or shorter than planned (retention removed it after the read was planned) loses only
+    its own units: ``_lost`` names their offsets, the rest is read."""
     folder = os.path.join(spec.cq_root, s.topic, str(s.queue_id))
     size = spec.cq_file_size
-    parts = []
-    at = start * CQ_STORE_UNIT_SIZE
-    stop = end * CQ_STORE_UNIT_SIZE
+    runs: list[tuple[int, bytearray]] = []  # (first byte, bytes) of each stretch read without a gap
+    at, stop = start * CQ_STORE_UNIT_SIZE, end * CQ_STORE_UNIT_SIZE
     while at < stop:
         file_from = at - at % size
-        path = os.path.join(folder, f"{file_from:020d}")
         n = min(stop, file_from + size) - at
         try:
-            with open(path, "rb") as f:
+            with open(os.path.join(folder, f"{file_from:020d}"), "rb") as f:
                 data = os.pread(f.fileno(), n, at - file_from)
         except FileNotFoundError:
             data = b""
-        if len(data) < n:
-            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {at // CQ_STORE_UNIT_SIZE}..{stop // 20}")
-            return None
-        parts.append(data)
+        if data and runs and runs[-1][0] + len(runs[-1][1]) == at:
+            runs[-1][1].extend(data)
+        elif data:
+            runs.append((at, bytearray(data)))
         at += n
-    return np.frombuffer(b"".join(parts), dtype=UNIT_DTYPE)
+    units, offsets = [], []
+    done = start  # the queue offsets below this are read or reported lost
+    for first, data in runs:
+        a = -(-first // CQ_STORE_UNIT_SIZE)  # whole units only (a unit may straddle two files)
+        b = (first + len(data)) // CQ_STORE_UNIT_SIZE
+        if b <= a:
+            continue
+        if a > done:
+            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {done} to {a - 1}")
+        units.append(np.frombuffer(data, dtype=UNIT_DTYPE, count=b - a, offset=a * CQ_STORE_UNIT_SIZE - first))
+        offsets.append(np.arange(a, b, dtype=np.int64))
+        done = b
+    if done < end:
+        _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {done} to {end - 1}")
+    if not units:
+        return np.zeros(0, dtype=UNIT_DTYPE), np.zeros(0, np.int64)
+    return np.concatenate(units), np.concatenate(offsets)
 
 
 @dataclass
@@ -196,10 +212,9 @@ def _slice_units(spec: ReadSpec, s: QueueSlice) -> tuple[np.ndarray, np.ndarray]
     disk_to = min(s.end, s.disk_end)
     pieces, offsets = [], []
     if s.start < disk_to:
-        units = _disk_units(spec, s, s.start, disk_to)
-        if units is not None:
-            pieces.append(units)
-            offsets.append(np.arange(s.start, s.start + len(units), dtype=np.int64))
+        units, queue_offsets = _disk_units(spec, s, s.start, disk_to)
+        pieces.append(units)
+        offsets.append(queue_offsets)
     if s.tail:
         tail = np.frombuffer(s.tail, dtype=UNIT_DTYPE)
         first = max(s.start, s.disk_end)
