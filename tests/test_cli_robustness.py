@@ -25,14 +25,17 @@ from test_cli import SRC, TINY, TINY_SETS, cli_process, jsonl, run
 GOOD = 150  # messages after the broken ones: 5 segments, so that recovery (which checks the last 3) keeps them
 
 
-def _store_with_bad_records(root: Path, bad: int) -> list[tuple[int, int]]:
-    """A store of ``bad`` messages in U/1 whose records' magic codes are broken, then GOOD readable
-    ones in T/0; the (queue offset, commit-log offset) of each broken one."""
+def _store_with_bad_records(root: Path, bad: int, after: int = 0) -> list[tuple[int, int]]:
+    """A store of ``bad`` messages in U/1 whose records' magic codes are broken (then ``after``
+    readable ones in U/1), then GOOD readable ones in T/0; the (queue offset, commit-log offset) of
+    each broken one."""
     broken = []
     with MessageStore.open(root, StoreConfig(**TINY)) as store:
         for i in range(bad):
             result = store.put(Message("U", f"bad {i}"), 1).raise_for_status()
             broken.append((result.queue_offset, result.commit_log_offset))
+        for i in range(after):
+            store.put(Message("U", f"after {i}"), 1).raise_for_status()
         for i in range(GOOD):
             store.put(Message("T", f"good {i}")).raise_for_status()
         assert store.wait_for_dispatch()
@@ -96,6 +99,34 @@ def test_export_of_a_sound_store_exits_0_without_warnings(tmp_path: Path) -> Non
     result = run("export", root, *TINY_SETS)
     assert result.exit_code == 0 and result.stderr == ""
     assert json.loads(result.stdout.splitlines()[0])["topic"] == "T"
+
+
+def test_consume_warns_about_each_unreadable_message_and_exits_1(tmp_path: Path) -> None:
+    """As export: a unit whose message cannot be read is named on stderr (where, and why) and the
+    exit status is 1; --commit commits past it (it can never be read), as the warning says."""
+    root = tmp_path / "s"
+    broken = _store_with_bad_records(root, bad=2, after=3)
+    base = ("consume", root, *TINY_SETS, "--topic", "U", "--queue", 1, "--group", "G", "--max", 2)
+    for extra in ([], ["--json"], ["--commit"]):
+        result = run(*base, *extra)
+        assert result.exit_code == 1, result.stderr
+        for queue_offset, phy in broken:
+            assert f"WARNING: U/1 queue offset {queue_offset} (commit-log offset {phy}" in result.stderr
+            assert "cannot be read, not consumed" in result.stderr and "magic" in result.stderr
+        assert "error: 2 message(s) could not be read and were skipped" in result.stderr
+        if extra == ["--json"]:
+            *rows, error = jsonl(result.stdout)
+            assert [r["queueOffset"] for r in rows] == [2, 3]  # the readable ones after them
+            assert error["error"]["type"] == "ProblemsFound"
+    assert "--commit commits past them" in result.stderr
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        assert store.query_offset("G", "U", 1) == 4
+    result = run(*base, "--json")  # from the committed offset: readable messages only, no warning
+    assert result.exit_code == 0 and "WARNING" not in result.stderr
+    assert [r["queueOffset"] for r in jsonl(result.stdout)] == [4]
+    # a tag filter that the unreadable units' tags do not pass: they are not the consumer's, no warning
+    result = run("consume", root, *TINY_SETS, "--topic", "U", "--group", "H", "--tags", "TagX")
+    assert result.exit_code == 0 and "WARNING" not in result.stderr, result.stderr
 
 
 # -- 3: Ctrl-C ------------------------------------------------------------------------------------------

@@ -54,23 +54,29 @@ class QueuedUnit(NamedTuple):
 def iter_units(store: MessageStore, topics: Iterable[str] | None = None) -> Iterator[QueuedUnit]:
     """Every consume-queue unit of ``topics`` (all for None) in export order, with its message."""
     wanted = set(topics) if topics is not None else None
-    get_data = store.commit_log.get_data
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
-        if wanted is not None and topic not in wanted:
-            continue
-        start, end = cq.min_offset_in_queue(), cq.max_offset_in_queue()
-        for first, units in cq.iter_units(start, end):
-            for k, (phy, size, tags) in enumerate(units.tolist()):
-                data = get_data(phy, size)
-                msg, reason = None, None
-                if data is None:
-                    reason = "the commit log does not hold it (past its end, or in a missing segment)"
-                else:
-                    try:
-                        msg = rec.decode(data)
-                    except RecordError as exc:
-                        reason = str(exc) or type(exc).__name__
-                yield QueuedUnit(topic, queue_id, first + k, phy, size, tags, msg, reason)
+        if wanted is None or topic in wanted:
+            yield from queue_units(store, topic, queue_id, cq.min_offset_in_queue(), cq.max_offset_in_queue())
+
+
+def queue_units(store: MessageStore, topic: str, queue_id: int, start: int, end: int) -> Iterator[QueuedUnit]:
+    """The units of one queue from queue offset ``start`` up to ``end``, with their messages."""
+    cq = store.queues.find(topic, queue_id)
+    if cq is None:
+        return
+    get_data = store.commit_log.get_data
+    for first, units in cq.iter_units(start, end):
+        for k, (phy, size, tags) in enumerate(units.tolist()):
+            data = get_data(phy, size)
+            msg, reason = None, None
+            if data is None:
+                reason = "the commit log does not hold it (past its end, or in a missing segment)"
+            else:
+                try:
+                    msg = rec.decode(data)
+                except RecordError as exc:
+                    reason = str(exc) or type(exc).__name__
+            yield QueuedUnit(topic, queue_id, first + k, phy, size, tags, msg, reason)
 
 
 def iter_queued(

@@ -21,6 +21,7 @@ import click
 from rocketstore.cli.output import print_json_error, warn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
+from rocketstore.export import QueuedUnit
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
 from rocketstore.verify.layout import check_sizes
@@ -168,6 +169,31 @@ class ProblemsFound(CommandError):
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.details = details
+
+
+WARNED_UNITS = 20  # unreadable units named one by one; the rest are counted
+
+
+class UnreadableUnits:
+    """Consume-queue units whose message cannot be read, met by a command that reads messages
+    (``export``, ``consume``): each is warned about on stderr as it is met (the first WARNED_UNITS
+    one by one, with where it is and why) and counted; ``close`` says how many more there were."""
+
+    def __init__(self, left: str) -> None:
+        self.left = left  # what became of them ("not exported")
+        self.count = 0
+
+    def add(self, unit: QueuedUnit) -> None:
+        self.count += 1
+        if self.count <= WARNED_UNITS:
+            warn(
+                f"WARNING: {unit.topic}/{unit.queue_id} queue offset {unit.queue_offset} (commit-log offset "
+                f"{unit.commit_log_offset}, {unit.size} bytes) cannot be read, {self.left}: {unit.reason}"
+            )
+
+    def close(self) -> None:
+        if self.count > WARNED_UNITS:
+            warn(f"WARNING: ... and {self.count - WARNED_UNITS} more unreadable message(s), {self.left}")
 
 
 @dataclass

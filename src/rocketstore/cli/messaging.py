@@ -12,6 +12,8 @@ from rocketstore.cli.common import (
     CommandError,
     Common,
     DeferInterrupts,
+    ProblemsFound,
+    UnreadableUnits,
     done_storing,
     open_store,
     require_topics,
@@ -21,6 +23,8 @@ from rocketstore.cli.output import cell, out_console, print_messages, progress_b
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
+from rocketstore.export import QueuedUnit, queue_units
+from rocketstore.reader import tag_hashes
 from rocketstore.results import GetMessageStatus, GetResult, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.timestamps import epoch_millis
@@ -258,15 +262,27 @@ _OUTSIDE = frozenset(
 
 
 def pull_queue(
-    store: MessageStore, group: str, topic: str, queue_id: int, offset: int, max_num: int, tags: str | None
+    store: MessageStore,
+    group: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_num: int,
+    tags: str | None,
+    unreadable: UnreadableUnits | None = None,
 ) -> tuple[list[StoredMessage], int, GetResult | None]:
     """Up to ``max_num`` messages of one queue from ``offset``; returns them, the next offset, and
     the pull whose ``next_begin_offset`` moved ``offset`` into the queue because it was outside it
-    (before its min offset, past its max offset: as RocketMQ's broker moves a consumer), or None."""
+    (before its min offset, past its max offset: as RocketMQ's broker moves a consumer), or None.
+    The units a pull passed over because their message cannot be read go to ``unreadable``."""
     messages: list[StoredMessage] = []
     moved: GetResult | None = None
+    wanted = tag_hashes(tags)
     while len(messages) < max_num:
         result = store.get_message(group, topic, queue_id, offset, min(_PULL_BATCH, max_num - len(messages)), tags)
+        if unreadable is not None:
+            for unit in _passed_over(store, topic, queue_id, offset, result, wanted):
+                unreadable.add(unit)
         if result.status in _OUTSIDE and result.next_begin_offset != offset:
             moved = moved or result
             offset = result.next_begin_offset
@@ -280,6 +296,28 @@ def pull_queue(
             break
         offset = result.next_begin_offset
     return messages, offset, moved
+
+
+def _passed_over(
+    store: MessageStore, topic: str, queue_id: int, start: int, result: GetResult, wanted: frozenset[int] | None
+) -> list[QueuedUnit]:
+    """The units from ``start`` that a pull moved past without their message, because it cannot be
+    read (the reader skips such a unit), not because the tag filter ``wanted`` (hashes) left it out."""
+    end = result.next_begin_offset
+    if end - start <= len(result.messages):  # every unit it moved past was served
+        return []
+    served = {m.queue_offset for m in result.messages}
+    return [
+        unit
+        for unit in queue_units(store, topic, queue_id, start, end)
+        if unit.message is None and unit.queue_offset not in served and _passes(unit.tags_code, wanted)
+    ]
+
+
+def _passes(code: int, wanted: frozenset[int] | None) -> bool:
+    """Whether a unit's tags code passes a tag filter, as the reader's filter compares it (as an int)."""
+    code32 = code & 0xFFFFFFFF
+    return wanted is None or (code32 - (1 << 32) if code32 & 0x80000000 else code32) in wanted
 
 
 def _moved_text(topic: str, queue_id: int, asked: str, moved: GetResult) -> str:
@@ -361,6 +399,7 @@ def consume(
     store = open_store(opts, read_only=not commit, create=False, closed_pipe_interrupts=False)
     with store:  # a failed shutdown does not hide an error before it
         queue_ids = _queues_to_read(opts, store, topic, queue_id)
+        unreadable = UnreadableUnits("not consumed" + (" (--commit commits past them)" if commit else ""))
         messages: list[StoredMessage] = []
         next_offsets: dict[int, int] = {}
         progress: list[str] = []
@@ -378,7 +417,9 @@ def consume(
                 asked = f"the committed offset {start} of group {group!r}"
                 if start < 0:
                     start = store.get_min_offset_in_queue(topic, qid)
-            got, next_offsets[qid], moved = pull_queue(store, group, topic, qid, start, max_num - len(messages), tags)
+            got, next_offsets[qid], moved = pull_queue(
+                store, group, topic, qid, start, max_num - len(messages), tags, unreadable
+            )
             if moved is not None:
                 warn(_moved_text(topic, qid, asked, moved))
                 moves.append(
@@ -413,3 +454,10 @@ def consume(
             click.echo(json.dumps({"offsetsMoved": moves}, separators=(",", ":")))
     for line in progress:
         warn(line)
+    unreadable.close()
+    if unreadable.count:
+        raise ProblemsFound(
+            f"{unreadable.count} message(s) could not be read and were skipped (the warnings above say which)"
+            + ("; the committed offsets are past them, as a consumer's would be" if commit else "")
+            + f"; {len(messages)} consumed"
+        )

@@ -15,6 +15,7 @@ from rocketstore.cli.common import (
     DeferInterrupts,
     Interrupted,
     ProblemsFound,
+    UnreadableUnits,
     check_output_file,
     done_storing,
     is_inside,
@@ -27,8 +28,6 @@ from rocketstore.cli.output import print_json, progress_bar, replacing_file, say
 from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
-
-_WARNED_UNITS = 20  # unreadable units named one by one; the rest are counted
 
 
 @dataclass
@@ -46,23 +45,19 @@ def export_topics(
     ``advance(1)`` after each message. A unit whose message cannot be read is warned about on
     stderr (the first few one by one, with where it is and why) and counted as skipped."""
     count = ExportCount()
+    unreadable = UnreadableUnits("not exported")
     for unit in iter_units(store, topics):
         msg = unit.message
         if msg is None:
-            count.skipped += 1
-            if count.skipped <= _WARNED_UNITS:
-                warn(
-                    f"WARNING: {unit.topic}/{unit.queue_id} queue offset {unit.queue_offset} (commit-log offset "
-                    f"{unit.commit_log_offset}, {unit.size} bytes) cannot be read, not exported: {unit.reason}"
-                )
+            unreadable.add(unit)
             continue
         out.write(dumps_row(export_row(msg, unit.tags_code, unit.size)))
         out.write("\n")
         count.exported += 1
         if advance is not None:
             advance(1)
-    if count.skipped > _WARNED_UNITS:
-        warn(f"WARNING: ... and {count.skipped - _WARNED_UNITS} more unreadable message(s), not exported")
+    unreadable.close()
+    count.skipped = unreadable.count
     return count
 
 
