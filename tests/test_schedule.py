@@ -154,6 +154,63 @@ def test_a_delayed_message_whose_delivery_could_never_be_stored_is_refused(make_
     assert other.put(_delayed(topic=long_retry, level="1"), 0).ok
 
 
+@pytest.mark.parametrize("topic", ["L" * 120, "%RETRY%" + "g" * 193])  # delivered as a V1 and a V2 record
+def test_a_delayed_message_whose_delivered_record_would_not_fit_a_segment_is_refused(make_store, topic) -> None:
+    """The delivered record holds the real topic where the schedule record holds
+    SCHEDULE_TOPIC_XXXX (a V2 one a 2-byte topic length too): a delayed message whose delivery
+    would not fit a 4 KiB segment is refused at the put (MESSAGE_ILLEGAL, as any record too big
+    for a segment). Stored, its delivery was refused at every attempt and held up its level. The
+    largest one taken is delivered, filling a segment but for the end-of-file marker."""
+    store = make_store()
+    service = _stopped(store)
+
+    def delayed(size: int) -> Message:
+        return Message(topic, b"x" * size, properties={"DELAY": "1"})
+
+    largest = max(n for n in range(3000, 4096) if store.writer.check(delayed(n), 0) is None)
+    refused = store.put(delayed(largest + 1), 0)
+    assert refused.status == PutMessageStatus.MESSAGE_ILLEGAL and "4096-byte commit-log segment" in refused.detail
+    assert store.put(delayed(largest), 0).ok
+    after = store.put(_delayed(level="1"), 1)
+    assert store.wait_for_dispatch()
+    assert service.run_once(now=after.store_timestamp + 1000) == 2
+    (copy,) = _real(store, topic, 0).messages
+    assert len(copy.body) == largest and copy.store_size == 4096 - 8
+    assert [m.body for m in _real(store).messages] == [b"later"]
+
+
+@pytest.mark.parametrize("change", ["maxMessageSize", "enabledAppendPropCRC"])
+def test_a_delivery_refused_for_good_is_dropped_and_the_level_goes_on(make_store, store_config, caplog, change) -> None:
+    """A schedule record whose delivered copy the store now refuses for good (its body over a
+    lowered maxMessageSize: MESSAGE_ILLEGAL; its properties over 32767 bytes once the CRC property
+    is appended: PROPERTIES_SIZE_EXCEEDED) is dropped with an ERROR naming it, counted as skipped,
+    and its level goes on; it was retried every 100 ms for ever, holding up every later message."""
+    store = make_store(config=store_config.copy(mappedFileSizeCommitLog=1 << 16))
+    service = _stopped(store)
+    if change == "maxMessageSize":
+        doomed = Message("Orders", b"x" * 1000, properties={"DELAY": "1"})
+    else:
+        big = max(n for n in range(32_000, 32_767) if store.writer.check(_big_properties(n), 0) is None)
+        doomed = _big_properties(big)
+    bad = store.put(doomed, 1)
+    assert bad.ok
+    after = store.put(_delayed(level="1"), 1)
+    assert store.wait_for_dispatch()
+    store.config.set(change, 100 if change == "maxMessageSize" else True)
+    with caplog.at_level("ERROR", logger="rocketstore.services.schedule"):
+        assert service.run_once(now=after.store_timestamp + 1000) == 1
+    assert [m.body for m in _real(store).messages] == [b"later"]
+    stats = service.levels[1]
+    assert (stats.delivered, stats.skipped, stats.failed_puts) == (1, 1, 0) and store.delay_offsets.get(1) == 2
+    status = "MESSAGE_ILLEGAL" if change == "maxMessageSize" else "PROPERTIES_SIZE_EXCEEDED"
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert f"at {bad.commit_log_offset}" in error and status in error and "dropped" in error
+
+
+def _big_properties(size: int) -> Message:
+    return Message("Orders", b"big", properties={"DELAY": "1", "P": "v" * size})
+
+
 def test_levels_deliver_in_their_own_time(make_store, store_config) -> None:
     """Messages of several levels and queues interleaved: each level's queue is walked in order,
     and a message is delivered exactly when its level's delay has passed."""

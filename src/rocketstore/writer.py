@@ -196,7 +196,10 @@ class MessagePreparer:
                 else PutMessageStatus.MESSAGE_ILLEGAL
             )
             return PutResult.refused(status, str(exc))
-        return self._over_record_limit(prepared[1], "the record") or prepared
+        refused = self._over_record_limit(prepared[1], "the record")
+        if refused is None and topic == SCHEDULE_TOPIC:
+            refused = self._delivery_too_big(prepared, len(body), len(topic_bytes), props[REAL_TOPIC])
+        return prepared if refused is None else refused  # (a refused PutResult is falsy)
 
     def _undeliverable(self, real_topic: str | None) -> PutResult | None:
         """MESSAGE_ILLEGAL for a schedule unit whose delivery could never be stored: a real topic
@@ -210,6 +213,19 @@ class MessagePreparer:
         return PutResult.refused(
             _ILLEGAL, f"the real topic is {size} bytes; a V1 record holds at most {rec.TOPIC_MAX_BYTES_V1}"
         )
+
+    def _delivery_too_big(self, prepared: tuple, body_len: int, topic_len: int, real_topic: str) -> PutResult | None:
+        """MESSAGE_ILLEGAL for a schedule record (``prepared``, with a ``topic_len``-byte topic)
+        whose delivered record would not fit a commit-log segment: the same header, body and
+        properties, ``real_topic`` in place of SCHEDULE_TOPIC_XXXX (a V2 record past 127 bytes).
+        Stored, its delivery would be refused at every attempt."""
+        sys_flag = prepared[rec.P_SYSFLAG]
+        props_len = prepared[rec.P_TOTAL] - rec.record_length(sys_flag, body_len, topic_len, 0)
+        real_len = len(real_topic.encode("utf-8"))
+        v2 = real_len > rec.TOPIC_MAX_BYTES_V1 and self.config.auto_message_version_on_topic_len
+        delivered = rec.record_length(sys_flag, body_len, real_len, props_len, v2)
+        too_big = too_big_for_segment(delivered, self.config.mapped_file_size_commit_log)
+        return None if too_big is None else PutResult.refused(_ILLEGAL, f"delivered to {real_topic}: {too_big}")
 
     def _over_record_limit(self, total: int, what: str) -> PutResult | None:
         """MESSAGE_ILLEGAL when ``total`` bytes of records (one record or a batch, which RocketMQ's

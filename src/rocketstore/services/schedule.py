@@ -12,7 +12,10 @@ leaves its work at the next unit when asked to stop (RocketMQ's ``isStarted()`` 
 As in RocketMQ, the redelivered record keeps the schedule record's properties string as it was
 (``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` included), is not delayed again, and does not wait
 for a SYNC flush (``WAIT=false``). A level's offset moves past a unit only once its message was
-put; offsets are persisted every ``flushDelayOffsetInterval`` (checked after every turn, so during a
+put, or dropped: a record that can never be delivered (no usable real topic or queue, or a put
+refused as MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED) is logged as an error and skipped, as
+RocketMQ drops it; any other refusal (not writeable, disk full, busy) is tried again shortly.
+Offsets are persisted every ``flushDelayOffsetInterval`` (checked after every turn, so during a
 long backlog too) and at stop. After a crash the messages delivered since the last persist are
 delivered again; none is lost.
 """
@@ -34,7 +37,7 @@ from rocketstore.meta.config_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.reader import check_arguments
-from rocketstore.results import PutResult
+from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.services.base import Service
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,8 @@ FIRST_DELAY_MS = 1000  # the first round of each level, after start
 DELAY_FOR_A_WHILE_MS = 100  # an idle level, or a put that failed, is looked at again after this
 UNITS_PER_ROUND = 500  # the units a level delivers (or skips) in one turn before the next due level's turn
 UNKNOWN_LEVEL_DELAY_MS = 1000  # computeDeliverTimestamp for a level the table lacks
+# refusals of a delivery that no later attempt changes (the record itself is at fault): dropped
+REFUSED_FOR_GOOD = frozenset({PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED})
 _MAX_EXT_ADDR = -(2**31) - 1  # ConsumeQueueExt.isExtAddr: tags codes at or below it address the ext file
 
 Reader = Callable[[int, int], "StoredMessage | None"]
@@ -239,6 +244,8 @@ class ScheduleMessageService(Service):
                 try:
                     target = redelivered(stored) if stored is not None else None
                     result = self.put(*target) if target is not None else None
+                    if result is not None and result.status in REFUSED_FOR_GOOD:
+                        result.raise_for_status()
                 except StoreClosedError:
                     raise
                 except RocketStoreError as exc:  # it can never be put (RocketMQ: "drop it")
