@@ -588,6 +588,70 @@ def test_missing_fields_take_java_defaults(tmp_path) -> None:
     assert sub.find("G")["consumeEnable"] is True  # type: ignore[index]
 
 
+@pytest.mark.parametrize(
+    ("raw", "read"),
+    [
+        *[('"false"', False), ('"FALSE"', False), ('"0"', False), ('"f"', False), ('"N"', False), ("0", False)],
+        *[('"true"', True), ('"True"', True), ('"1"', True), ('"y"', True), ('"T"', True), ("1", True), ("2", False)],
+        *[("null", None), ('""', None), ('"null"', None), ('"NULL"', None)],  # fastjson: the field's default
+    ],
+)
+def test_boolean_fields_are_read_as_fastjson_casts_them(tmp_path, raw: str, read: bool | None) -> None:
+    """fastjson reads a boolean bean field given as a string or number with TypeUtils.castToBoolean
+    ("order":"false" made the whole topics.json unreadable; "consumeEnable":"false" stayed a
+    string, which is true); the file is written back with JSON booleans."""
+    topics = tmp_path / "topics.json"
+    _write(topics, '{"topicConfigTable":{"T":{"order":' + raw + ',"perm":6}}}')
+    mgr = TopicConfigManager(topics)
+    assert mgr.load() and mgr.load_problem is None
+    assert mgr.find("T")["order"] is (False if read is None else read)  # type: ignore[index]
+    mgr.persist()
+    assert json.loads(_read(topics))["topicConfigTable"]["T"]["order"] is (False if read is None else read)
+    groups = tmp_path / "subscriptionGroup.json"
+    _write(groups, '{"subscriptionGroupTable":{"G":{"consumeEnable":' + raw + ',"consumeMessageOrderly":' + raw + "}}}")
+    sub = SubscriptionGroupManager(groups)
+    assert sub.load() and sub.load_problem is None
+    group = sub.find("G")
+    assert group["consumeEnable"] is (True if read is None else read)  # type: ignore[index]
+    assert group["consumeMessageOrderly"] is (False if read is None else read)  # type: ignore[index]
+    sub.persist()
+    assert json.loads(_read(groups))["subscriptionGroupTable"]["G"]["consumeEnable"] is group["consumeEnable"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("raw", ['"maybe"', '"yes"', '"t"', '"n"', "[]", "{}"])
+def test_a_boolean_field_fastjson_cannot_cast_makes_the_file_undecodable(tmp_path, raw: str) -> None:
+    topics = tmp_path / "topics.json"
+    _write(topics, '{"topicConfigTable":{"T":{"order":' + raw + "}}}")
+    mgr = TopicConfigManager(topics)
+    assert mgr.load() is False and mgr.load_problem is not None and "order" in mgr.load_problem
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "end"),
+    [
+        ("consumerOffset.json", '{"offsetTable":{"T@g":{0:9223372036854775808}}}', "9223372036854775807"),
+        ("consumerOffset.json", '{"offsetTable":{"T@g":{0:-9223372036854775809}}}', "-9223372036854775808"),
+        ("consumerOffset.json", '{"offsetTable":{"T@g":{2147483648:5}}}', "2147483647"),
+        ("delayOffset.json", '{"offsetTable":{1:9223372036854775808}}', "9223372036854775807"),
+        ("delayOffset.json", '{"offsetTable":{"-2147483649":5}}', "-2147483648"),
+    ],
+)
+def test_offsets_outside_java_long_make_the_file_undecodable(tmp_path, name: str, text: str, end: str) -> None:
+    """fastjson cannot read an offset past a Java long (nor a queue id or delay level past an int):
+    such a file falls back to its backup as other bad content does; the ends of the ranges read."""
+    path = tmp_path / name
+    consumer = name == "consumerOffset.json"
+    manager = ConsumerOffsetManager if consumer else DelayOffsetManager
+    _write(str(path) + ".bak", '{"offsetTable":{"T@g":{0:7}}}' if consumer else '{"offsetTable":{1:7}}')
+    _write(path, text)
+    mgr = manager(path)
+    assert mgr.load() and mgr.load_problem is not None and "backup" in mgr.load_problem
+    assert mgr.offset_table == ({"T@g": {0: 7}} if consumer else {1: 7})
+    _write(path, text.replace(end[:-1] + str(int(end[-1]) + 1), end))  # one past the end -> the end
+    again = manager(path)
+    assert again.load() and again.load_problem is None
+
+
 # ======================================================================== managers: behaviour and round trips
 
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import StoreClosedError, StoreFileError
 from rocketstore.meta import fastjson
-from rocketstore.meta.json_files import load_json_file, read_json_file, write_json_file
+from rocketstore.meta.json_files import as_bool, as_dict, as_int, load_json_file, read_json_file, write_json_file
 
 __all__ = [
     "ConsumerOffsetManager",
@@ -67,6 +67,10 @@ _GROUP_DEFAULTS: dict[str, Any] = {
 }
 _GROUP_INT_FIELDS = ("brokerId", "retryMaxTimes", "retryQueueNums", "whichBrokerWhenConsumeSlowly")
 DEFAULT_RETRY_MAX_TIMES = _GROUP_DEFAULTS["retryMaxTimes"]
+# The boolean fields of a group, with their defaults (5.x's consumeMessageOrderly too, when present).
+_GROUP_BOOL_FIELDS = {k: v for k, v in _GROUP_DEFAULTS.items() if isinstance(v, bool)} | {
+    "consumeMessageOrderly": False
+}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -90,30 +94,14 @@ def _next_version(data_version: dict[str, Any]) -> None:
         data_version["stateVersion"] = 0
 
 
-def _as_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.lstrip("-").isdigit():
-            return int(value)
-        raise ValueError(f"{what} is not an integer: {value!r}")
-    return value
-
-
-def _as_dict(value: Any, what: str) -> dict[Any, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} is not a JSON object")
-    return value
-
-
 def _decode_data_version(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
-    dv = dict(_as_dict(value, "dataVersion"))
-    dv["counter"] = _as_int(dv.get("counter", 0), "dataVersion.counter")
-    dv["timestamp"] = _as_int(dv.get("timestamp", 0), "dataVersion.timestamp")
+    dv = dict(as_dict(value, "dataVersion"))
+    dv["counter"] = as_int(dv.get("counter", 0), "dataVersion.counter")
+    dv["timestamp"] = as_int(dv.get("timestamp", 0), "dataVersion.timestamp")
     if "stateVersion" in dv:
-        dv["stateVersion"] = _as_int(dv["stateVersion"], "dataVersion.stateVersion")
+        dv["stateVersion"] = as_int(dv["stateVersion"], "dataVersion.stateVersion")
     return dv
 
 
@@ -123,8 +111,8 @@ def _sorted_bean(bean: dict[str, Any]) -> dict[str, Any]:
 
 
 def _decode_int_map(value: Any, what: str) -> dict[int, int]:
-    table = _as_dict(value, what)
-    return {_as_int(k, f"{what} key"): _as_int(v, f"{what} value") for k, v in table.items()}
+    table = as_dict(value, what)
+    return {as_int(k, f"{what} key", 32): as_int(v, f"{what} value", 64) for k, v in table.items()}
 
 
 def _decode_extra(obj: dict[Any, Any]) -> dict[Any, Any]:
@@ -264,14 +252,13 @@ class TopicConfigManager(ConfigFile):
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table: dict[str, dict[str, Any]] = {}
-        for name, raw in _as_dict(obj.get("topicConfigTable"), "topicConfigTable").items():
+        for name, raw in as_dict(obj.get("topicConfigTable"), "topicConfigTable").items():
             cfg = dict(_TOPIC_CLASS_DEFAULTS)
             cfg["topicName"] = str(name)
-            cfg.update(_as_dict(raw, f"topic {name}"))
+            cfg.update(as_dict(raw, f"topic {name}"))
             for field in _TOPIC_INT_FIELDS:
-                cfg[field] = _as_int(cfg[field], f"topic {name} {field}")
-            if not isinstance(cfg["order"], bool):
-                raise ValueError(f"topic {name} order is not a boolean")
+                cfg[field] = as_int(cfg[field], f"topic {name} {field}")
+            cfg["order"] = as_bool(cfg["order"], f"topic {name} order", False)
             table[str(name)] = cfg
         extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "topicConfigTable")}
         return table, _decode_data_version(obj.get("dataVersion")), extra
@@ -412,10 +399,10 @@ class ConsumerOffsetManager(ConfigFile):
         self._extra = {}
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
-        table = _as_dict(obj.get("offsetTable"), "offsetTable")
+        table = as_dict(obj.get("offsetTable"), "offsetTable")
         offsets = {str(key): _decode_int_map(value, f"offsetTable[{key}]") for key, value in table.items()}
         extra = _decode_extra(obj)
-        group_topics = _as_dict(extra.get("groupTopicMap"), "groupTopicMap")
+        group_topics = as_dict(extra.get("groupTopicMap"), "groupTopicMap")
         if any(not isinstance(topics, list) for topics in group_topics.values()):
             raise ValueError("groupTopicMap values are not JSON arrays")
         return offsets, extra
@@ -539,12 +526,15 @@ class SubscriptionGroupManager(ConfigFile):
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table: dict[str, dict[str, Any]] = {}
-        for name, raw in _as_dict(obj.get("subscriptionGroupTable"), "subscriptionGroupTable").items():
+        for name, raw in as_dict(obj.get("subscriptionGroupTable"), "subscriptionGroupTable").items():
             cfg = dict(_GROUP_DEFAULTS)
             cfg["groupName"] = str(name)
-            cfg.update(_as_dict(raw, f"group {name}"))
+            cfg.update(as_dict(raw, f"group {name}"))
             for field in _GROUP_INT_FIELDS:
-                cfg[field] = _as_int(cfg[field], f"group {name} {field}")
+                cfg[field] = as_int(cfg[field], f"group {name} {field}")
+            for field, default in _GROUP_BOOL_FIELDS.items():
+                if field in cfg:
+                    cfg[field] = as_bool(cfg[field], f"group {name} {field}", default)
             table[str(name)] = cfg
         extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "subscriptionGroupTable")}
         return table, _decode_data_version(obj.get("dataVersion")), extra

@@ -2,6 +2,7 @@
 ``MixAll.string2File``.
 
 * :func:`load_json_file` reads ``path`` and falls back to ``path + ".bak"`` like ``ConfigManager.load``.
+* :func:`as_int`, :func:`as_bool` and :func:`as_dict`: a field of a file's beans as fastjson reads it.
 * :func:`write_json_file` is RocketMQ 4.9.8's ``MixAll.string2File`` (``.tmp``, copy to ``.bak``,
   rename) made crash-safe with fsyncs; always UTF-8. A main file that cannot be read as a config
   file is kept aside as ``path + ".corrupt-<yyyyMMddHHmmssSSS>"`` before it is replaced.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -21,7 +23,7 @@ from rocketstore.errors import CorruptStoreError, RocketStoreError, StoreFileErr
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta import fastjson
 
-__all__ = ["load_json_file", "read_json_file", "write_json_file"]
+__all__ = ["as_bool", "as_dict", "as_int", "load_json_file", "read_json_file", "write_json_file"]
 
 log = logging.getLogger(__name__)
 
@@ -221,3 +223,46 @@ def _keep_aside(path: str, data: bytes) -> None:
             continue
         log.warning("config file %s could not be read; its content is kept as %s", path, aside)
         return
+
+
+# -- bean fields as fastjson casts them (a ValueError makes the file undecodable) --------------
+
+
+def as_int(value: Any, what: str, bits: int | None = None) -> int:
+    """An integer (a string of digits too); with ``bits``, one that fits a Java int (32) or long
+    (64), which fastjson needs to read it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if not (isinstance(value, str) and value.lstrip("-").isdigit()):
+            raise ValueError(f"{what} is not an integer: {value!r}")
+        value = int(value)
+    if bits is not None and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise ValueError(f"{what} {value} is past a Java {'int' if bits == 32 else 'long'}")
+    return value
+
+
+def as_bool(value: Any, what: str, default: bool) -> bool:
+    """A boolean bean field as fastjson reads it (TypeUtils.castToBoolean): JSON true/false, a
+    number (1 is true), "true"/"false" in any case, "1"/"0", "Y"/"F" in any case, "T"/"N"; null,
+    "" and "null" leave the field's default. ValueError for anything else."""
+    if isinstance(value, bool):
+        return value
+    if value is None or value in ("", "null", "NULL"):
+        return default
+    if isinstance(value, int):
+        return as_int(value, what, 32) == 1
+    if isinstance(value, float):
+        return math.isfinite(value) and int(value) == 1
+    if isinstance(value, str):
+        if value.lower() in ("true", "y") or value in ("1", "T"):
+            return True
+        if value.lower() in ("false", "f") or value in ("0", "N"):
+            return False
+    raise ValueError(f"{what} is not a boolean: {value!r}")
+
+
+def as_dict(value: Any, what: str) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return value
