@@ -21,6 +21,7 @@ from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatu
 from rocketstore.errors import StoreFileError
 from rocketstore.meta import config_files, fastjson
 from rocketstore.meta.config_files import ConsumerOffsetManager
+from rocketstore.meta.lockfile import StoreLock, held
 
 GUARD_S = 5.0  # a guard against a hang, not a timing assertion: the old code blocks until released
 HOLD_S = 6 * GUARD_S  # a held step outlasts every guard: it ends when the test releases it
@@ -334,3 +335,19 @@ def test_a_writable_open_refuses_a_config_file_it_cannot_read(make_store, store_
     reopened = make_store()  # the refused open left the lock free and nothing behind
     assert reopened.query_offset("g", "T", 0) == 9
     assert not Path(str(path) + ".tmp").exists()
+
+
+@pytest.mark.parametrize("create", [False, True])
+def test_a_lock_file_that_cannot_be_opened_is_a_typed_error_naming_it(tmp_path, create: bool) -> None:
+    """The store's lock file cannot be opened (no permission; here a folder in its place, which
+    root cannot open either): StoreFileError naming it, for ``held`` (``rocketstore recover``
+    printed a bare ``[Errno 13]``) and for an open for writing alike."""
+    lock = tmp_path / "store" / "lock"
+    lock.mkdir(parents=True)
+    with pytest.raises(StoreFileError, match=r"lock file") as raised:
+        if create:
+            StoreLock(str(lock.parent)).acquire()
+        else:
+            with held(str(lock.parent)):
+                pass
+    assert raised.value.errno == errno.EISDIR and raised.value.filename == str(lock)

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
-from rocketstore.errors import StoreLockedError
+from rocketstore.errors import StoreFileError, StoreLockedError
 
 _held: set[str] = set()  # store folders this process has locked
 _held_lock = threading.Lock()
@@ -36,7 +36,8 @@ class StoreLock:
         self._fd = -1
 
     def acquire(self, *, create: bool = True) -> bool:
-        """Take the lock (StoreLockedError when a process or a store object of this one holds it).
+        """Take the lock (StoreLockedError when a process or a store object of this one holds it;
+        StoreFileError naming the file when it cannot be opened or locked otherwise).
         ``create=False`` only locks a ``lock`` file that is there and writes nothing to it: False
         when there is none (no process can hold it then)."""
         with _held_lock:
@@ -44,23 +45,33 @@ class StoreLock:
                 raise StoreLockedError(f"Lock failed, MQ already started: {self._key} is open in this process")
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0), 0o644)
-            except (FileNotFoundError, NotADirectoryError):
+            except (FileNotFoundError, NotADirectoryError) as exc:
                 if create:
-                    raise
+                    raise self._error(exc, "opened") from exc
                 return False
+            except OSError as exc:  # no permission, a folder in its place, ...
+                raise self._error(exc, "opened") from exc
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
                     raise _locked(self.path, lock_holder(os.path.dirname(self.path))) from None
-                raise
+                raise self._error(exc, "locked") from exc
             if create:
-                os.pwrite(fd, b"lock", 0)
-                os.fsync(fd)
+                try:
+                    os.pwrite(fd, b"lock", 0)
+                    os.fsync(fd)
+                except OSError as exc:
+                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+                    os.close(fd)
+                    raise self._error(exc, "written") from exc
             self._fd = fd
             _held.add(self._key)
             return True
+
+    def _error(self, exc: OSError, what: str) -> StoreFileError:
+        return StoreFileError.of(exc, f"the store's lock file {self.path} cannot be {what}")
 
     def release(self) -> None:
         with _held_lock:
