@@ -499,6 +499,62 @@ def test_a_consume_queue_cut_by_damage_is_rebuilt_from_the_log(make_store, tmp_p
     assert verify_store(tmp_path / "store", store_config).ok
 
 
+def _zero_last_units(folder: Path, count: int) -> None:
+    """Zero the last ``count`` written units of the queue in ``folder`` (all in its last file)."""
+    last = sorted(folder.iterdir())[-1]
+    data = last.read_bytes()
+    written = max(i + 1 for i in range(len(data) // 20) if data[i * 20 : i * 20 + 20] != bytes(20))
+    assert written >= count
+    with open(last, "r+b") as f:
+        f.seek((written - count) * 20)
+        f.write(bytes(20 * count))
+
+
+@pytest.mark.parametrize(
+    ("damage", "behind"),
+    [
+        ("the last units zeroed", ["T/0"]),
+        ("the last file zeroed", ["T/0"]),
+        ("the queue removed", ["T/0"]),
+        ("every queue removed", []),  # the walk covers the whole log: nothing to catch up
+    ],
+)
+def test_a_consume_queue_short_after_a_clean_exit_is_rebuilt_from_its_end(
+    make_store, tmp_path, store_config, caplog, damage, behind
+) -> None:
+    """Units lost at a queue's end after a clean exit (zeros do not count as damage, so recovery
+    does not know the queue is short): the walk meets a record of the queue past its end, and the
+    queue is dispatched again from its own end. The record used to be written in the first free
+    slot (a unit misaligned with its queue offset, the offsets before it missing, the next put
+    reusing one)."""
+    store = make_store()
+    for i in range(100):
+        store.put(Message("U", b"u%d" % i))
+        store.put(Message("T", b"t%d" % i))  # T/0 holds the log's last record
+    store.shutdown()
+    root = tmp_path / "store"
+    folder = root / "consumequeue" / "T" / "0"
+    if damage == "the last units zeroed":
+        _zero_last_units(folder, 3)
+    elif damage == "the last file zeroed":
+        _zero_last_units(folder, 10)
+    elif damage == "the queue removed":
+        shutil.rmtree(folder)
+    else:
+        shutil.rmtree(root / "consumequeue")
+    store = make_store()
+    if behind:  # a normal open walks the last segments only
+        assert store.recovery.start_file != "0" * 20
+    assert store.recovery.queues_behind == behind
+    assert store.get_max_offset_in_queue("T", 0) == store.get_max_offset_in_queue("U", 0) == 100
+    assert [m.body for m in _pulled(store, "T", 100)] == [b"t%d" % i for i in range(100)]
+    assert store.put(Message("T", b"t100")).queue_offset == 100
+    store.shutdown()
+    assert not [r for r in caplog.records if "[BUG]" in r.getMessage()]
+    report = verify_store(root, store_config)
+    assert report.ok, report.problems[:5]
+
+
 def test_a_topic_deleted_and_written_again_keeps_its_new_messages_after_sigkill(tmp_path: Path) -> None:
     """SYNC_FLUSH: 20 DEL and 40 T0 messages, DEL deleted, 3 new DEL messages acknowledged at queue
     offsets 0..2, SIGKILL. Abnormal recovery cuts the queue units it does not trust and dispatches

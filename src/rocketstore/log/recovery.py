@@ -12,7 +12,10 @@ Where this goes beyond RocketMQ, it is to lose nothing:
 * records at or after the consume queues' end are dispatched during a normal recovery too (5.x
   skips a record starting exactly there);
 * a queue whose tail recovery cut for damage is dispatched again from its own end (RocketMQ
-  starts at the highest end over all queues);
+  starts at the highest end over all queues), and so is a queue the walk finds short: a record of
+  it lands past its end (units at its end zeroed or removed after a clean exit, which no check
+  can tell from never written) instead of being written out of place; a queue short only of
+  records before the walk's start stays short (finding it would take a walk of the whole log);
 * records of a topic deleted since (``config/deletedTopics.json``) are not put in the consume
   queues again: the dispatcher skips them there, so a reopen does not bring the removed queue
   back (they are indexed again, as every record is);
@@ -66,6 +69,8 @@ class RecoveryReport:
     # each queue's end as its files held it, less what recovery cut: the units below it were not
     # written by this recovery (a copy-on-write open leaves the files as they were)
     queue_ends_kept: dict[tuple[str, int], int] = field(default_factory=dict)
+    # "topic/queueId" of the queues the walk found short of the log: dispatched again from their end
+    queues_behind: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON can hold it: camelCase keys, queue ends under ``"topic/queueId"``."""
@@ -150,6 +155,8 @@ def recover(
         report.records_dispatched += len(records)
         dispatcher.dispatch_records(records)
 
+    # a queue whose record lands past its end lost units there: it is caught up after the walk
+    queues.hold_gaps(True, empty_starts_anywhere=dispatch_from <= files[0].file_from_offset)
     process_offset = files[start].file_from_offset
     i, begin = start, 0
     while i < len(files):
@@ -196,6 +203,7 @@ def recover(
 
     report.process_offset = process_offset
     queues.truncate_dirty(process_offset)
+    report.queues_behind = _catch_up(commit_log, queues, dispatcher, process_offset, delay_millis)
     report.queue_ends_kept = {
         key: min(before.get(key, 0), cq.max_offset_in_queue()) for key, cq in queues.table.items()
     }
@@ -244,6 +252,46 @@ def _claim_only_what_is_kept(checkpoint: StoreCheckpoint, index: IndexService | 
     checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, newest)
     if index is not None and index.files:
         checkpoint.index_msg_timestamp = min(checkpoint.index_msg_timestamp, max(f.end_timestamp for f in index.files))
+
+
+def _catch_up(
+    commit_log: CommitLog,
+    queues: ConsumeQueueStore,
+    dispatcher: Dispatcher,
+    end: int,
+    delay_millis: tuple[int, ...],
+) -> list[str]:
+    """Dispatch the log again to the queues the walk found ``behind``, from the lowest of their
+    ends (the log's first segment for one that is empty) up to ``end``; the other queues hold
+    those records already and skip them. Returns the queues caught up, as ``"topic/queueId"``."""
+    queues.hold_gaps(False)
+    start = queues.behind_end()
+    if start is None:
+        return []
+    behind = queues.behind()
+    for cq in behind:
+        cq.behind = False
+
+    def on_records(records: Records) -> None:
+        if records.offsets[-1] < start:
+            return
+        if records.offsets[0] < start:
+            records = records.select(records.offsets >= start)
+        dispatcher.dispatch_records(records, index=False)
+
+    for mapped in commit_log.queue.files:
+        if mapped.end_offset <= start or mapped.file_from_offset >= end:
+            continue
+        stop, pos = min(end, mapped.end_offset) - mapped.file_from_offset, 0
+        while pos < stop:  # as the walk reads them: a record whose lengths alone disagree is skipped
+            pos, reason = walk_segment(
+                mapped, pos, stop, on_records, check_crc=False, delay_millis=delay_millis, checked_only_before=start
+            )
+            skip = mismatched_size(mapped.mm, pos, mapped.file_size) if reason == STOP_BAD else 0
+            if not skip:
+                break
+            pos += skip
+    return sorted(f"{cq.topic}/{cq.queue_id}" for cq in behind)
 
 
 def _reindex(

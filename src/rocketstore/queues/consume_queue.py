@@ -98,6 +98,11 @@ class ConsumeQueue:
         self.max_physic_offset = -1  # end (offset + size) of the last unit's record
         self.cut_units = 0  # written units that recovery cut after an invalid one (damage)
         self.damaged = False  # units may be missing at the end: recovery dispatches them again
+        # recovery: a unit landing past the end is not written; the queue is marked ``behind``
+        # (units at its end were lost) and dispatched again from its end (ConsumeQueueStore.hold_gaps)
+        self.hold_gaps = False
+        self.empty_starts_anywhere = False  # with hold_gaps: the first unit of an empty queue may be past 0
+        self.behind = False
         self.min_logic_offset = 0  # bytes
         self._order_warned = False
 
@@ -254,6 +259,8 @@ class ConsumeQueue:
         if start == n:
             return
         cq_offset = int(queue_offsets[start])
+        if self.hold_gaps and self._leaves_gap(cq_offset, int(phys[start])):
+            return
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         mapped = self.queue.last_mapped_file(expect)
         if mapped.first_create_in_queue and cq_offset != 0 and mapped.wrote_position == 0:
@@ -290,6 +297,28 @@ class ConsumeQueue:
             self.max_physic_offset = int(phys[last] + sizes[last])
             mapped = self.queue.last_mapped_file(mapped.end_offset)
         self.max_physic_offset = int(phys[-1] + sizes[-1])
+
+    def _leaves_gap(self, cq_offset: int, phy: int) -> bool:
+        """(recovery) Whether a unit of queue offset ``cq_offset`` lands past the queue's end: the
+        units before it were lost (zeroed or removed after a clean exit, which recovery cannot
+        tell from never written). The queue is then marked ``behind`` and nothing more is written
+        until recovery dispatches it again from its own end."""
+        if self.behind:
+            return True
+        end = self.queue.max_offset() // CQ_STORE_UNIT_SIZE
+        if cq_offset <= end or (not self.queue.files and self.empty_starts_anywhere):
+            return False
+        self.behind = True
+        log.warning(
+            "consume queue %s/%d %s, but the commit log holds its record of queue offset %d at %d: units "
+            "at its end were lost; its records are dispatched again from the commit log",
+            self.topic,
+            self.queue_id,
+            f"ends at queue offset {end}" if self.queue.files else "has no units",
+            cq_offset,
+            phy,
+        )
+        return True
 
     # -- reading -------------------------------------------------------------------------------
     def max_offset_in_queue(self) -> int:

@@ -23,6 +23,7 @@ class ConsumeQueueStore:
         self.mode = mode
         self.table: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
+        self._gaps = (False, False)  # (hold_gaps, empty_starts_anywhere) for every queue, new ones too
 
     def load(self) -> None:
         """Map every ``consumequeue/<topic>/<queueId>/`` folder; other entries are skipped."""
@@ -50,6 +51,7 @@ class ConsumeQueueStore:
                 cq = self.table.get((topic, queue_id))
                 if cq is None:
                     cq = ConsumeQueue(topic, queue_id, self.root, self.file_size, self.mode)
+                    cq.hold_gaps, cq.empty_starts_anywhere = self._gaps
                     self.table = {**self.table, (topic, queue_id): cq}
         return cq
 
@@ -74,8 +76,24 @@ class ConsumeQueueStore:
         """The lowest end of the queues that may miss units at their end (recovery cut written
         units, or load left out an empty last file): their records are dispatched again from
         there. None when no queue was damaged."""
-        ends = [max(cq.max_physic_offset, 0) for cq in self.table.values() if cq.damaged]
-        return min(ends, default=None)
+        return _lowest_end([cq for cq in self.table.values() if cq.damaged])
+
+    def hold_gaps(self, hold: bool, empty_starts_anywhere: bool = False) -> None:
+        """(recovery) While ``hold``, a unit that would land past its queue's end is not written
+        and the queue is marked ``behind``; ``empty_starts_anywhere``: the walk starts at the log's
+        first segment, so an empty queue's first record found is its first (fillers before it)."""
+        self._gaps = (hold, empty_starts_anywhere)
+        for cq in self.table.values():
+            cq.hold_gaps, cq.empty_starts_anywhere = self._gaps
+
+    def behind(self) -> list[ConsumeQueue]:
+        """The queues recovery found short of the log (``hold_gaps``)."""
+        return [cq for cq in self.table.values() if cq.behind]
+
+    def behind_end(self) -> int | None:
+        """The lowest end of the queues found ``behind``: their records are dispatched again from
+        there (0 for an empty one: from the log's first segment). None when none is behind."""
+        return _lowest_end(self.behind())
 
     def truncate_dirty(self, phy_offset: int) -> None:
         for cq in self.table.values():
@@ -163,3 +181,8 @@ class ConsumeQueueStore:
     def close(self) -> None:
         for cq in self.table.values():
             cq.close()
+
+
+def _lowest_end(queues: list[ConsumeQueue]) -> int | None:
+    """The lowest end (record end of the last unit; 0 for an empty queue) of ``queues``, or None."""
+    return min((max(cq.max_physic_offset, 0) for cq in queues), default=None)

@@ -99,8 +99,8 @@ class Dispatcher:
         if self.index is not None:
             self.index.build_index_requests(requests)
 
-    def dispatch_records(self, records: Records) -> None:
-        """Build the consume queues (NOT/COMMIT records) and the index for ``records``."""
+    def dispatch_records(self, records: Records, *, index: bool = True) -> None:
+        """Build the consume queues (NOT/COMMIT records) and, with ``index``, the index for ``records``."""
         if not len(records):
             return
         live = records
@@ -138,7 +138,7 @@ class Dispatcher:
                     phys[a:b], sizes[a:b], queue_offsets[a:b], data[a * CQ_STORE_UNIT_SIZE : b * CQ_STORE_UNIT_SIZE]
                 )
             self.checkpoint.logics_dispatched_timestamp = int(queued.store_ts[-1])
-        if self.index is not None:
+        if index and self.index is not None:
             self.index.build_index(records)
 
 
