@@ -511,16 +511,17 @@ def _zero_last_units(folder: Path, count: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("damage", "behind"),
+    ("damage", "count", "behind"),
     [
-        ("the last units zeroed", ["T/0"]),
-        ("the last file zeroed", ["T/0"]),
-        ("the queue removed", ["T/0"]),
-        ("every queue removed", []),  # the walk covers the whole log: nothing to catch up
+        ("the last units zeroed", 100, ["T/0"]),
+        ("the last file zeroed", 100, ["T/0"]),
+        ("the queue removed", 100, ["T/0"]),
+        ("the queue removed", 5, ["T/0"]),  # one segment: walked from its start, dispatched from U's end
+        ("every queue removed", 100, []),  # the walk covers the whole log: nothing to catch up
     ],
 )
 def test_a_consume_queue_short_after_a_clean_exit_is_rebuilt_from_its_end(
-    make_store, tmp_path, store_config, caplog, damage, behind
+    make_store, tmp_path, store_config, caplog, damage, count, behind
 ) -> None:
     """Units lost at a queue's end after a clean exit (zeros do not count as damage, so recovery
     does not know the queue is short): the walk meets a record of the queue past its end, and the
@@ -528,7 +529,7 @@ def test_a_consume_queue_short_after_a_clean_exit_is_rebuilt_from_its_end(
     slot (a unit misaligned with its queue offset, the offsets before it missing, the next put
     reusing one)."""
     store = make_store()
-    for i in range(100):
+    for i in range(count):
         store.put(Message("U", b"u%d" % i))
         store.put(Message("T", b"t%d" % i))  # T/0 holds the log's last record
     store.shutdown()
@@ -543,12 +544,12 @@ def test_a_consume_queue_short_after_a_clean_exit_is_rebuilt_from_its_end(
     else:
         shutil.rmtree(root / "consumequeue")
     store = make_store()
-    if behind:  # a normal open walks the last segments only
+    if behind and count == 100:  # a normal open walks the last segments only
         assert store.recovery.start_file != "0" * 20
     assert store.recovery.queues_behind == behind
-    assert store.get_max_offset_in_queue("T", 0) == store.get_max_offset_in_queue("U", 0) == 100
-    assert [m.body for m in _pulled(store, "T", 100)] == [b"t%d" % i for i in range(100)]
-    assert store.put(Message("T", b"t100")).queue_offset == 100
+    assert store.get_max_offset_in_queue("T", 0) == store.get_max_offset_in_queue("U", 0) == count
+    assert [m.body for m in _pulled(store, "T", count)] == [b"t%d" % i for i in range(count)]
+    assert store.put(Message("T", b"late")).queue_offset == count
     store.shutdown()
     assert not [r for r in caplog.records if "[BUG]" in r.getMessage()]
     report = verify_store(root, store_config)
