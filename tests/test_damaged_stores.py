@@ -16,6 +16,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import CorruptStoreError, StoreFileError
+from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.verify import verify_store
 from test_cli import SRC
 from test_verify_live import HOLD_LOCK
@@ -102,6 +103,20 @@ def test_a_short_checkpoint_reads_as_zeros(make_store, tmp_path, store_config: S
             assert _found(store, "k29") == [offsets[29]]
             assert store.get_max_offset_in_queue("T", 1) == 15
         assert (root / "checkpoint").stat().st_size == 4096
+
+
+def test_a_short_checkpoint_is_read_as_far_as_it_goes(tmp_path, caplog) -> None:
+    """Only the missing bytes read as zeros: the fields (and the part of one) the file holds are
+    read, and the warning says so (it said the file read as zeros)."""
+    physic, logics = 1_700_000_000_123, 1_700_000_000_456
+    path = tmp_path / "checkpoint"
+    path.write_bytes(struct.pack(">qq", physic, logics)[:12])
+    checkpoint = StoreCheckpoint(str(path))
+    assert checkpoint.physic_msg_timestamp == physic
+    assert checkpoint.logics_msg_timestamp == logics & ~0xFFFFFFFF  # its low half is missing
+    assert checkpoint.index_msg_timestamp == 0
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "holds 12 of its 40 bytes: those are read, the missing 28 as zeros" in warning
 
 
 @pytest.mark.parametrize(

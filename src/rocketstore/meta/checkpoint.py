@@ -42,7 +42,14 @@ class StoreCheckpoint:
             with open(path, "rb") as f:
                 head = f.read(_FIELDS.size)
             if len(head) < 24:  # RocketMQ maps it at full size: the missing bytes read as zeros
-                log.warning("%s holds %d bytes: read as zeros (recovery after a crash walks the log)", path, len(head))
+                log.warning(
+                    "%s holds %d of its %d bytes: those are read, the missing %d as zeros (a timestamp read so "
+                    "is no later than the one written: a recovery after a crash starts no later in the log)",
+                    path,
+                    len(head),
+                    _FIELDS.size,
+                    _FIELDS.size - len(head),
+                )
             head = head.ljust(_FIELDS.size, b"\0")
             (
                 self.physic_msg_timestamp,
