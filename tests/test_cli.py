@@ -945,10 +945,11 @@ def test_spark_export_of_a_time_range_without_messages_is_zero_messages(tmp_path
 
 # -- what a new user ran into ------------------------------------------------------------------------
 def cli_process(*args: object, **kwargs: object) -> subprocess.Popen:
-    """The CLI in a subprocess, stdout and stderr piped."""
+    """The CLI in a subprocess, stdout and stderr piped (unless ``stdout=`` says where it goes)."""
     env = {**os.environ, "PYTHONPATH": str(SRC), **kwargs.pop("env", {})}  # type: ignore[dict-item]
     command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, **kwargs)  # type: ignore[call-overload]
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    return subprocess.Popen(command, env=env, **streams)  # type: ignore[call-overload]
 
 
 HOLD = """

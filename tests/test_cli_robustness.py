@@ -202,6 +202,23 @@ def test_export_interrupted_keeps_the_earlier_file(tmp_path: Path, big_store: Pa
     assert out.read_text() == "earlier\n" and _part_files(tmp_path) == []
 
 
+def test_export_to_stdout_interrupted_ends_with_a_whole_line(tmp_path: Path, big_store: Path) -> None:
+    """Ctrl-C while export writes to stdout (`> file`) lands between two lines: what was written
+    is whole JSON lines, in order, the last one ended by its newline (tried a few times: where the
+    signal lands is up to chance)."""
+    out = tmp_path / "out.jsonl"
+    for _ in range(4):
+        with open(out, "wb") as f:
+            proc = cli_process("export", big_store, *BIG, stdout=f)
+        _wait_until(lambda: out.stat().st_size > 0, "the export to write")
+        status, err = _interrupt(proc)
+        assert (status, err) == (130, "interrupted\n")
+        data = out.read_bytes()
+        assert data.endswith(b"\n"), data[-200:]
+        rows = [json.loads(line) for line in data.splitlines()]
+        assert [r["queueOffset"] for r in rows] == list(range(len(rows)))
+
+
 def test_export_to_a_file_replaces_it_at_the_end_with_the_umask_mode(tmp_path: Path) -> None:
     root = tmp_path / "s"
     _store_with_bad_records(root, bad=0)

@@ -39,20 +39,27 @@ class ExportCount:
 
 
 def export_topics(
-    store: MessageStore, out: IO[str], topics: list[str] | None, advance: Callable[[int], None] | None = None
+    store: MessageStore,
+    out: IO[str],
+    topics: list[str] | None,
+    advance: Callable[[int], None] | None = None,
+    guard: DeferInterrupts | None = None,
 ) -> ExportCount:
     """``export_jsonl`` restricted to ``topics`` (same lines, same order; all topics for None);
     ``advance(1)`` after each message. A unit whose message cannot be read is warned about on
-    stderr (the first few one by one, with where it is and why) and counted as skipped."""
+    stderr (the first few one by one, with where it is and why) and counted as skipped. Each line
+    is written inside ``guard`` (installed): a Ctrl-C lands between two lines, never in one."""
     count = ExportCount()
     unreadable = UnreadableUnits("not exported")
+    whole: contextlib.AbstractContextManager[None] = guard if guard is not None else contextlib.nullcontext()
     for unit in iter_units(store, topics):
         msg = unit.message
         if msg is None:
             unreadable.add(unit)
             continue
-        out.write(dumps_row(export_row(msg, unit.tags_code, unit.size)))
-        out.write("\n")
+        line = dumps_row(export_row(msg, unit.tags_code, unit.size)) + "\n"
+        with whole:
+            out.write(line)
         count.exported += 1
         if advance is not None:
             advance(1)
@@ -117,14 +124,15 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
                 raise click.UsageError(
                     f"--output {output} is inside the store ({folder}): it would overwrite its files"
                 )
+    guard = DeferInterrupts()  # Ctrl-C ends the output at a whole line
     with open_store(opts, read_only=True) as store:  # a failed shutdown does not hide an error before it
         selected = list(topics) or None
         if selected is not None:
             _check_topics(opts, store, selected)
         total = queued_count(store, selected)
         to_file = output not in (None, "-")  # no bar beside data on the terminal
-        with _output(output) as out, progress_bar("export", total, enabled=to_file) as advance:
-            count = export_topics(store, out, selected, advance)
+        with guard.installed(), _output(output) as out, progress_bar("export", total, enabled=to_file) as advance:
+            count = export_topics(store, out, selected, advance, guard)
     if output not in (None, "-"):
         warn(f"exported {count.exported} messages to {output}")
     if count.skipped:
