@@ -703,6 +703,17 @@ def test_query_not_found_and_bad_arguments(small_store: Path) -> None:
     assert result.exit_code == 2 and "--topic" in result.stderr
     result = run("query", small_store, *TINY_SETS, "--offset", 0, "--key", "k1", "--topic", "TopicA")
     assert result.exit_code == 2 and "exactly one" in result.stderr
+    for offset in (-5, 2**63):  # no commit-log offset: a usage error, not "not found"
+        result = run("query", small_store, *TINY_SETS, "--offset", offset)
+        assert result.exit_code == 2 and "--offset" in result.stderr, result.stderr
+
+
+def test_consume_refuses_a_negative_time_or_an_offset_past_int64(small_store: Path) -> None:
+    base = ("consume", small_store, *TINY_SETS, "--topic", "TopicA", "--group", "G")
+    for option, value in (("--from-time", -5), ("--from-offset", 2**63), ("--from-offset", -1)):
+        result = run(*base, option, value)
+        assert result.exit_code == 2 and option in result.stderr, (option, value, result.stderr)
+    assert run(*base, "--from-offset", 2**63 - 1).exit_code == 0  # past the queue: moved to its end
 
 
 def test_output_on_an_ascii_stdout(tmp_path: Path) -> None:
@@ -1234,9 +1245,17 @@ def test_query_max_above_max_msgs_num_batch_warns_that_the_result_is_capped(
     assert "at most maxMsgsNumBatch (64) are returned" in result.stderr
     assert "--set maxMsgsNumBatch=100" in result.stderr
     result = run(*key, "--max", 100, "--set", "maxMsgsNumBatch=100")
-    assert _bodies(result) == [f"m{i}" for i in range(100, 200)] and result.stderr == ""
+    assert _bodies(result) == [f"m{i}" for i in range(100, 200)]
+    assert "--max 100 gives the newest 100" in result.stderr  # 200 match
     result = run(*key, "--max", 100, "--end", _times[29])  # 30 match: nothing was left out
     assert len(_bodies(result)) == 30 and result.stderr == ""
-    result = run(*key, "--max", 64)
-    assert len(_bodies(result)) == 64 and result.stderr == ""  # what was asked for
+    result = run(*key, "--max", 64)  # what was asked for, and more match: said so
+    assert _bodies(result) == [f"m{i}" for i in range(136, 200)]
+    assert "WARNING: more messages match; --max 64 gives the newest 64" in result.stderr
+    assert "--set maxMsgsNumBatch" in result.stderr  # a higher --max needs it too
+    result = run(*key, "--max", 5)
+    assert _bodies(result) == [f"m{i}" for i in range(195, 200)]
+    assert result.stderr == "WARNING: more messages match; --max 5 gives the newest 5: give a higher --max\n"
+    result = run(*key, "--max", 30, "--end", _times[29])  # exactly as many match as asked for
+    assert len(_bodies(result)) == 30 and result.stderr == ""
     assert "maxMsgsNumBatch" in run("query", "--help").stdout

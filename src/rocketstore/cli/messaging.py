@@ -332,9 +332,12 @@ def _parse_time(_ctx: click.Context, param: click.Parameter, value: str | None) 
     if value is None:
         return None
     try:
-        return epoch_millis(value)
+        millis = epoch_millis(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param=param) from None
+    if millis < 0:
+        raise click.BadParameter(f"{value!r} is before 1970 (a store time is never negative)", param=param)
+    return millis
 
 
 def _started_from(from_offset: int | None, from_time: int | None) -> str:
@@ -352,7 +355,7 @@ def _started_from(from_offset: int | None, from_time: int | None) -> str:
     "--queue", "queue_id", type=click.IntRange(min=0), help="Only this queue (default: every queue of the topic)."
 )
 @click.option("--tags", help='A tag filter: "*" or "TagA || TagB".')
-@click.option("--from-offset", type=click.IntRange(min=0), help="Start at this queue offset.")
+@click.option("--from-offset", type=click.IntRange(0, 2**63 - 1), help="Start at this queue offset.")
 @click.option(
     "--from-time",
     callback=_parse_time,

@@ -84,12 +84,24 @@ def _by_key(
         limit *= 4
 
 
+def _more_match(max_num: int, cap: int) -> str:
+    """The warning for a key query that more messages match than it gives (``max_num`` asked for,
+    at most ``cap``, maxMsgsNumBatch)."""
+    if max_num > cap:
+        return (
+            f"WARNING: more messages match; at most maxMsgsNumBatch ({cap}) are returned, as in RocketMQ: "
+            f"--set maxMsgsNumBatch={max_num} raises it"
+        )
+    more = "give a higher --max" + (f", and --set maxMsgsNumBatch (now {cap}) as high" if max_num == cap else "")
+    return f"WARNING: more messages match; --max {max_num} gives the newest {max_num}: {more}"
+
+
 @click.command()
 @store_options()
 @click.option("--topic", help="The topic (needed with --key).")
 @click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
 @click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
-@click.option("--offset", type=int, help="A commit-log offset where a record starts.")
+@click.option("--offset", type=click.IntRange(0, _LONG_MAX), help="A commit-log offset where a record starts.")
 @click.option(
     "--begin", type=int, default=0, show_default=True, help="Key queries: earliest store time (ms, inclusive)."
 )
@@ -136,13 +148,10 @@ def query(
         messages: list[StoredMessage] = []
         if key is not None:
             assert topic is not None
-            messages = _by_key(store, topic, key, min(max_num, cap + 1), begin, end, cap)
-            if len(messages) > cap:  # more than maxMsgsNumBatch match: the newest of them
-                messages = messages[-cap:]
-                warn(
-                    f"WARNING: more messages match; at most maxMsgsNumBatch ({cap}) are returned, as in RocketMQ: "
-                    f"--set maxMsgsNumBatch={max_num} raises it"
-                )
+            messages = _by_key(store, topic, key, want + 1, begin, end, cap)  # one more: are there more?
+            if len(messages) > want:  # the newest of them
+                messages = messages[-want:]
+                warn(_more_match(max_num, cap))
             what = f"no message of topic {topic!r} with key {key!r}"
             if not messages and (damaged := _unreadable_hits(store, topic, key, begin, end)):
                 what += (
