@@ -545,16 +545,32 @@ def test_replacing_file_names_the_folder_it_cannot_write_in(tmp_path: Path) -> N
     assert caught.value.filename == str(tmp_path / "nodir")
 
 
-def test_produce_refuses_tags_or_keys_that_disagree_with_their_property(tmp_path: Path) -> None:
-    """--tags and --property TAGS=... (or --keys and KEYS) that disagree are a usage error, not one
-    silently taken over the other; the same value given twice is fine."""
+def test_produce_refuses_the_property_names_rocketmq_keeps_for_itself(tmp_path: Path) -> None:
+    """A name of MessageConst.STRING_HASH_SET (RocketMQ 4.9), which the client's putUserProperty
+    refuses, is bad input (exit status 2, nothing stored); TAGS, KEYS and DELAY name the option
+    that sets them. So is a blank name or value, which the client refuses too."""
     root = tmp_path / "s"
     base = ("produce", root, *TINY_SETS, "--topic", "T", "--body", "x")
-    for extra in (("--tags", "y", "--property", "TAGS=zz"), ("--keys", "a b", "--property", "KEYS=a")):
-        result = run(*base, *extra)
-        assert result.exit_code == 2 and "disagree: give one" in result.stderr, extra
+    for name, option in (
+        ("UNIQ_KEY", None),
+        ("WAIT", None),
+        ("MSG_TYPE", None),
+        ("TAGS", "--tags"),
+        ("DELAY", "--delay-level"),
+    ):
+        result = run(*base, "--property", f"{name}=abc")
+        assert result.exit_code == 2, (name, result.stderr)
+        assert f"{name} is a property RocketMQ sets itself" in result.stderr, result.stderr
+        assert option is None or f"give {option}" in result.stderr
+    for item in ("a= ", " =b"):
+        result = run(*base, "--property", item)
+        assert result.exit_code == 2 and "blank" in result.stderr, result.stderr
     assert not root.exists() or not list((root / "commitlog").glob("*"))
-    assert run(*base, "--tags", "y", "--property", "TAGS=y", "--keys", "a b", "--property", "KEYS=a b").exit_code == 0
+    result = run(*base, "--tags", "y", "--keys", "a b", "--property", "traceId=1", "--json")
+    assert result.exit_code == 0, result.stderr
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        message = store.look_message_by_offset(0)
+    assert message is not None and message.tags == "y" and message.properties["traceId"] == "1"
 
 
 # -- a failed shutdown after an error: the error is what is said first -------------------------------

@@ -41,12 +41,36 @@ _END = frozenset(
 )
 
 
+# MessageConst.STRING_HASH_SET of RocketMQ 4.9: names the client's putUserProperty refuses ("The
+# Property<%s> is used by system"); the client sets them itself (import takes them as stored)
+_SYSTEM_PROPERTIES = frozenset(
+    {
+        *("TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID"),
+        *("TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG"),
+        *("CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME"),
+        *("INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER"),
+        "MSG_TYPE",
+    }
+)
+_OPTION_FOR = {"TAGS": "--tags", "KEYS": "--keys", "DELAY": "--delay-level"}
+
+
 def _properties(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """--property NAME=VALUE items, refused as RocketMQ's client refuses a user property: a name
+    it sets itself, a blank name or value."""
     out = {}
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE")
+        if not name.strip() or not value.strip():
+            raise click.BadParameter(f"{item!r}: the name or value of a property is blank")
+        if name in _SYSTEM_PROPERTIES:
+            option = _OPTION_FOR.get(name)
+            raise click.BadParameter(
+                f"{name} is a property RocketMQ sets itself (its client refuses it as a user property)"
+                + (f": give {option}" if option else "")
+            )
         out[name] = value
     return out
 
@@ -161,9 +185,6 @@ def produce(
     except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped
         raise CommandError("--body is not UTF-8 text (use --body-file for bytes)") from None
     key_list = [k for item in keys for k in item.split(" ") if k]
-    for option, given, name in (("--tags", tags, "TAGS"), ("--keys", " ".join(key_list) or None, "KEYS")):
-        if given is not None and name in properties and properties[name] != given:
-            raise click.UsageError(f"{option} {given!r} and --property {name}={properties[name]} disagree: give one")
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
     # the message is checked before the store is opened (a new one created): a bad topic raises
