@@ -346,12 +346,13 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
     options["topics"] = "Topic(A|Later)"
     stream = StreamReader(options, spark_schema())
     begin = stream.initialOffset()
-    assert begin == {"TopicA": {str(q): 3 for q in range(4)}}
+    at_a = {"TopicA": {str(q): 3 for q in range(4)}}
+    assert begin == {**at_a, "@initial": True}  # a new query's start: its batch 0 end keeps it
     with MessageStore.open(store, small_config()) as s:
         write_messages(s, 4, start=300, topics=("TopicLater",))
         s.wait_for_dispatch()
     end = stream.latestOffset(begin, ReadAllAvailable())
-    assert end == {**begin, "TopicLater": {str(q): 1 for q in range(4)}}
+    assert end == {**at_a, "TopicLater": {str(q): 1 for q in range(4)}, "@start": at_a}
     held = stream._snapshot  # latestOffset's view of the store: the batch's partitions use it (one open a trigger)
     assert held is not None and not held.store.closed
     slices = [(x.topic, x.queue_id, x.start, x.end) for p in stream.partitions(begin, end) for x in p.slices]
@@ -410,3 +411,93 @@ def test_retention_while_a_batch_runs_loses_only_what_it_removed(spark, tmp_path
     left = [r["queueOffset"] for r in all_rows(store) if r["topic"] == "T1"]
     assert left[0] > 0 and left[-1] == 99
     assert sorted(got) == left
+
+
+def _failing_batch_zero(spark: Any, store: Path, checkpoint: Path, **options: str) -> list[dict]:  # noqa: F811
+    """A new query whose sink fails in batch 0 (after seeing its rows): batch 0's end offsets are
+    in the checkpoint, its commit is not. The rows batch 0 had."""
+    seen: list[dict] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        seen.extend(as_export(r) for r in df.collect())
+        raise RuntimeError("the sink is down")
+
+    df = spark.readStream.format("rocketstore").options(**SMALL_OPTIONS, **options).load(str(store))
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+    query = query.trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="the sink is down"):
+        query.awaitTermination(120)
+    assert (checkpoint / "offsets" / "0").exists() and not (checkpoint / "commits" / "0").exists()
+    return sorted(seen, key=sort_key)
+
+
+def test_a_restart_replays_an_uncommitted_batch_zero_from_where_it_started(spark, tmp_path):  # noqa: F811
+    """Spark keeps batch 0's end offsets but not its start, and asks initialOffset again for the
+    replay: 'latest' then (the restart's default, or messages stored since) is past batch 0's end.
+    The replay delivers exactly what the first attempt had, then what came after."""
+    store = make_store(tmp_path / "store", 48)
+    checkpoint = tmp_path / "ckpt"
+    first = _failing_batch_zero(spark, store, checkpoint, startingOffsets="earliest")
+    assert first == all_rows(store)
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 24, start=48)
+        s.wait_for_dispatch()
+    sink = run_stream(spark, store, checkpoint)  # startingOffsets: latest, the default
+    assert sorted(sink.batches[0][1], key=sort_key) == first
+    assert sink.rows == all_rows(store)
+    assert run_stream(spark, store, checkpoint).rows == []
+
+
+def test_a_replayed_batch_zero_whose_start_retention_removed_is_data_loss(spark, tmp_path):  # noqa: F811
+    """startingOffsets=earliest, batch 0 failed, retention ran before the restart: the replay
+    starts where batch 0 started, below the queues' min offsets now (DataLossError), not at the
+    new earliest offsets (which silently skipped the removed messages of batch 0)."""
+    store = make_store(tmp_path / "store", 600)  # 50 messages in each queue
+    checkpoint = tmp_path / "ckpt"
+    assert len(_failing_batch_zero(spark, store, checkpoint, startingOffsets="earliest")) == 600
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 60, start=600)
+        s.wait_for_dispatch()
+    _trim_log(store, 2)
+    remaining = all_rows(store)
+    assert 0 < min(r["queueOffset"] for r in remaining) < 50  # within batch 0
+    with pytest.raises(Exception, match=r"the stored offset 0 is below the queue's minimum offset \d+: \d+ messages"):
+        run_stream(spark, store, checkpoint, startingOffsets="earliest")
+    assert run_stream(spark, store, checkpoint, failOnDataLoss="false").rows == remaining
+
+
+def test_the_start_of_batch_zero_travels_in_its_end_offset(tmp_path):
+    """As Spark drives a reader: initialOffset, latestOffset, then (a new reader: the restart)
+    partitions of batch 0 with a fresh initialOffset as the start. The start latestOffset was
+    given is in batch 0's end offset, and the replay reads from it; the next batch starts at the
+    end, and an unchanged store plans no batch."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import StructType
+
+    from rocketstore.spark.stream import StreamReader
+
+    store = make_store(tmp_path / "store", 24)
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "TopicA"}
+    first = StreamReader(options, StructType())
+    start = first.initialOffset()  # latest: offsets 2 of each TopicA queue
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 24, start=24)  # offsets 2, 3 of each queue
+        s.wait_for_dispatch()
+    end = json.loads(json.dumps(first.latestOffset(start, ReadAllAvailable())))  # Spark keeps it as JSON
+    assert {k: v for k, v in end.items() if not k.startswith("@")} == {"TopicA": {str(q): 4 for q in range(4)}}
+    assert first.latestOffset(end, ReadAllAvailable()) == end  # nothing new: no batch 1
+    first.stop()
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 24, start=48)  # offsets 4, 5: latest is past batch 0's end now
+        s.wait_for_dispatch()
+    restarted = StreamReader(options, StructType())
+    slices = [
+        (x.queue_id, x.start, x.end) for p in restarted.partitions(restarted.initialOffset(), end) for x in p.slices
+    ]
+    assert sorted(slices) == [(q, 2, 4) for q in range(4)]
+    nxt = restarted.latestOffset(end, ReadAllAvailable())
+    assert nxt == {"TopicA": {str(q): 6 for q in range(4)}}
+    slices = [(x.queue_id, x.start, x.end) for p in restarted.partitions(end, nxt) for x in p.slices]
+    assert sorted(slices) == [(q, 4, 6) for q in range(4)]
+    assert restarted.latestOffset(nxt, ReadAllAvailable()) == nxt
+    restarted.stop()

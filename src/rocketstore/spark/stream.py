@@ -58,7 +58,14 @@ Key = tuple[str, int]
 log = logging.getLogger(__name__)
 
 
-AHEAD = "(ahead)"  # not a topic name: the queues whose offset is a startingOffsets past their end
+# Keys of the offset JSON that are not topics ('(' and '@' never occur in a topic name)
+AHEAD = "(ahead)"  # the queues whose offset is a startingOffsets past their end
+INITIAL = "@initial"  # true in what initialOffset returns: the start of a new query's batch 0
+START = "@start"  # in batch 0's end offset: the offsets batch 0 starts at
+
+
+def _reserved(key: str) -> bool:
+    return key[:1] in ("(", "@")
 
 
 def to_json(offsets: dict[Key, int], ahead: set[Key] | None = None) -> dict[str, dict[str, Any]]:
@@ -73,9 +80,10 @@ def to_json(offsets: dict[Key, int], ahead: set[Key] | None = None) -> dict[str,
 
 
 def from_json(obj: dict[str, Any] | None) -> dict[Key, int]:
+    """The per-queue offsets of an offset JSON (its reserved keys left out)."""
     out: dict[Key, int] = {}
     for topic, queues in (obj or {}).items():
-        if topic != AHEAD:
+        if not _reserved(topic):
             for queue_id, offset in queues.items():
                 out[(topic, int(queue_id))] = int(offset)
     return out
@@ -181,7 +189,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         ahead.add((topic, queue_id))
                 else:
                     out[(topic, queue_id)] = lo if opts.starting == "earliest" else hi
-        return to_json(out, ahead)
+        return {**to_json(out, ahead), INITIAL: True}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -192,6 +200,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.target = {k: hi for k, (_lo, hi) in self._bounds(snap)[0].items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next batch. Batch 0's end also holds its start (``START``): Spark keeps
+        only the end in the checkpoint, and replays a batch 0 that did not commit from a new
+        initialOffset, which (latest, or earliest after retention) is not where it started."""
         bounds, present = self._bounds(self._fresh_snapshot())
         begin, ahead = from_json(start), ahead_of(start)
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
@@ -216,16 +227,23 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             earliest = {k: lo for k, (lo, _hi) in bounds.items()}
             end = rate_limit(begin, end, earliest, limit.max_rows)
+        still_ahead = {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])}
         if end == begin:  # no batch to plan: Spark calls no partitions, so nothing holds the store's files
             self._drop_snapshot()
-        return to_json(end, {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])})
+            if still_ahead == ahead and not start.get(INITIAL):
+                return start  # as given: Spark compares the JSON, and plans no batch
+        out = to_json(end, still_ahead)
+        if start.get(INITIAL):
+            out[START] = to_json(begin, ahead)
+        return out
 
     def reportLatestOffset(self) -> dict | None:
         return None if self.latest is None else to_json(self.latest)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         opts = self.opts
-        begin, until = from_json(start), from_json(end)
+        # batch 0 starts where its end says (a replay's start is a new initialOffset)
+        begin, until = from_json(end.get(START, start)), from_json(end)
         ranges = []
         # the snapshot latestOffset chose ``end`` by (a replayed batch, planned with no latestOffset
         # before it, opens its own)
