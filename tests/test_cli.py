@@ -303,6 +303,8 @@ def test_import_json_output_and_a_bad_line(tmp_path: Path, small_store: Path) ->
         (b'{"topic":"T","body":"","flag":Infinity}\n', "flag must be an integer"),
         (b'{"topic":"T","body":"","queueId":-1}\n', "queueId -1 is out of range"),
         (b'{"topic":"T","body":"","storeHost":"::1"}\n', "not a host address"),
+        (b'{"topic":"T","tags":"a"}\n', "no body field"),
+        (b'{"topic":"T","body":null}\n', "no body field"),
     ],
 )
 def test_import_of_a_bad_line_names_it_and_says_what_was_stored(

@@ -210,6 +210,8 @@ def import_jsonl(
                 obj = json.loads(text)
                 if not isinstance(obj, dict):
                     raise InvalidMessageError("each line is a JSON object")
+                if obj.get("body") is None:  # export writes one on every line ("" for an empty body)
+                    raise InvalidMessageError('no body field (an empty body is "body": "")')
                 check_int_fields(obj)
                 _warn_unknown_fields(obj, warned, number)
                 message = message_from_json(obj)
