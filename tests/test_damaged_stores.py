@@ -116,7 +116,7 @@ def test_a_short_checkpoint_is_read_as_far_as_it_goes(tmp_path, caplog) -> None:
     assert checkpoint.logics_msg_timestamp == logics & ~0xFFFFFFFF  # its low half is missing
     assert checkpoint.index_msg_timestamp == 0
     [warning] = [r.getMessage() for r in caplog.records]
-    assert "holds 12 of its 40 bytes: those are read, the missing 28 as zeros" in warning
+    assert "holds 12 bytes of its 40: those are read, the missing 28 as zeros" in warning
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ class StoreCheckpoint:
                 head = f.read(_FIELDS.size)
             if len(head) < 24:  # RocketMQ maps it at full size: the missing bytes read as zeros
                 log.warning(
-                    "%s holds %d of its %d bytes: those are read, the missing %d as zeros (a timestamp read so "
+                    "%s holds %d bytes of its %d: those are read, the missing %d as zeros (a timestamp read so "
                     "is no later than the one written: a recovery after a crash starts no later in the log)",
                     path,
                     len(head),
