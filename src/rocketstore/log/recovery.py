@@ -13,9 +13,10 @@ Where this goes beyond RocketMQ, it is to lose nothing:
   skips a record starting exactly there);
 * a queue whose tail recovery cut for damage is dispatched again from its own end (RocketMQ
   starts at the highest end over all queues), and so is a queue the walk finds short: a record of
-  it lands past its end (units at its end zeroed or removed after a clean exit, which no check
-  can tell from never written) instead of being written out of place; a queue short only of
-  records before the walk's start stays short (finding it would take a walk of the whole log);
+  it lands past its end, or a record of it walked but not dispatched is past its end (units at
+  its end zeroed, or its folder removed, after a clean exit, which no check of the queue alone
+  can tell from never written); RocketMQ writes the record out of place. A queue short only of
+  records before the segments walked stays short (finding it would take a walk of the whole log);
 * records of a topic deleted since (``config/deletedTopics.json``) are not put in the consume
   queues again: the dispatcher skips them there, so a reopen does not bring the removed queue
   back (they are indexed again, as every record is);
@@ -31,7 +32,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rocketstore.codec import record as rec
+from rocketstore.codec import sysflag as sf
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, mismatched_size
 from rocketstore.files.mapped_file import MappedFile
@@ -143,14 +147,17 @@ def recover(
     report.checked_from = files[trusted].file_name
     before = {key: cq.max_offset_in_queue() for key, cq in queues.table.items()}
     newest = [0]  # the latest store time of the records kept
+    lasts: dict[tuple[str, int], tuple[int, int]] = {}  # of the records walked, not dispatched
 
     def on_records(records: Records) -> None:
         report.records_checked += len(records)
         if len(records):
             newest[0] = max(newest[0], int(records.store_ts.max()))
         if records.offsets[-1] < dispatch_from:
+            _note_last_of_each_queue(records, len(records), lasts)
             return
         if records.offsets[0] < dispatch_from:
+            _note_last_of_each_queue(records, int(np.searchsorted(records.offsets, dispatch_from)), lasts)
             records = records.select(records.offsets >= dispatch_from)
         report.records_dispatched += len(records)
         dispatcher.dispatch_records(records)
@@ -203,6 +210,7 @@ def recover(
 
     report.process_offset = process_offset
     queues.truncate_dirty(process_offset)
+    _find_short_queues(queues, lasts, dispatcher.deleted)
     report.queues_behind = _catch_up(commit_log, queues, dispatcher, process_offset, delay_millis)
     report.queue_ends_kept = {
         key: min(before.get(key, 0), cq.max_offset_in_queue()) for key, cq in queues.table.items()
@@ -252,6 +260,39 @@ def _claim_only_what_is_kept(checkpoint: StoreCheckpoint, index: IndexService | 
     checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, newest)
     if index is not None and index.files:
         checkpoint.index_msg_timestamp = min(checkpoint.index_msg_timestamp, max(f.end_timestamp for f in index.files))
+
+
+def _note_last_of_each_queue(records: Records, upto: int, lasts: dict[tuple[str, int], tuple[int, int]]) -> None:
+    """Note in ``lasts`` the (queue offset, log offset) of each queue's last queued record among
+    the first ``upto`` of ``records`` (records walked but not dispatched: recovery then finds the
+    queues that lack some of them). One sort per window, not a dict entry per record."""
+    if not upto:
+        return
+    topics, queue_ids = records.topics[:upto], records.queue_ids[:upto]
+    queued = (records.sys_flags[:upto] & sf.TRANSACTION_PREPARED_TYPE) == 0  # NOT and COMMIT records
+    codes = queue_ids.astype(np.int64) & 0xFFFFFFFF
+    names = dict.fromkeys(topics)
+    if len(names) > 1:
+        ids = {t: i for i, t in enumerate(names)}
+        codes |= np.fromiter(map(ids.__getitem__, topics), dtype=np.int64, count=upto) << 32
+    _, first = np.unique(np.where(queued, codes, -1)[::-1], return_index=True)
+    for row in (upto - 1 - first).tolist():
+        if queued[row]:
+            lasts[(topics[row], int(queue_ids[row]))] = (int(records.queue_offsets[row]), int(records.offsets[row]))
+
+
+def _find_short_queues(
+    queues: ConsumeQueueStore, lasts: dict[tuple[str, int], tuple[int, int]], deleted: dict[str, int]
+) -> None:
+    """Mark ``behind`` each queue that lacks the last of its records walked before the dispatch
+    start (``lasts``): units at its end were lost, or its folder (then made again, empty). A
+    deleted topic's records before its deletion belong to no queue."""
+    for (topic, queue_id), (queue_offset, phy) in lasts.items():
+        if phy < deleted.get(topic, -1):
+            continue
+        cq = queues.find_or_create(topic, queue_id)
+        if not cq.behind and queue_offset >= cq.max_offset_in_queue():
+            cq.mark_behind(queue_offset, phy)
 
 
 def _catch_up(

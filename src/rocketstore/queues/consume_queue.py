@@ -305,20 +305,24 @@ class ConsumeQueue:
         until recovery dispatches it again from its own end."""
         if self.behind:
             return True
-        end = self.queue.max_offset() // CQ_STORE_UNIT_SIZE
-        if cq_offset <= end or (not self.queue.files and self.empty_starts_anywhere):
+        if cq_offset <= self.max_offset_in_queue() or (not self.queue.files and self.empty_starts_anywhere):
             return False
+        self.mark_behind(cq_offset, phy)
+        return True
+
+    def mark_behind(self, cq_offset: int, phy: int) -> None:
+        """(recovery) The log holds a record of this queue, of queue offset ``cq_offset`` at
+        ``phy``, that the queue lacks at its end: it is dispatched again from its end."""
         self.behind = True
         log.warning(
             "consume queue %s/%d %s, but the commit log holds its record of queue offset %d at %d: units "
             "at its end were lost; its records are dispatched again from the commit log",
             self.topic,
             self.queue_id,
-            f"ends at queue offset {end}" if self.queue.files else "has no units",
+            f"ends at queue offset {self.max_offset_in_queue()}" if self.queue.files else "has no units",
             cq_offset,
             phy,
         )
-        return True
 
     # -- reading -------------------------------------------------------------------------------
     def max_offset_in_queue(self) -> int:
