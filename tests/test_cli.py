@@ -1261,3 +1261,31 @@ def test_query_max_above_max_msgs_num_batch_warns_that_the_result_is_capped(
     result = run(*key, "--max", 30, "--end", _times[29])  # exactly as many match as asked for
     assert len(_bodies(result)) == 30 and result.stderr == ""
     assert "maxMsgsNumBatch" in run("query", "--help").stdout
+
+
+@contextlib.contextmanager
+def read_only_view(folder: Path, view: Path) -> Iterator[Path]:
+    """``folder`` seen read-only at ``view`` (a read-only bind mount: even root cannot write)."""
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"this machine forbids bind mounts: {mounted.stderr.decode().strip()}")
+    try:
+        remount = subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], capture_output=True)
+        if remount.returncode:
+            pytest.skip(f"this machine forbids a read-only remount: {remount.stderr.decode().strip()}")
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_recover_on_a_read_only_file_system_is_worded_as_the_other_writers(tmp_path: Path, small_store: Path) -> None:
+    with read_only_view(small_store, tmp_path / "ro") as root:
+        errors = {}
+        for args in (("recover",), ("produce", "--topic", "T", "--body", "x"), ("clean",)):
+            result = run(args[0], root, *TINY_SETS, *args[1:])
+            assert result.exit_code == 2 and "Traceback" not in result.stderr, args
+            errors[args[0]] = result.stderr
+        assert errors["recover"] == errors["produce"] == errors["clean"]
+        assert f"{root}/lock cannot be opened: Read-only file system" in errors["recover"]
+        assert run("recover", root, *TINY_SETS, "--dry-run").exit_code == 0  # it writes nothing
