@@ -323,19 +323,53 @@ def test_half_messages_and_refused_puts(make_store) -> None:
     assert store.delay_offsets.get(1) == 2
 
 
-def test_a_real_queue_id_java_cannot_parse_is_not_delivered(make_store) -> None:
-    """REAL_QID is read as Java's Integer.parseInt reads it: "1_0" and " 2" are not queue ids
-    (Python's int() took them for 10 and 2), and such a record is skipped, not delivered."""
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"REAL_TOPIC": "a b", "REAL_QID": "0"},  # not a topic RocketMQ takes: dropped at delivery
+        {"REAL_TOPIC": "x" * 200, "REAL_QID": "0"},
+        {"REAL_TOPIC": SCHEDULE_TOPIC, "REAL_QID": "0"},  # delivered into the schedule queue again, for ever
+        {"REAL_TOPIC": "Orders", "REAL_QID": "1_0"},  # Java's Integer.parseInt does not read it (int() did)
+        {"REAL_TOPIC": "Orders", "REAL_QID": " 2"},
+        {"REAL_TOPIC": "Orders", "REAL_QID": "-1"},
+        {"REAL_TOPIC": "Orders", "REAL_QID": "2147483648"},
+        {"REAL_TOPIC": "Orders"},
+    ],
+)
+def test_a_schedule_record_delivery_could_never_store_is_refused(make_store, props) -> None:
+    """A schedule record stored as it is (import, an asIs write) or put straight into
+    SCHEDULE_TOPIC_XXXX is held to the test delivery applies: a record delivery would drop, or
+    deliver back into the schedule topic, is refused (MESSAGE_ILLEGAL) and nothing is stored."""
+    store = make_store()
+    _stopped(store)
+    message = Message(SCHEDULE_TOPIC, b"q", properties={"DELAY": "1", **props})
+    for result in (store.put_as_is(message, 0), store.put(message, 0)):
+        assert result.status == PutMessageStatus.MESSAGE_ILLEGAL and "never be delivered" in result.detail
+    assert store.wait_for_dispatch() and store.queue_ids() == {}
+
+
+def test_a_record_delivery_could_never_store_found_in_the_log_is_skipped(make_store, tmp_path: Path) -> None:
+    """A schedule record the writer refuses may still be in the log (another writer's: stored
+    records patched here): one whose REAL_QID Java's Integer.parseInt does not read (" 1", which
+    Python's int() took for 1) is skipped, not delivered; one whose REAL_TOPIC is the schedule
+    topic is skipped, not delivered back into the schedule queue for ever."""
+    store = make_store()
+    for real in (("Orders", "10"), ("SCHEDULE_TOPIC_XXXY", "0"), ("Orders", "4")):
+        props = {"DELAY": "1", "REAL_TOPIC": real[0], "REAL_QID": real[1]}
+        assert store.put_as_is(Message(SCHEDULE_TOPIC, b"q", properties=props), 0).ok
+    store.shutdown()
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    data = bytes(segment.read_bytes())  # properties are outside the body CRC: only delivery reads them
+    data = data.replace(b"REAL_QID\x0110", b"REAL_QID\x01 1").replace(b"TOPIC_XXXY", b"TOPIC_XXXX")
+    segment.write_bytes(data)
     store = make_store()
     service = _stopped(store)
-    for qid in ("1_0", " 2", "3 ", "4"):
-        props = {"DELAY": "1", "REAL_TOPIC": "Orders", "REAL_QID": qid}
-        assert store.put_as_is(Message(SCHEDULE_TOPIC, b"q", properties=props), 0).ok
     store.wait_for_dispatch()
     assert service.run_once(now=2**62) == 1
-    assert service.levels[1].skipped == 3
+    assert service.levels[1].skipped == 2
     store.wait_for_dispatch()
-    assert store.queue_ids().get("Orders") == [4]
+    assert store.queue_ids() == {"Orders": [4], SCHEDULE_TOPIC: [0]}
+    assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 3
 
 
 def test_import_keeps_schedule_records_and_delivered_copies(make_store, tmp_path: Path) -> None:

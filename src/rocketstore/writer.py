@@ -37,6 +37,7 @@ from rocketstore.log.commitlog import DELIVER_AFTER, AppendResult, CommitLog, to
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.running_flags import DISK_FULL, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
+from rocketstore.services.schedule import real_destination
 
 MAX_RECORD_EXTRA = 64 * 1024  # a record may be up to maxMessageSize + 64 KiB
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -159,7 +160,7 @@ class MessagePreparer:
         if topic == SCHEDULE_TOPIC:
             if DELAY in props and java_int(props[DELAY]) is None:
                 return _not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
-            undeliverable = self._undeliverable(props.get(REAL_TOPIC))
+            undeliverable = self._undeliverable(props)
             if undeliverable is not None:
                 return undeliverable
         topic_bytes = self._topic_bytes.get(topic)
@@ -197,17 +198,22 @@ class MessagePreparer:
             )
             return PutResult.refused(status, str(exc))
         refused = self._over_record_limit(prepared[1], "the record")
-        if refused is None and topic == SCHEDULE_TOPIC:
+        if refused is None and topic == SCHEDULE_TOPIC and REAL_TOPIC in props:
             refused = self._delivery_too_big(prepared, len(body), len(topic_bytes), props[REAL_TOPIC])
         return prepared if refused is None else refused  # (a refused PutResult is falsy)
 
-    def _undeliverable(self, real_topic: str | None) -> PutResult | None:
-        """MESSAGE_ILLEGAL for a schedule unit whose delivery could never be stored: a real topic
-        over 127 bytes where records are V1 only (autoMessageVersionOnTopicLen=false), which
-        RocketMQ's checkMessage refuses before the delay rewrite; it would hold up its level."""
-        if real_topic is None or self.config.auto_message_version_on_topic_len:
+    def _undeliverable(self, props: dict[str, str]) -> PutResult | None:
+        """MESSAGE_ILLEGAL for a schedule record whose delivery could never be stored: delivery's
+        own test (``real_destination``) fails, or its real topic is over 127 bytes where records
+        are V1 only (autoMessageVersionOnTopicLen=false), which RocketMQ's checkMessage refuses
+        before the delay rewrite. Stored, it would be dropped at delivery, or hold up its level."""
+        try:
+            destination = real_destination(props)
+        except ValueError as exc:
+            return PutResult.refused(_ILLEGAL, f"a schedule record that could never be delivered: {exc}")
+        if destination is None or self.config.auto_message_version_on_topic_len:
             return None
-        size = len(real_topic.encode("utf-8", "surrogatepass"))
+        size = len(destination[0].encode("utf-8"))  # (a valid topic: ASCII)
         if size <= rec.TOPIC_MAX_BYTES_V1:
             return None
         return PutResult.refused(

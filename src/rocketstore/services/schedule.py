@@ -25,14 +25,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
 from rocketstore.codec.scan import java_int
-from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC
-from rocketstore.errors import RocketStoreError, StoreClosedError
+from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC, validate_topic
+from rocketstore.errors import InvalidMessageError, InvalidTopicError, RocketStoreError, StoreClosedError
 from rocketstore.meta.config_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -88,18 +88,40 @@ def correct_delay_offsets(
     return changed
 
 
-def redelivered(stored: StoredMessage, quiet: bool = False) -> tuple[Message, int] | None:
-    """The message RocketMQ's ``messageTimeup`` stores for a due schedule record, and its queue;
-    None for a record that must not be delivered (a half message, no usable real topic/queue:
-    logged as an error unless ``quiet``, for a caller that only asks)."""
-    props = stored.properties
+def real_destination(props: Mapping[str, str]) -> tuple[str, int] | None:
+    """The real topic and queue a schedule record with ``props`` is delivered to (``REAL_TOPIC``,
+    ``REAL_QID``); None for one delivery passes over quietly (no ``REAL_TOPIC``: not a delayed
+    message; a half message's topic). InvalidMessageError (InvalidTopicError for the topic) when
+    delivery could never store it: a real topic RocketMQ does not take, or the schedule topic
+    itself (delivered there, it would be delayed again, for ever); a queue id Java's
+    Integer.parseInt does not read as an int >= 0. The writer refuses such a record; delivery
+    drops one stored anyway."""
     topic, qid = props.get(REAL_TOPIC), props.get(REAL_QID)
     if topic is None or topic == HALF_TOPIC:
         return None
     try:
-        queue_id = java_int(qid)  # as Integer.parseInt: None for "1_0" or " 2", which int() takes
-        if queue_id is None or queue_id < 0:
-            raise ValueError(qid)
+        validate_topic(topic)
+    except InvalidTopicError as exc:
+        raise InvalidTopicError(f"its REAL_TOPIC is not a topic RocketMQ takes: {exc}") from None
+    if topic == SCHEDULE_TOPIC:
+        raise InvalidTopicError(f"its REAL_TOPIC is {SCHEDULE_TOPIC} itself: it would be delayed again, for ever")
+    queue_id = java_int(qid)  # as Integer.parseInt: None for "1_0" or " 2", which int() takes
+    if queue_id is None or queue_id < 0:
+        raise InvalidMessageError(f"its REAL_QID {qid!r} is not a queue id (an int >= 0, as Java reads it)")
+    return topic, queue_id
+
+
+def redelivered(stored: StoredMessage, quiet: bool = False) -> tuple[Message, int] | None:
+    """The message RocketMQ's ``messageTimeup`` stores for a due schedule record, and its queue;
+    None for a record that must not be delivered (``real_destination``: no real topic or a half
+    message's, quietly; no usable real topic/queue, logged as an error unless ``quiet``, for a
+    caller that only asks)."""
+    props = stored.properties
+    try:
+        destination = real_destination(props)
+        if destination is None:
+            return None
+        topic, queue_id = destination
         message = stored.copy_to(topic, props, store_host=stored.store_host)
     except (ValueError, RocketStoreError) as exc:
         if not quiet:
