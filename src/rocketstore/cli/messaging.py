@@ -171,7 +171,9 @@ def produce(
     (topic and queueId where it is stored; realTopic, realQueueId, delayLevel and delay for a
     delayed one).
 
-    As RocketMQ's broker refuses a send to them, topics only the store writes are refused
+    As RocketMQ's client refuses them in putUserProperty, --property names it sets itself
+    (UNIQ_KEY, WAIT, TAGS, KEYS, DELAY, ...: MessageConst.STRING_HASH_SET) and blank names or
+    values are refused. As RocketMQ's broker refuses a send to them, topics only the store writes are refused
     (SCHEDULE_TOPIC_XXXX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT); `import` takes them.
     """
@@ -416,6 +418,10 @@ def consume(
     broker moves a consumer: before the queue's min offset (retention deleted those messages) to the
     min offset, past its max offset to the max offset; a warning on stderr says so, and with --json
     a last line {"offsetsMoved": [{topic, queueId, offset, from, movedTo, minOffset, maxOffset}]}.
+
+    A message whose consume-queue unit points at no record that decodes is skipped, as the pull
+    skips it, and named in a warning on stderr (where, and why, as export names it); the exit
+    status is then 1. --commit commits past it, as a consumer's offset would move past it.
     """
     if (from_offset is not None) + (from_time is not None) + from_committed > 1:
         raise click.UsageError("give at most one of --from-offset, --from-time and --from-committed")
