@@ -471,3 +471,18 @@ def test_an_end_of_file_marker_in_the_last_segment_ends_the_log_there(
     assert store.put(Message("T", b"next")).commit_log_offset == marker
     store.shutdown()
     assert verify_store(root, store_config).ok
+
+
+def test_one_consume_queue_file_of_another_size_is_damage_not_a_size_setting(make_store, tmp_path) -> None:
+    """A consume-queue file cut short beside files of the configured size: the open called the
+    setting wrong ("set mappedFileSizeConsumeQueue=100"), which would make every other file wrong."""
+    store = make_store()
+    _put(store, 50)  # 200-byte consume-queue files hold 10 units: three files for queue 0
+    store.shutdown()
+    last = sorted((tmp_path / "store" / "consumequeue" / "T" / "0").iterdir())[-1]
+    os.truncate(last, 100)
+    with pytest.raises(CorruptStoreError) as caught:
+        make_store()
+    text = str(caught.value)
+    assert "the other segments beside it 200" in text and "cut short" in text, text
+    assert "mappedFileSizeConsumeQueue=100" not in text, text

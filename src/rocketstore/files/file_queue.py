@@ -110,12 +110,21 @@ class MappedFileQueue:
                         found[name],
                     )
                 sparse = self.reserve is not None
-                files.append(MappedFile.open(found[name], offset, self.file_size, self.mode, sparse, self.size_setting))
+                odd = self._sized_as_set(found, name)
+                files.append(
+                    MappedFile.open(found[name], offset, self.file_size, self.mode, sparse, self.size_setting, odd)
+                )
         except BaseException:
             for f in files:
                 f.close()
             raise
         self.files = files
+
+    def _sized_as_set(self, found: dict[str, str], name: str) -> bool:
+        """True when ``name`` is not of the configured size but another segment is."""
+        if os.path.getsize(found[name]) == self.file_size:
+            return False
+        return any(os.path.getsize(path) == self.file_size for other, path in found.items() if other != name)
 
     def _list(self, folders: list[str]) -> list[tuple[str, str]]:
         """(name, path) of every segment file in ``folders``; a stray entry is an error."""
