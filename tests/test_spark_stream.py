@@ -501,3 +501,25 @@ def test_the_start_of_batch_zero_travels_in_its_end_offset(tmp_path):
     assert sorted(slices) == [(q, 4, 6) for q in range(4)]
     assert restarted.latestOffset(nxt, ReadAllAvailable()) == nxt
     restarted.stop()
+
+
+def test_a_starting_timestamp_after_every_message_delivers_none_stored_before_it(spark, tmp_path):  # noqa: F811
+    """startingTimestamp later than every stored message starts each queue at its max offset; the
+    messages stored after that but before the timestamp are not delivered (a batch read with the
+    timestamp reads none of them either), also after a restart without the option (the
+    checkpoint keeps it) and in a queue created later."""
+    import time
+
+    store = make_store(tmp_path / "store", 24)
+    checkpoint = tmp_path / "ckpt"
+    later = str(int(time.time() * 1000) + 3_600_000)
+    assert run_stream(spark, store, checkpoint, startingTimestamp=later).rows == []
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 24, start=24)
+        write_messages(s, 4, start=100, topics=("TopicNew",))
+        s.wait_for_dispatch()
+    assert run_stream(spark, store, checkpoint, startingTimestamp=later).rows == []
+    assert run_stream(spark, store, checkpoint).rows == []
+    assert (
+        spark.read.format("rocketstore").options(**SMALL_OPTIONS, startingTimestamp=later).load(str(store)).count() == 0
+    )

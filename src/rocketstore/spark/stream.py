@@ -6,7 +6,12 @@ read of every queue (the checkpoint keeps them, so a restarted query resumes exa
 ``startingOffsets`` must name every selected queue the store has then, as Kafka's source requires:
 -2 for earliest, -1 for latest); queues that appear later start at their earliest offset (above
 0, retention removed messages of it before the stream saw it: data loss, as Kafka's "Added
-partition ... starts from Y instead of 0"). A
+partition ... starts from Y instead of 0"). A query started from ``startingTimestamp`` never
+delivers a message stored before it: a queue whose messages are all older starts at its max
+offset, and the rows are filtered by store time (the offsets keep it as ``@startingTimestamp``, so a restart
+filters too). Keys starting with ``@`` or ``(`` (never in a topic name) are not queues: ``@start``
+in batch 0's end offset keeps where batch 0 starts (Spark keeps only its end, and replays a batch
+0 that did not commit from a new ``initialOffset``). A
 starting offset past a queue's end is kept (also listed under ``"(ahead)"`` until the queue gets
 there, so it is not taken for a queue that started over): nothing below it is read. A stream
 has no end: ``endingOffsets`` and ``endingTimestamp`` are refused. ``maxOffsetsPerTrigger`` splits
@@ -62,6 +67,7 @@ log = logging.getLogger(__name__)
 AHEAD = "(ahead)"  # the queues whose offset is a startingOffsets past their end
 INITIAL = "@initial"  # true in what initialOffset returns: the start of a new query's batch 0
 START = "@start"  # in batch 0's end offset: the offsets batch 0 starts at
+FROM_TS = "@startingTimestamp"  # in every offset of a query started from startingTimestamp (epoch ms)
 
 
 def _reserved(key: str) -> bool:
@@ -189,7 +195,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         ahead.add((topic, queue_id))
                 else:
                     out[(topic, queue_id)] = lo if opts.starting == "earliest" else hi
-        return {**to_json(out, ahead), INITIAL: True}
+        marks = {INITIAL: True} if opts.starting_ts is None else {INITIAL: True, FROM_TS: opts.starting_ts}
+        return {**to_json(out, ahead), **marks}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -235,6 +242,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = to_json(end, still_ahead)
         if start.get(INITIAL):
             out[START] = to_json(begin, ahead)
+        if start.get(FROM_TS) is not None:
+            out[FROM_TS] = start[FROM_TS]
         return out
 
     def reportLatestOffset(self) -> dict | None:
@@ -273,6 +282,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if e > s:
                     ranges.append((key[0], key[1], s, e))
             spec = snap.spec(opts, opts.columns)
+            if end.get(FROM_TS) is not None:  # a queue's start may be its max offset, not the timestamp's
+                spec.time_from_us, spec.time_from_inclusive = int(end[FROM_TS]) * 1000, True
             return list(queue_partitions(snap, spec, ranges, opts))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
