@@ -16,8 +16,9 @@ put, or dropped: a record that can never be delivered (no usable real topic or q
 refused as MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED) is logged as an error and skipped, as
 RocketMQ drops it; any other refusal (not writeable, disk full, busy) is tried again shortly.
 Offsets are persisted every ``flushDelayOffsetInterval`` (checked after every turn, so during a
-long backlog too) and at stop. After a crash the messages delivered since the last persist are
-delivered again; none is lost.
+long backlog too) and at stop, each time once the commit log is flushed up to the copies delivered
+(they are put without waiting for a flush). After a crash or a power loss the messages delivered
+since the last persist are delivered again; none is lost.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from rocketstore.codec.message import Message, StoredMessage
 from rocketstore.codec.properties import REAL_QID, REAL_TOPIC
 from rocketstore.codec.scan import java_int
 from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC, validate_topic
-from rocketstore.errors import InvalidMessageError, InvalidTopicError, RocketStoreError, StoreClosedError
+from rocketstore.errors import FlushError, InvalidMessageError, InvalidTopicError, RocketStoreError, StoreClosedError
+from rocketstore.log.commitlog import CommitLog
 from rocketstore.meta.config_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -157,8 +159,12 @@ class ScheduleMessageService(Service):
         flush_delay_offset_interval_ms: int,
         clock: Callable[[], float] = time.time,
         units_per_round: int = UNITS_PER_ROUND,
+        commit_log: CommitLog | None = None,
     ) -> None:
+        """``commit_log``: the log the copies are put in, flushed up to the last of them before
+        ``delayOffset.json`` is written (None: not flushed here)."""
         super().__init__(DELAY_FOR_A_WHILE_MS)
+        self.commit_log = commit_log
         self.queues = queues
         self.read = read
         self.put = put
@@ -171,6 +177,7 @@ class ScheduleMessageService(Service):
         self.levels = {level: LevelStats(due_at=now + FIRST_DELAY_MS) for level in range(1, len(delay_millis) + 1)}
         self._last_persist = now
         self._dirty = False
+        self._delivered_end = 0  # commit-log offset just past the last copy delivered
         self._progress = threading.Condition()
         correct_delay_offsets(offsets, queues, len(delay_millis))
 
@@ -282,6 +289,7 @@ class ScheduleMessageService(Service):
                         self._set_offset(level, first + i, create=False)
                         return now + DELAY_FOR_A_WHILE_MS
                     stats.delivered += 1
+                    self._delivered_end = max(self._delivered_end, result.commit_log_offset + result.wrote_bytes)
                 reached = first + i + 1
                 self._set_offset(level, reached)  # only past a unit whose message was put (or dropped)
         if reached == stop_at < end:  # the turn is over, not the level's due work: on at once, after the others
@@ -299,10 +307,32 @@ class ScheduleMessageService(Service):
         self._dirty = True
 
     def persist(self) -> None:
-        """Write delayOffset.json now."""
+        """Write delayOffset.json now, once the commit log is flushed up to the last copy delivered:
+        an offset written past a copy a power loss then takes would lose that message. A failed
+        flush or write leaves the offsets to be written at the next interval."""
         self._dirty = False
         self._last_persist = self._now()
-        self.offsets.persist()
+        try:
+            self._flush_delivered()
+            self.offsets.persist()
+        except BaseException:
+            self._dirty = True
+            raise
+
+    def _flush_delivered(self) -> None:
+        """Flush the commit log up to ``_delivered_end`` with its own commit (the transient pool's
+        buffers first) and flush, as the store's flush does; FlushError if it does not get there."""
+        if self.commit_log is None:
+            return
+        queue, end = self.commit_log.queue, self._delivered_end
+        for _ in range(len(queue.files) + 1):  # a commit or flush covers one segment
+            if queue.flushed_where >= end:
+                return
+            if queue.pool is not None:
+                queue.commit(0)
+            queue.flush(0)
+        if queue.flushed_where < end:
+            raise FlushError(f"the commit log is flushed up to {queue.flushed_where}, not to {end}")
 
     def wait_delivered(self, count: int, timeout: float) -> bool:
         """Block until ``count`` messages have been delivered since start; False on timeout."""
