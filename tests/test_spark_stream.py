@@ -523,3 +523,27 @@ def test_a_starting_timestamp_after_every_message_delivers_none_stored_before_it
     assert (
         spark.read.format("rocketstore").options(**SMALL_OPTIONS, startingTimestamp=later).load(str(store)).count() == 0
     )
+
+
+def test_the_trigger_budget_counts_only_messages_the_store_still_holds(tmp_path):
+    """maxOffsetsPerTrigger with failOnDataLoss=false after retention: the budget is measured from
+    the queue's min offset, not from the checkpoint's offset below it (batches of messages already
+    removed read nothing, one empty batch after another)."""
+    import time
+
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+    from pyspark.sql.types import StructType
+
+    from rocketstore.spark.stream import StreamReader
+
+    store = _interleaved_store(tmp_path / "store")
+    with MessageStore.open(store, small_config(fileReservedTime=0)) as s:
+        s.clean_expired_files(now=time.time() + 3600)
+        lo = s.get_min_offset_in_queue("T1", 0)
+    assert 10 < lo < 90
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "T1", "failOnDataLoss": "false"}
+    stream = StreamReader(options, StructType())
+    start = {"T1": {"0": 0}}  # the checkpoint's offset: retention removed 0..lo-1 since
+    end = stream.latestOffset(start, ReadMaxRows(10))
+    assert end == {"T1": {"0": lo + 10}}
+    assert [(x.start, x.end) for p in stream.partitions(start, end) for x in p.slices] == [(lo, lo + 10)]

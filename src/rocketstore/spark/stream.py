@@ -233,7 +233,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[key] = max(first, until)
         if isinstance(limit, ReadMaxRows):
             earliest = {k: lo for k, (lo, _hi) in bounds.items()}
-            end = rate_limit(begin, end, earliest, limit.max_rows)
+            # the budget counts only messages the store holds: not those retention removed
+            held = {k: max(v, bounds[k][0]) if k in bounds else v for k, v in begin.items()}
+            end = rate_limit(held, end, earliest, limit.max_rows)
         still_ahead = {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])}
         if end == begin:  # no batch to plan: Spark calls no partitions, so nothing holds the store's files
             self._drop_snapshot()
