@@ -35,7 +35,7 @@ def test_a_schedule_topic_record_needs_a_delay_java_can_parse(make_store, delay)
     would be lost. Such a record is refused, through put and put_as_is alike (a digit outside
     the Basic Multilingual Plane too: Java sees two surrogate chars, neither a digit)."""
     store = make_store()
-    props = {"DELAY": delay, "REAL_TOPIC": "T", "REAL_QID": "0"} if delay else {"REAL_TOPIC": "T"}
+    props = {"DELAY": delay, "REAL_TOPIC": "T", "REAL_QID": "0"} if delay else {"REAL_TOPIC": "T", "REAL_QID": "0"}
     message = Message(SCHEDULE, b"x", properties={**props, "DELAY": delay} if delay else props)
     for result in (store.put(message, 2), store.put_as_is(message, 2)):
         assert result.status == PutMessageStatus.MESSAGE_ILLEGAL if delay else result.ok
@@ -65,7 +65,9 @@ def test_a_delay_in_unicode_digits_is_a_level_as_java_reads_it(make_store, tmp_p
     """Integer.parseInt takes any Unicode decimal digits: "\u0663" is level 3, when the message is
     put and when the scan rebuilds its consume-queue unit (the delivery time) from the log."""
     store = make_store()
-    sent = store.put_as_is(Message(SCHEDULE, b"x", properties={"DELAY": "\u0663", "REAL_TOPIC": "T"}), 2)
+    sent = store.put_as_is(
+        Message(SCHEDULE, b"x", properties={"DELAY": "\u0663", "REAL_TOPIC": "T", "REAL_QID": "0"}), 2
+    )
     assert sent.ok and store.wait_for_dispatch()
     unit_tags = store.queues.find(SCHEDULE, 2).get_unit(0)[2]
     assert unit_tags == sent.store_timestamp + 10_000  # level 3 of the default table: 10 s

@@ -233,16 +233,22 @@ def test_an_import_keeps_a_waiting_retry_whose_twin_was_delivered(tmp_path: Path
 
 
 def test_an_import_moves_past_a_unit_the_schedule_service_would_skip(
-    make_store: Callable[..., MessageStore], caplog: pytest.LogCaptureFixture
+    make_store: Callable[..., MessageStore], caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     """A schedule unit whose REAL_QID Java cannot parse is never delivered (the schedule service
     skips it, and says so): it does not stop the walk past the delivered units, as a unit that
-    waits would, and the import logs nothing about it."""
+    waits would, and the import logs nothing about it. The writer refuses such a unit: this one is
+    another writer's (a stored unit patched; properties are outside the body CRC)."""
     store = make_store()
     store.services.schedule.stop()
-    for qid in ("1_0", "4"):
+    for qid in ("100", "4"):
         props = {"DELAY": "1", "REAL_TOPIC": "Orders", "REAL_QID": qid, "UNIQ_KEY": f"U{qid}"}
         assert store.put_as_is(Message(SCHEDULE_TOPIC, b"q", properties=props), 0).ok
+    store.shutdown()
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    segment.write_bytes(segment.read_bytes().replace(b"REAL_QID\x01100", b"REAL_QID\x011_0"))
+    store = make_store()
+    store.services.schedule.stop()
     copy = Message("Orders", b"q", properties={"REAL_TOPIC": "Orders", "REAL_QID": "4", "UNIQ_KEY": "U4"})
     assert store.put_as_is(copy, 4).ok  # the second unit's delivered copy
     with caplog.at_level("ERROR"):

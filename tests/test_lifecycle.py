@@ -189,13 +189,19 @@ def test_an_async_shutdown_flushes_every_segment(make_store, store_config, tmp_p
     assert store.commit_log.queue.flushed_where == store.commit_log.queue.max_offset()
 
 
-def test_a_delayed_message_that_cannot_be_delivered_is_dropped_not_retried_for_ever(make_store) -> None:
+def test_a_delayed_message_that_cannot_be_delivered_is_dropped_not_retried_for_ever(make_store, tmp_path) -> None:
     """Its real queue id is out of range: RocketMQ logs and drops such a message; the level goes
-    on with the next one (the service spun on it at full CPU)."""
+    on with the next one (the service spun on it at full CPU). The writer refuses such a record:
+    this one is another writer's (a stored record patched; properties are outside the body CRC)."""
     store = make_store()
-    bad = Message("SCHEDULE_TOPIC_XXXX", b"bad", properties={"REAL_TOPIC": "T", "REAL_QID": str(2**31), "DELAY": "1"})
+    store.services.schedule.stop()
+    bad = Message("SCHEDULE_TOPIC_XXXX", b"bad", properties={"REAL_TOPIC": "T", "REAL_QID": "1000000000", "DELAY": "1"})
     assert store.put_as_is(bad, 0).ok
     assert store.put(Message("T", b"good", properties={"DELAY": "1"})).ok
+    store.shutdown()
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    segment.write_bytes(segment.read_bytes().replace(b"REAL_QID\x011000000000", b"REAL_QID\x012147483648"))
+    store = make_store()
     assert store.wait_for_dispatch()
     service = store.services.schedule
     service.stop()

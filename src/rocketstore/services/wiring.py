@@ -149,6 +149,7 @@ class StoreServices:
                 store.delay_offsets,
                 store.delay_millis,
                 config.flush_delay_offset_interval,
+                commit_log=commit_log,
             )
             self.schedule.start()
 
