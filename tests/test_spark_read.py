@@ -456,11 +456,11 @@ def test_queues_naming_a_queue_the_store_lacks_is_refused(spark, store, everythi
     with caplog.at_level("WARNING", logger="rocketstore.spark.stream"):
         start = stream.initialOffset()
     assert "option queues names TopicA/9" in caplog.text
-    assert start == {}
+    assert start == {"@initial": True}  # no queue yet
     with MessageStore.open(small, small_config()) as live:
         live.put(Message("TopicA", b"new queue"), queue_id=9).raise_for_status()
         live.wait_for_dispatch()
-    assert stream.latestOffset(start, ReadAllAvailable()) == {"TopicA": {"9": 1}}
+    assert stream.latestOffset(start, ReadAllAvailable()) == {"TopicA": {"9": 1}, "@start": {}}
 
 
 def test_a_store_given_as_a_file_uri_is_read_and_written(spark, store, everything, tmp_path):  # noqa: F811
