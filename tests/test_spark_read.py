@@ -527,6 +527,21 @@ def test_an_option_key_neither_the_source_s_nor_a_store_setting_is_warned_about(
     assert "option startingOffsets is not used: startingTimestamp takes precedence" in caplog.text
 
 
+def test_a_kafka_source_option_is_warned_about_as_one(caplog):
+    """Kafka's options got the generic warning with a near name ("minOffsetsPerTrigger": did you
+    mean 'maxOffsetsPerTrigger'?), pointing a user to an option that does something else."""
+    from rocketstore.spark.options import parse_options
+
+    given = {"path": "/s", "minOffsetsPerTrigger": "5", "startingOffsetsByTimestamp": "{}", "subscribe": "T"}
+    with caplog.at_level("WARNING", logger="rocketstore.spark"):
+        parse_options(given)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 3, warned
+    assert all("a Kafka source option" in w and "did you mean" not in w for w in warned), warned
+    assert "no read limit bound by a delay" in warned[0]
+    assert "set startingTimestamp" in warned[1] and "set topics" in warned[2]
+
+
 def test_every_option_the_source_reads_is_a_known_option():
     """``warn_unknown_options`` keeps its own list of the source's options: an option read by name
     anywhere in the Spark package and missing there would be warned about as unknown."""

@@ -128,6 +128,20 @@ SOURCE_OPTIONS = (
 SPARK_OPTIONS = ("path", "paths", "checkpointLocation", "queryName")  # Spark passes these itself
 
 
+_NO_DELAY_LIMIT = "not supported: PySpark's Python sources have no read limit bound by a delay"
+_KAFKA = {  # Kafka source options a user may bring along, and what this source has instead
+    "minoffsetspertrigger": _NO_DELAY_LIMIT,
+    "maxtriggerdelay": _NO_DELAY_LIMIT,
+    "startingoffsetsbytimestamp": "not supported: set startingTimestamp (one time for every queue)",
+    "endingoffsetsbytimestamp": "not supported: set endingTimestamp (one time for every queue)",
+    "startingoffsetsbytimestampstrategy": "not supported: a queue whose messages are all older than "
+    "startingTimestamp starts at its max offset",
+    "subscribe": "set topics (a comma-separated list)",
+    "subscribepattern": "set topics (a regular expression)",
+    "assign": "set queues",
+}
+
+
 def warn_unknown_options(options: Mapping[str, str]) -> list[str]:
     """Log a warning for every option key that is neither the data source's nor a StoreConfig
     key (by RocketMQ or snake_case name), with the closest known key when one is close: a
@@ -140,6 +154,8 @@ def warn_unknown_options(options: Mapping[str, str]) -> list[str]:
         for key in unknown:
             close = difflib.get_close_matches(key.lower(), names, n=1, cutoff=0.75)
             hint = f"; did you mean {names[close[0]]!r}?" if close else ""
+            if key.lower() in _KAFKA:
+                hint = f" (a Kafka source option: {_KAFKA[key.lower()]})"
             if key.lower() in _OBSOLETE:
                 hint = f" (RocketMQ 4.5 and later ignore this pre-4.5 name); set {_OBSOLETE[key.lower()]!r} instead"
             log.warning(
