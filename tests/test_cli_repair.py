@@ -5,12 +5,17 @@ messages name what is wrong."""
 from __future__ import annotations
 
 import json
+import shutil
+import struct
+import time
 from pathlib import Path
 
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.errors import InvalidArgumentError, RocketStoreError
 from rocketstore.files.mapped_file import MappedFile
+from rocketstore.log.recovery import RecoveryReport
 from rocketstore.results import PutResult
 from test_cli import TINY, TINY_SETS, hashes, jsonl, open_in_another_process, run
 
@@ -132,6 +137,136 @@ def test_recover_of_a_sound_store_drops_nothing(tmp_path: Path) -> None:
     assert dry.exit_code == 0 and "recover would go ahead" in dry.stdout
     info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
     assert info["droppedRecords"] == 0 and info["cutAt"] is None
+
+
+# -- every command that opens the store for writing refuses the cut recover refuses ------------------
+def _writing_commands(tmp_path: Path, root: Path) -> list[list[object]]:
+    """Each CLI command that opens STORE for writing (but recover), with its arguments."""
+    line = run("export", root, *TINY_SETS).stdout.splitlines()[0]
+    lines = tmp_path / "one.jsonl"
+    lines.write_text(line + "\n", encoding="utf-8")
+    return [
+        ["clean"],
+        ["clean", "--delete-topic", "T"],
+        ["produce", "--topic", "T", "--body", "x"],
+        ["import", "--input", lines],
+        ["consume", "--topic", "T", "--group", "G", "--commit"],
+    ]
+
+
+@pytest.mark.parametrize("damage", ["clean exit", "queues and index gone", "crash"])
+def test_commands_that_write_refuse_the_cut_recover_refuses_and_change_nothing(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The open's recovery would drop intact records: refused as recover refuses it, before a byte
+    changes (no abort left, no unit or index entry written for the records before the cut)."""
+    root = tmp_path / "s"
+    results = _store(root)
+    phy = results[-10].commit_log_offset  # 9 intact records follow it, in the segments recovery checks
+    _flip(root, phy + BODY_AT)
+    commands = _writing_commands(tmp_path, root)
+    if damage == "queues and index gone":  # a clean exit whose recovery dispatches the log again
+        shutil.rmtree(root / "consumequeue")
+        shutil.rmtree(root / "index")
+    if damage == "crash":
+        (root / "abort").touch()
+    before = hashes(root)
+    refused = run("recover", root, *TINY_SETS).stderr.splitlines()[0]
+    assert hashes(root) == before
+    for command in commands:
+        caplog.clear()
+        result = run(command[0], root, *TINY_SETS, *command[1:])
+        assert result.exit_code == 1, (command, result.output)
+        assert result.stderr.splitlines()[0] == refused, command
+        assert "drop the 9 intact record(s)" in refused
+        assert f"rocketstore recover --dry-run {root}" in result.stderr
+        assert f"rocketstore recover --force {root}" in result.stderr
+        assert "commit log cut at" not in caplog.text  # the cut was not made
+        assert hashes(root) == before, command
+        assert (root / "abort").exists() == (damage == "crash")
+    error = json.loads(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--json").stdout)["error"]
+    assert error["plan"]["logEnd"] == phy and error["plan"]["intactRecordsAfter"] == 9
+    assert run("recover", root, *TINY_SETS, "--force").exit_code == 0
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x").exit_code == 0
+
+
+def test_the_python_api_cuts_as_rocketmq_unless_confirm_cut_refuses(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    results = _store(root)
+    phy = results[-10].commit_log_offset
+    _flip(root, phy + BODY_AT)
+    before = hashes(root)
+    asked: list[int] = []
+
+    def refuse(report: RecoveryReport) -> None:
+        asked.append(report.process_offset)
+        raise RocketStoreError("refused")
+
+    with pytest.raises(RocketStoreError, match="refused"):
+        MessageStore.open(root, StoreConfig(**TINY), confirm_cut=refuse)
+    assert asked == [phy] and hashes(root) == before  # no abort left, nothing dispatched or cut
+    with pytest.raises(InvalidArgumentError, match="last_exit_ok"):
+        MessageStore.open(root, StoreConfig(**TINY), last_exit_ok=True)
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        assert store.max_phy_offset == phy
+
+
+def test_the_refusal_plans_the_recovery_of_a_clean_exit_though_the_open_wrote_abort(tmp_path: Path) -> None:
+    """The open being refused has written ``abort``: the plan it asks for is still of the recovery
+    after a clean exit (the last 3 segments checked), not of one after a crash."""
+    root = tmp_path / "s"
+    results = _store(root)
+    size = TINY["mappedFileSizeCommitLog"]
+    segment = results[-1].commit_log_offset // size - 1  # checked after a clean exit
+    bad = next(r for r in results if r.commit_log_offset // size == segment)
+    _flip(root, bad.commit_log_offset + BODY_AT)
+    # after a crash only the last segment would be checked: its first record is older than the checkpoint
+    with open(root / "checkpoint", "r+b") as f:
+        f.write(struct.pack(">qq", *[int(time.time() * 1000) + 3_600_000] * 2))
+    before = hashes(root)
+    result = run("clean", root, *TINY_SETS)
+    assert result.exit_code == 1, result.output
+    assert f"cut the commit log at offset {bad.commit_log_offset}" in result.stderr
+    assert hashes(root) == before
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_commands_that_write_cut_a_torn_tail_as_before(tmp_path: Path, crashed: bool) -> None:
+    """Nothing intact follows a torn last record: the open cuts it and the command goes on."""
+    root = tmp_path / "s"
+    results = _store(root)
+    last = results[-1]
+    _patch(root, last.commit_log_offset + 60, bytes(last.wrote_bytes - 60))  # only its head was written
+    if crashed:
+        (root / "abort").touch()
+    result = run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["queueOffset"] == COUNT - 1  # the torn record's offset, as RocketMQ
+    assert run("clean", root, *TINY_SETS).exit_code == 0
+    assert _exported(root) == COUNT
+
+
+def test_a_sound_store_is_not_planned_before_a_command_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a recovery that would cut where records may follow asks what the cut drops."""
+    from rocketstore.cli import common
+
+    planned: list[str] = []
+    plan = common.plan_recovery
+
+    def spy(store: str, config: StoreConfig, **kwargs: object) -> object:
+        planned.append(store)
+        return plan(store, config, **kwargs)
+
+    monkeypatch.setattr(common, "plan_recovery", spy)
+    root, torn = tmp_path / "s", tmp_path / "torn"
+    _store(root)
+    for command in _writing_commands(tmp_path, root):
+        assert run(command[0], root, *TINY_SETS, *command[1:]).exit_code == 0, command
+    assert planned == []
+    last = _store(torn)[-1]
+    _patch(torn, last.commit_log_offset + 60, bytes(last.wrote_bytes - 60))
+    assert run("produce", torn, *TINY_SETS, "--topic", "T", "--body", "x").exit_code == 0
+    assert planned == [str(torn)]  # a torn tail (nothing intact follows): planned, then cut
 
 
 def _cut_as_rocketmq(root: Path, results: list[PutResult], at: int, bodies: int) -> int:

@@ -33,7 +33,7 @@ from rocketstore.errors import (
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.log.recovery import RecoveryReport, recover
+from rocketstore.log.recovery import ConfirmCut, RecoveryReport, recover
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.config_files import (
     ConsumerOffsetManager,
@@ -116,21 +116,25 @@ class MessageStore:
         read_only: bool = False,
         recover: bool = True,
         create: bool = True,
+        last_exit_ok: bool | None = None,
+        confirm_cut: ConfirmCut | None = None,
         **settings: object,
     ) -> MessageStore:
         """Open (or create) the store at ``path``; ``settings`` are MessageStoreConfig keys.
 
-        ``read_only=True`` changes nothing on disk (recovery runs in memory). ``recover=False``
-        (read-only only) maps the files as they are, for tools that inspect the raw state.
+        ``read_only=True`` changes nothing on disk (recovery runs in memory); for it alone,
+        ``recover=False`` maps the files as they are (tools that inspect the raw state) and
+        ``last_exit_ok`` recovers as after a clean exit (True) or a crash, whatever ``abort`` says.
         ``create=False`` (implied by ``read_only``) raises StoreNotFoundError unless ``path``
         already holds a store. Raises StoreLockedError when another process or store object has
         it open, and CorruptStoreError naming the file when a file cannot belong to a RocketMQ
-        store.
+        store. ``confirm_cut(report)`` is called before recovery cuts the log where records may be
+        lost (``log.recovery.recover``): an error it raises ends the open with nothing written.
         """
         if not isinstance(config, StoreConfig | None):
             raise InvalidArgumentError(f"config is a StoreConfig (or None), not {type(config).__name__}")
-        if not recover and not read_only:
-            raise InvalidArgumentError("recover=False is only for read-only opens")
+        if not read_only and (not recover or last_exit_ok is not None):
+            raise InvalidArgumentError("recover=False and last_exit_ok are only for read-only opens")
         if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
             raise InvalidArgumentError(f"a store path is a str or os.PathLike (of a str), not {path!r}")
         root = os.path.abspath(os.fspath(path))
@@ -144,7 +148,7 @@ class MessageStore:
         for attempt in (1, 2, 3):
             store = cls(root, config, read_only)
             try:
-                store._open(recover)
+                store._open(recover, confirm_cut, last_exit_ok)
                 if not read_only:
                     _OPEN.add(store)
                 return store
@@ -157,41 +161,32 @@ class MessageStore:
                     raise RocketStoreError(f"{root} kept changing while it was opened: {exc}") from exc
         raise AssertionError("unreachable")
 
-    def _open(self, recover_files: bool = True) -> None:
+    def _open(self, recover_files: bool, confirm_cut: ConfirmCut | None, clean_exit: bool | None) -> None:
         config, root, mode = self.config, self.root, self.mode
         if not self.read_only:
             os.makedirs(root, exist_ok=True)
             self._lock.acquire()
         try:
-            self.last_exit_ok = not os.path.exists(os.path.join(root, "abort"))
-            config_dir = os.path.join(root, "config")
+            self.last_exit_ok = not os.path.exists(os.path.join(root, "abort")) if clean_exit is None else clean_exit
+            conf = os.path.join(root, "config")
             writable = not self.read_only
-            self.topics = TopicConfigManager(os.path.join(config_dir, "topics.json"), writable=writable)
-            self.consumer_offsets = ConsumerOffsetManager(
-                os.path.join(config_dir, "consumerOffset.json"), writable=writable
-            )
-            self.delay_offsets = DelayOffsetManager(os.path.join(config_dir, "delayOffset.json"), writable=writable)
+            self.topics = TopicConfigManager(os.path.join(conf, "topics.json"), writable=writable)
+            self.consumer_offsets = ConsumerOffsetManager(os.path.join(conf, "consumerOffset.json"), writable=writable)
+            self.delay_offsets = DelayOffsetManager(os.path.join(conf, "delayOffset.json"), writable=writable)
             self.subscription_groups = SubscriptionGroupManager(
-                os.path.join(config_dir, "subscriptionGroup.json"), writable=writable
+                os.path.join(conf, "subscriptionGroup.json"), writable=writable
             )
             # rocketstore's own: the topics delete_topics removed, and where the log ended then
-            self.deleted_topics = DeletedTopics(os.path.join(config_dir, DELETED_TOPICS_FILE), writable=writable)
-            for manager in (
-                self.topics,
-                self.consumer_offsets,
-                self.delay_offsets,
-                self.subscription_groups,
-                self.deleted_topics,
-            ):
+            self.deleted_topics = DeletedTopics(os.path.join(conf, DELETED_TOPICS_FILE), writable=writable)
+            managers = (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups)
+            for manager in (*managers, self.deleted_topics):
                 manager.load()
             if writable and (batch := self.topics.batch_cq_topics()):  # before recovery changes anything
                 raise ConfigError(f"topics {', '.join(batch)} use BatchCQ consume queues, which are not supported")
-            if not self.read_only:
-                self.allocator = SegmentAllocator(warm=config.warm_maped_file_enable)
-            self.pool: TransientStorePool | None = None
+            self.allocator = None if self.read_only else SegmentAllocator(warm=config.warm_maped_file_enable)
+            pooled = config.uses_transient_store_pool and not self.read_only
+            self.pool: TransientStorePool | None = TransientStorePool.of(config) if pooled else None
             self._sync_flush = config.is_sync_flush  # fixed at the open, as the flush service chosen
-            if config.uses_transient_store_pool and not self.read_only:
-                self.pool = TransientStorePool.of(config)
             self.commit_log = CommitLog(
                 config.commit_log_paths,
                 config.mapped_file_size_commit_log,
@@ -217,9 +212,7 @@ class MessageStore:
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash
                 write_abort(self.root)
-            if not recover_files:
-                self.recovery = None
-            else:
+            if recover_files:
                 self.recovery = recover(
                     self.commit_log,
                     self.queues,
@@ -231,8 +224,9 @@ class MessageStore:
                     delay_millis=self.delay_millis,
                     message_index_safe=config.message_index_enable and config.message_index_safe,
                     prop_crc=config.force_verify_prop_crc,
+                    confirm_cut=confirm_cut and (lambda report: self._confirm_cut(confirm_cut, report)),
                 )
-            if recover_files:  # no deleted record is past the recovered end; a cut-short deletion is finished
+                # no deleted record is past the recovered end; a cut-short deletion is finished
                 self.dispatcher.set_deleted(self.deleted_topics.lower_to(self.commit_log.max_offset()))
                 self.queues.remove_deleted_leftovers(self.deleted_topics.table)
             self.commit_log.reset_topic_queue_table(self.queues.offset_table())
@@ -254,6 +248,14 @@ class MessageStore:
             self._close_files()
             if not self.read_only:
                 self._lock.release()
+            raise
+
+    def _confirm_cut(self, confirm: ConfirmCut, report: RecoveryReport) -> None:
+        try:
+            confirm(report)
+        except BaseException:  # the open changed nothing: it leaves no abort behind
+            if self.last_exit_ok and not self.read_only:
+                remove_abort(self.root)
             raise
 
     def _dispatch_end_offset(self) -> int:

@@ -15,6 +15,7 @@ from rocketstore.cli.common import (
     max_problems_option,
     open_store,
     recovery_info,
+    refusal,
     store_options,
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
@@ -146,10 +147,10 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
             ctx.exit(EXIT_PROBLEMS)
         return
     if plan.loses_data and not force:
-        raise ProblemsFound(_refusal(opts, plan), plan=plan.to_dict())
+        raise ProblemsFound(refusal(opts, plan), plan=plan.to_dict())
     had_abort = os.path.exists(os.path.join(opts.root, "abort"))
     with no_delayed_delivery():  # recovery only: no delayed message is delivered
-        store = open_store(opts, create=False, checked=True)
+        store = open_store(opts, create=False, checked=True, planned=True)
     with store:  # a failed shutdown does not hide an error before it
         report = recovery_info(store)
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
@@ -255,7 +256,7 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
     """--dry-run's answer: what recover would do, or why it would refuse."""
     why = lost
     if plan.loses_data and refused:
-        why = _refusal(opts, plan, dry_run=True)
+        why = refusal(opts, plan, dry_run=True)
     if opts.as_json:
         print_json({"store": opts.root, "dryRun": True, "wouldRefuse": refused, "why": why, "plan": plan.to_dict()})
         return
@@ -268,36 +269,3 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
     out_console().print(kv_table(f"recover --dry-run {opts.root}: nothing changed", rows))
     if why:
         say(why)
-
-
-def _refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False) -> str:
-    """Why recover refuses a cut that drops intact records, and the ways on (the copy to make names
-    every commit-log folder outside STORE too)."""
-    assert plan.bad is not None
-    lines = [
-        f"recovery would cut the commit log at offset {plan.end} and drop the {plan.intact_records} intact "
-        f"record(s) ({plan.intact_bytes} bytes) after it" + ("" if dry_run else "; nothing was changed"),
-        f"the cause: {plan.bad.describe()}",
-        *(
-            [
-                f"{plan.maybe_stale} of them were stored before the newest record kept: maybe left on disk by "
-                "an earlier cut (RocketMQ's cut leaves records past it), maybe messages of a run whose clock was "
-                "behind; look at them first (rocketstore query --offset)"
-            ]
-            if plan.maybe_stale
-            else []
-        ),
-        "options:",
-        "  --force: cut the log there, as RocketMQ's recovery does (those records are lost)",
-    ]
-    if plan.crc_keeps_all:
-        lines.append(
-            "  --set checkCRCOnRecover=false: keep that record and every one after it (only its body CRC fails; "
-            "the body stays as stored): every later open checks it again while it is in the last 3 segments or "
-            "after a crash, and cuts the log there unless it is given the setting too (a broker: in broker.conf)"
-        )
-    outside = [p for p in opts.commit_logs_outside if os.path.exists(p)]
-    copies = "; ".join(f"cp -a {p} {p}.bak" for p in (opts.root, *outside))
-    also = f", its commit-log folder(s) outside {opts.root} too" if outside else ""
-    lines.append(f"  either way, copy the store first{also} ({copies})")
-    return "\n".join(lines)

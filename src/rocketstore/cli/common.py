@@ -22,9 +22,12 @@ from rocketstore.cli.output import print_json_error, warn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.export import QueuedUnit
+from rocketstore.log.recovery import ConfirmCut
+from rocketstore.meta.lockfile import held
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
 from rocketstore.verify.layout import check_sizes
+from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
 
 
 class CommandError(click.ClickException):
@@ -388,11 +391,14 @@ def open_store(
     lost_log_advice: str = RECOVER_FORCE,
     checked: bool = False,
     closed_pipe_interrupts: bool = True,
+    planned: bool = False,
 ) -> MessageStore:
     """``MessageStore.open`` for a command, after ``check_store`` (unless the command ran it:
     ``checked``) and, for a command that creates a store, refusing a folder that is not a store but
     holds one (a broker home given for its store). Opened for writing, a closed stdout then
-    interrupts the command (exit status 141) unless not ``closed_pipe_interrupts``."""
+    interrupts the command (exit status 141) unless not ``closed_pipe_interrupts``, and a recovery
+    that would drop intact records is refused as ``recover`` refuses it (``refuse_lossy_cut``)
+    unless the command ``planned`` recovery itself (``recover``)."""
     writes = not read_only
     if not checked:
         check_store(opts, writes=writes, allow_lost_log=allow_lost_log, lost_log_advice=lost_log_advice)
@@ -408,9 +414,81 @@ def open_store(
                 "(refusing to create a new store beside it)"
             )
         check_new_store_folder(opts)
+    confirm_cut = None if read_only or planned else refuse_lossy_cut(opts)
     if writes and closed_pipe_interrupts:
         mark_storing()
-    return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create)
+    return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create, confirm_cut=confirm_cut)
+
+
+def refuse_lossy_cut(opts: Common) -> ConfirmCut | None:
+    """What a command that opens STORE for writing (but ``recover``) gives ``MessageStore.open`` so
+    that its recovery refuses a cut that drops intact records, as ``recover`` refuses it without
+    --force (``ProblemsFound``, exit status 1, nothing changed). The open asks only when its
+    recovery would end the log where records may follow (a sound store is not planned). After a
+    crash (``abort``) recovery writes before it knows where the log ends, so the plan is made
+    first, under the store's lock: refused, or None when the recovery drops no intact record."""
+    if not os.path.exists(os.path.join(opts.root, "abort")):  # planned as opened: its own abort is no crash's
+        return lambda report: _refuse_if_lossy(opts, last_exit_ok=not report.abnormal)
+    with held(opts.root):
+        _refuse_if_lossy(opts)
+    return None
+
+
+def _refuse_if_lossy(opts: Common, last_exit_ok: bool | None = None) -> None:
+    """Plan STORE's recovery (in memory) and refuse it, naming the running command, when it drops
+    intact records."""
+    plan = plan_recovery(opts.root, opts.config, last_exit_ok=last_exit_ok)
+    if plan.loses_data:
+        ctx = click.get_current_context(silent=True)
+        command = ctx.info_name if ctx is not None and ctx.info_name else "this command"
+        raise ProblemsFound(refusal(opts, plan, command=command), plan=plan.to_dict())
+
+
+def refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command: str = "recover") -> str:
+    """Why ``command`` refuses a recovery that cuts the log where intact records follow (``recover``
+    itself, or a command whose open for writing recovers the store first), and the ways on (the
+    copy to make names every commit-log folder outside STORE too)."""
+    assert plan.bad is not None
+    how = (
+        "--force"
+        if command == "recover"
+        else f"rocketstore recover --force {opts.root} (with the same --config and --set)"
+    )
+    lines = [
+        f"recovery would cut the commit log at offset {plan.end} and drop the {plan.intact_records} intact "
+        f"record(s) ({plan.intact_bytes} bytes) after it" + ("" if dry_run else "; nothing was changed"),
+        *(
+            []
+            if command == "recover"
+            else [
+                f"{command} opens the store for writing, which recovers it first, and refuses this cut as recover "
+                f"does: rocketstore recover --dry-run {opts.root} shows it"
+            ]
+        ),
+        f"the cause: {plan.bad.describe()}",
+        *(
+            [
+                f"{plan.maybe_stale} of them were stored before the newest record kept: maybe left on disk by "
+                "an earlier cut (RocketMQ's cut leaves records past it), maybe messages of a run whose clock was "
+                "behind; look at them first (rocketstore query --offset)"
+            ]
+            if plan.maybe_stale
+            else []
+        ),
+        "options:",
+        f"  {how}: cut the log there, as RocketMQ's recovery does (those records are lost)",
+    ]
+    if plan.crc_keeps_all:
+        lines.append(
+            "  --set checkCRCOnRecover=false: keep that record and every one after it (only its body CRC fails; "
+            "the body stays as stored): every later open checks it again while it is in the last 3 segments or "
+            "after a crash, and cuts the log there unless it is given the setting too (a broker: in broker.conf)"
+        )
+    outside = [p for p in opts.commit_logs_outside if os.path.exists(p)]
+    copies = "; ".join(f"cp -a {p} {p}.bak" for p in (opts.root, *outside))
+    also = f", its commit-log folder(s) outside {opts.root} too" if outside else ""
+    lines.append(f"  either way, copy the store first{also} ({copies})")
+    return "\n".join(lines)
 
 
 def check_store(

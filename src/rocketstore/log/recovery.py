@@ -22,13 +22,16 @@ Where this goes beyond RocketMQ, it is to lose nothing:
   back (they are indexed again, as every record is);
 * only the segments RocketMQ checks (the last three after a clean exit, from the checkpoint's
   segment after a crash) are ever cut: a bad record before them, met while rebuilding, ends the
-  dispatch of its segment but keeps the log.
+  dispatch of its segment but keeps the log;
+* given ``confirm_cut``, the walk only checks: where the log ends is known before a record is
+  dispatched, so that a cut that may drop records can be refused with nothing written by the walk.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +53,7 @@ from rocketstore.queues.index_service import IndexService
 log = logging.getLogger(__name__)
 
 NORMAL_CHECKED = 3  # segments an open after a clean shutdown checks (RocketMQ's recoverNormally)
+_UNPARSED = 1 << 62  # a walk that only checks parses no properties (only dispatch needs them)
 
 
 @dataclass
@@ -83,6 +87,9 @@ class RecoveryReport:
         return out
 
 
+ConfirmCut = Callable[[RecoveryReport], None]  # asked before a cut that may drop records; raises to refuse it
+
+
 def _camel_case(name: str) -> str:
     """``consume_queue_end`` -> ``consumeQueueEnd`` (the JSON key style)."""
     first, *rest = name.split("_")
@@ -101,11 +108,18 @@ def recover(
     delay_millis: tuple[int, ...],
     message_index_safe: bool = False,
     prop_crc: bool = False,
+    confirm_cut: ConfirmCut | None = None,
 ) -> RecoveryReport:
     """Recover the commit log and the queues in place (or in memory, for a copy-on-write store).
 
     ``check_crc`` (checkCRCOnRecover) checks each record's body CRC, or with ``prop_crc``
-    (forceVerifyPropCRC) its ``__CRC32#`` property; the log ends before the first that fails."""
+    (forceVerifyPropCRC) its ``__CRC32#`` property; the log ends before the first that fails.
+
+    ``confirm_cut`` is called with the report (``process_offset``: where the log is to end) when
+    that end may drop records: the walk stopped at a bad record, later segments hold records, or
+    the queues or the index held records past it. Given it, the walk dispatches nothing: it is
+    called before recovery has written anything but what the queues' own recovery and, after a
+    crash, ``truncate_untrusted`` write first; an exception it raises ends recovery there."""
     queues.recover()
     max_phy_cq = queues.max_physic_offset()
     files = commit_log.queue.files
@@ -148,16 +162,16 @@ def recover(
     before = {key: cq.max_offset_in_queue() for key, cq in queues.table.items()}
     newest = [0]  # the latest store time of the records kept
     lasts: dict[tuple[str, int], tuple[int, int]] = {}  # of the records walked, not dispatched
+    defer = confirm_cut is not None  # the walk only checks: dispatch waits until the end is confirmed
 
     def on_records(records: Records) -> None:
         report.records_checked += len(records)
         if len(records):
             newest[0] = max(newest[0], int(records.store_ts.max()))
-        if records.offsets[-1] < dispatch_from:
-            _note_last_of_each_queue(records, len(records), lasts)
+        _note_last_of_each_queue(records, int(np.searchsorted(records.offsets, dispatch_from)), lasts)
+        if defer or records.offsets[-1] < dispatch_from:
             return
         if records.offsets[0] < dispatch_from:
-            _note_last_of_each_queue(records, int(np.searchsorted(records.offsets, dispatch_from)), lasts)
             records = records.select(records.offsets >= dispatch_from)
         report.records_dispatched += len(records)
         dispatcher.dispatch_records(records)
@@ -165,7 +179,7 @@ def recover(
     # a queue whose record lands past its end lost units there: it is caught up after the walk
     queues.hold_gaps(True, empty_starts_anywhere=dispatch_from <= files[0].file_from_offset)
     process_offset = files[start].file_from_offset
-    i, begin = start, 0
+    i, begin, cut_in = start, 0, ""
     while i < len(files):
         mapped = files[i]
         early = i < trusted  # dispatched as RocketMQ's reput reads it: CRCs unchecked
@@ -177,7 +191,7 @@ def recover(
             check_crc=check_crc and not early,
             prop_crc=prop_crc,
             delay_millis=delay_millis,
-            checked_only_before=dispatch_from,  # records before it are checked, not dispatched
+            checked_only_before=_UNPARSED if defer else dispatch_from,  # records before it are not dispatched
         )
         process_offset = mapped.file_from_offset + pos
         report.bytes_checked += pos - begin
@@ -202,13 +216,19 @@ def recover(
                 i += 1
             continue
         if reason == STOP_BAD:
-            report.stopped_at_bad_record = True
-            log.warning(
-                "commit log cut at %d: the record there fails its checks (%s)", process_offset, mapped.file_name
-            )
+            report.stopped_at_bad_record, cut_in = True, mapped.file_name
         break  # a BLANK in the last segment ends the log where it stands, as in RocketMQ
 
     report.process_offset = process_offset
+    dropped = [f for f in files if f.file_from_offset > process_offset]
+    report.dropped_files = [f.file_name for f in dropped]
+    holding = [f.file_name for f in dropped if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
+    if confirm_cut is not None and _may_drop_records(report, holding):
+        confirm_cut(report)
+    if cut_in:
+        log.warning("commit log cut at %d: the record there fails its checks (%s)", process_offset, cut_in)
+    if defer:
+        report.records_dispatched = _dispatch(commit_log, dispatcher, dispatch_from, process_offset, delay_millis)
     queues.truncate_dirty(process_offset)
     _find_short_queues(queues, lasts, dispatcher.deleted)
     report.queues_behind = _catch_up(commit_log, queues, dispatcher, process_offset, delay_millis)
@@ -220,9 +240,6 @@ def recover(
         if again is not None:  # index entries for cut records went with their files: index the rest again
             report.reindexed_from = again
             _reindex(commit_log, index, again, process_offset, delay_millis)
-    dropped = [f for f in files if f.file_from_offset > process_offset]
-    report.dropped_files = [f.file_name for f in dropped]
-    holding = [f.file_name for f in dropped if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
     if holding and _in_use(commit_log, checkpoint):
         # a read-only view of a store a process is writing maps its segments one after another:
         # the writer may have filled one and begun the next meanwhile. Nothing on disk is dropped
@@ -245,6 +262,13 @@ def recover(
     report.newest_kept = newest[0]
     _claim_only_what_is_kept(checkpoint, index, newest[0])
     return report
+
+
+def _may_drop_records(report: RecoveryReport, holding: list[str]) -> bool:
+    """Whether the end the walk found may drop records (``confirm_cut`` is asked): more than the end
+    of the data, which a sound store's queues and index do not pass either."""
+    end = report.process_offset
+    return report.stopped_at_bad_record or bool(holding) or max(report.consume_queue_end, report.index_end) > end
 
 
 def _in_use(commit_log: CommitLog, checkpoint: StoreCheckpoint) -> bool:
@@ -312,19 +336,37 @@ def _catch_up(
     behind = queues.behind()
     for cq in behind:
         cq.behind = False
+    _dispatch(commit_log, dispatcher, start, end, delay_millis, index=False)
+    return sorted(f"{cq.topic}/{cq.queue_id}" for cq in behind)
+
+
+def _dispatch(
+    commit_log: CommitLog,
+    dispatcher: Dispatcher,
+    start: int,
+    end: int,
+    delay_millis: tuple[int, ...],
+    *,
+    index: bool = True,
+) -> int:
+    """Dispatch the records in ``[start, end)`` of the log (checked by the walk: CRCs are not
+    checked again), reading them as the walk does: a record whose lengths alone disagree is
+    skipped, any other bad record ends its segment's dispatch. Returns the records dispatched."""
+    count = [0]
 
     def on_records(records: Records) -> None:
         if records.offsets[-1] < start:
             return
         if records.offsets[0] < start:
             records = records.select(records.offsets >= start)
-        dispatcher.dispatch_records(records, index=False)
+        count[0] += len(records)
+        dispatcher.dispatch_records(records, index=index)
 
     for mapped in commit_log.queue.files:
         if mapped.end_offset <= start or mapped.file_from_offset >= end:
             continue
         stop, pos = min(end, mapped.end_offset) - mapped.file_from_offset, 0
-        while pos < stop:  # as the walk reads them: a record whose lengths alone disagree is skipped
+        while pos < stop:
             pos, reason = walk_segment(
                 mapped, pos, stop, on_records, check_crc=False, delay_millis=delay_millis, checked_only_before=start
             )
@@ -332,7 +374,7 @@ def _catch_up(
             if not skip:
                 break
             pos += skip
-    return sorted(f"{cq.topic}/{cq.queue_id}" for cq in behind)
+    return count[0]
 
 
 def _reindex(

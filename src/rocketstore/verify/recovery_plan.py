@@ -118,10 +118,12 @@ class RecoveryPlan:
         }
 
 
-def plan_recovery(root: str, config: StoreConfig) -> RecoveryPlan:
+def plan_recovery(root: str, config: StoreConfig, *, last_exit_ok: bool | None = None) -> RecoveryPlan:
     """Run the store's recovery in memory and scan the log from where it ends it (nothing on disk
-    changes); its log messages are held back (the caller reports the plan)."""
-    with _quiet(), MessageStore.open(root, config, read_only=True) as store:
+    changes); its log messages are held back (the caller reports the plan). ``last_exit_ok``: plan
+    the recovery after a clean exit (True) or a crash (False) whatever ``abort`` says (an open for
+    writing has written its own)."""
+    with _quiet(), MessageStore.open(root, config, read_only=True, last_exit_ok=last_exit_ok) as store:
         report = store.recovery
         queue_ends = {key: cq.max_offset_in_queue() for key, cq in store.queues.table.items()}
     assert report is not None  # a read-only open recovers
