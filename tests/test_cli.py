@@ -1263,6 +1263,21 @@ def test_query_max_above_max_msgs_num_batch_warns_that_the_result_is_capped(
     assert "maxMsgsNumBatch" in run("query", "--help").stdout
 
 
+def test_query_hits_one_message_holds_twice_do_not_end_the_search_early(tmp_path: Path) -> None:
+    """A message with keys "D D" has two index hits: the query asked the index for 32 hits, got
+    16 messages, took that for "the index has no more" and gave 32 of 40 with no warning."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(**{**TINY, "maxIndexNum": 1000})) as store:
+        for i in range(40):
+            store.put(Message("T", f"m{i}", keys="D D")).raise_for_status()
+        assert store.wait_for_dispatch()
+    result = run("query", root, *BUSY_SETS, "--topic", "T", "--key", "D", "--json", "--max", 40)
+    assert result.exit_code == 0, result.stderr
+    assert _bodies(result) == [f"m{i}" for i in range(40)] and result.stderr == ""
+    result = run("query", root, *BUSY_SETS, "--topic", "T", "--key", "D", "--json", "--max", 20)
+    assert _bodies(result) == [f"m{i}" for i in range(20, 40)] and "more messages match" in result.stderr
+
+
 @contextlib.contextmanager
 def read_only_view(folder: Path, view: Path) -> Iterator[Path]:
     """``folder`` seen read-only at ``view`` (a read-only bind mount: even root cannot write)."""

@@ -79,8 +79,19 @@ def _by_key(
     while True:
         found = store.query_message(topic, key, limit, max(0, begin - 1000), wide_end).messages
         inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
-        if len(inside) >= max_num or len(found) < limit:  # fewer than asked: the index has no more
+        if len(inside) >= max_num:
             return inside[-max_num:]
+        # hits the reader merged (a key twice in a message) or dropped (another key of the same
+        # hash) are not in ``found``: only fewer raw hits than asked for mean the index has no more
+        if (
+            len(
+                store.index.query_offsets(
+                    topic, key, limit, max(0, begin - 1000), _LONG_MAX if wide_end is None else wide_end
+                )
+            )
+            < limit
+        ):
+            return inside
         limit *= 4
 
 
