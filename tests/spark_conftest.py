@@ -170,3 +170,16 @@ def assert_rows_equal(got: list[dict], want: list[dict]) -> None:
 
 def reader(spark: Any, options: dict[str, str] | None = None, **more: str) -> Any:
     return spark.read.format("rocketstore").options(**(options or SMALL_OPTIONS), **more)
+
+
+def interleaved_store(path: Path, count: int = 100) -> Path:
+    """``count`` messages in T1/0 between 500-byte Filler ones: several consume-queue files of
+    T1/0 over a dozen commit-log segments, so retention removes some of each."""
+    from rocketstore import Message, MessageStore
+
+    with MessageStore.open(path, small_config()) as s:
+        for i in range(count):
+            s.put(Message("T1", f"m{i}".encode()), queue_id=0).raise_for_status()
+            s.put(Message("Filler", b"x" * 500), queue_id=0).raise_for_status()
+        s.wait_for_dispatch()
+    return path

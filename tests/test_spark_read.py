@@ -16,6 +16,7 @@ from spark_conftest import (
     assert_rows_equal,
     damage_record,
     export_rows,
+    interleaved_store,
     log_rows,
     make_store,
     reader,
@@ -579,19 +580,6 @@ def test_the_tags_option_trims_as_java_trims():
     assert parse_options({"path": "/s", "tags": "   "}).tags == frozenset()
 
 
-def _interleaved_store(path: Path, count: int = 100) -> Path:
-    """``count`` messages in T1/0 between 500-byte Filler ones: 5 consume-queue files of T1/0
-    over a dozen commit-log segments, so retention removes some of each."""
-    from rocketstore import Message, MessageStore
-
-    with MessageStore.open(path, small_config()) as s:
-        for i in range(count):
-            s.put(Message("T1", f"m{i}".encode()), queue_id=0).raise_for_status()
-            s.put(Message("Filler", b"x" * 500), queue_id=0).raise_for_status()
-        s.wait_for_dispatch()
-    return path
-
-
 def _retention(path: Path) -> tuple[int, int]:
     """Retention as the store runs it (every file expired); T1/0's (min, max) offsets after it."""
     import time
@@ -613,7 +601,7 @@ def test_consume_queue_files_removed_after_planning_lose_only_their_messages(tmp
     from rocketstore.spark.read import read_partition
     from rocketstore.spark.source import BatchReader
 
-    store = _interleaved_store(tmp_path / "store")
+    store = interleaved_store(tmp_path / "store")
     options = {**SMALL_OPTIONS, "path": str(store), "topics": "T1"}
     schema = StructType([StructField("queueOffset", LongType()), StructField("body", BinaryType())])
     kept = BatchReader({**options, "failOnDataLoss": "false"}, schema).partitions()

@@ -16,6 +16,7 @@ from spark_conftest import (
     as_export,
     damage_record,
     export_rows,
+    interleaved_store,
     make_store,
     small_config,
     sort_key,
@@ -369,25 +370,12 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
     assert stream._snapshot is None and held.store.closed
 
 
-def _interleaved_store(path: Path, count: int = 100) -> Path:
-    """``count`` messages in T1/0 between 500-byte Filler ones: several consume-queue files of
-    T1/0 over a dozen commit-log segments, so retention removes some of each."""
-    from rocketstore import Message
-
-    with MessageStore.open(path, small_config()) as s:
-        for i in range(count):
-            s.put(Message("T1", f"m{i}".encode()), queue_id=0).raise_for_status()
-            s.put(Message("Filler", b"x" * 500), queue_id=0).raise_for_status()
-        s.wait_for_dispatch()
-    return path
-
-
 def test_retention_while_a_batch_runs_loses_only_what_it_removed(spark, tmp_path):  # noqa: F811
     """Retention between a micro-batch's planning and its tasks (failOnDataLoss=false): the batch
     delivers every message the store still holds; only the removed ones are skipped."""
     import time
 
-    store = _interleaved_store(tmp_path / "store")
+    store = interleaved_store(tmp_path / "store")
     got: list[int] = []
 
     def sink(df: Any, batch_id: int) -> None:
@@ -536,7 +524,7 @@ def test_the_trigger_budget_counts_only_messages_the_store_still_holds(tmp_path)
 
     from rocketstore.spark.stream import StreamReader
 
-    store = _interleaved_store(tmp_path / "store")
+    store = interleaved_store(tmp_path / "store")
     with MessageStore.open(store, small_config(fileReservedTime=0)) as s:
         s.clean_expired_files(now=time.time() + 3600)
         lo = s.get_min_offset_in_queue("T1", 0)
