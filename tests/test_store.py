@@ -1166,7 +1166,13 @@ def test_query_by_key_and_uniq_key_across_several_index_files(make_store, store_
     assert found.index_last_update_timestamp > 0 and found.index_last_update_phyoffset > 0
     missed = store.query_message("IdxTopic", "no-such-key")  # the index's last update told only with hits
     assert (missed.index_last_update_timestamp, missed.index_last_update_phyoffset) == (0, 0)
-    assert store.query_message("IdxTopic", "no-such-key").messages == []
+    assert store.query_message("IdxTopic", "no-such-key").messages == [] and missed.index_hits == 0
+    # index_hits counts the index's raw entries: a key twice in one message is two of them
+    twice = put_ok(store, Message("IdxTopic", b"twice", keys=["dup", "dup"]))
+    assert store.wait_for_dispatch()
+    dup = store.query_message("IdxTopic", "dup")
+    assert [m.commit_log_offset for m in dup.messages] == [twice.commit_log_offset] and dup.index_hits == 2
+    assert (few.index_hits, got.index_hits) == (4, len(common))
     last_ts, last_phy = got.index_last_update_timestamp, got.index_last_update_phyoffset
     assert (last_ts, last_phy) == (results[-1].store_timestamp, results[-1].commit_log_offset)
     # a time window that holds none of the messages

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.ids import decode_offset_msg_id, java_hash
-from rocketstore.codec.message import StoredMessage, as_int, plain_str
+from rocketstore.codec.message import JAVA_LONG, StoredMessage, as_int, plain_str
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import java_trim
@@ -24,7 +24,6 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.results import GetMessageStatus, GetResult, QueryResult
 
 _MAX_PULL_SIZE = 128 * 1024 * 1024
-_LONG_MAX = 2**63 - 1
 
 try:
     _TOTAL_RAM = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -280,12 +279,15 @@ class MessageReader:
             begin=(begin, int),
             end=(end, (int, type(None))),
         )
-        end = _LONG_MAX if end is None else end
+        end = JAVA_LONG[1] if end is None else end
         found: list[StoredMessage] = []
         last_query_ts = end
         last_ts = last_phy = 0  # the index's last update, told only when it gave offsets (as RocketMQ)
+        hits = -1
         for _ in range(3):
             offsets = self.index.query_offsets(topic, key, max_num, begin, last_query_ts)
+            if hits < 0:
+                hits = len(offsets)
             if not offsets:
                 break
             last_ts, last_phy = self.index.last_update()
@@ -303,7 +305,7 @@ class MessageReader:
             if found or last_query_ts < begin:
                 break
         unique = {m.commit_log_offset: m for m in found}
-        return QueryResult([unique[o] for o in sorted(unique)][:max_num], last_ts, last_phy)
+        return QueryResult([unique[o] for o in sorted(unique)][:max_num], last_ts, last_phy, max(hits, 0))
 
     # -- offsets and times ----------------------------------------------------------------------
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:

@@ -174,14 +174,18 @@ class GetResult:
 
 
 class QueryResult:
-    """Messages found by key, with the newest index file's last update (QueryMessageResult)."""
+    """Messages found by key, with the newest index file's last update (QueryMessageResult).
+    ``index_hits``: how many entries the index gave for the key in the range asked (hash
+    collisions and a message's repeated key included): fewer than ``max_num`` means it holds no
+    more there."""
 
-    __slots__ = ("index_last_update_phyoffset", "index_last_update_timestamp", "messages")
+    __slots__ = ("index_hits", "index_last_update_phyoffset", "index_last_update_timestamp", "messages")
 
-    def __init__(self, messages: list[StoredMessage], last_ts: int, last_phy: int) -> None:
+    def __init__(self, messages: list[StoredMessage], last_ts: int, last_phy: int, index_hits: int = 0) -> None:
         self.messages = messages
         self.index_last_update_timestamp = last_ts
         self.index_last_update_phyoffset = last_phy
+        self.index_hits = index_hits
 
     def __repr__(self) -> str:
         return f"QueryResult(messages={len(self.messages)})"

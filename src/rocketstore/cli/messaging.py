@@ -20,7 +20,7 @@ from rocketstore.cli.common import (
     store_options,
 )
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
-from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.export import QueuedUnit, queue_units
@@ -378,7 +378,7 @@ def _started_from(from_offset: int | None, from_time: int | None) -> str:
     "--queue", "queue_id", type=click.IntRange(min=0), help="Only this queue (default: every queue of the topic)."
 )
 @click.option("--tags", help='A tag filter: "*" or "TagA || TagB".')
-@click.option("--from-offset", type=click.IntRange(0, 2**63 - 1), help="Start at this queue offset.")
+@click.option("--from-offset", type=click.IntRange(0, JAVA_LONG[1]), help="Start at this queue offset.")
 @click.option(
     "--from-time",
     callback=_parse_time,

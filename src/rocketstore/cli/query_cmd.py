@@ -10,14 +10,13 @@ import click
 from rocketstore.cli.common import Common, open_store, store_options
 from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
-from rocketstore.codec.message import StoredMessage
+from rocketstore.codec.message import JAVA_LONG, StoredMessage
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import damaged_record_at
 
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 EXIT_NOT_FOUND = 1
 _UNCAPPED = 2**31 - 1  # maxMsgsNumBatch for the store a key query opens: _by_key sets its batches
-_LONG_MAX = 2**63 - 1
 
 
 def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -56,7 +55,7 @@ def _past_cut(store: MessageStore, offset: int) -> str:
 
 def _unreadable_hits(store: MessageStore, topic: str, key: str, begin: int, end: int | None) -> list[str]:
     """What is wrong with each record the index gives for ``topic`` and ``key`` that cannot be read."""
-    wide_end = _LONG_MAX if end is None else end + 1000
+    wide_end = JAVA_LONG[1] if end is None else end + 1000
     hits = store.index.query_offsets(topic, key, _UNCAPPED, max(0, begin - 1000), wide_end)
     found = (_damaged(store, phy) for phy in sorted(set(hits)) if store.look_message_by_offset(phy) is None)
     return [problem for problem in found if problem is not None]
@@ -77,20 +76,14 @@ def _by_key(
     wide_end = None if end is None else end + 1000
     limit = max(max_num, batch)
     while True:
-        found = store.query_message(topic, key, limit, max(0, begin - 1000), wide_end).messages
+        result = store.query_message(topic, key, limit, max(0, begin - 1000), wide_end)
+        found = result.messages
         inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
         if len(inside) >= max_num:
             return inside[-max_num:]
         # hits the reader merged (a key twice in a message) or dropped (another key of the same
         # hash) are not in ``found``: only fewer raw hits than asked for mean the index has no more
-        if (
-            len(
-                store.index.query_offsets(
-                    topic, key, limit, max(0, begin - 1000), _LONG_MAX if wide_end is None else wide_end
-                )
-            )
-            < limit
-        ):
+        if result.index_hits < limit:
             return inside
         limit *= 4
 
@@ -112,7 +105,7 @@ def _more_match(max_num: int, cap: int) -> str:
 @click.option("--topic", help="The topic (needed with --key).")
 @click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
 @click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
-@click.option("--offset", type=click.IntRange(0, _LONG_MAX), help="A commit-log offset where a record starts.")
+@click.option("--offset", type=click.IntRange(0, JAVA_LONG[1]), help="A commit-log offset where a record starts.")
 @click.option(
     "--begin", type=int, default=0, show_default=True, help="Key queries: earliest store time (ms, inclusive)."
 )
