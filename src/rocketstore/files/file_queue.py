@@ -7,6 +7,7 @@ The list of segments is replaced, never changed in place, so a reader that took
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import mmap
 import os
@@ -110,7 +111,7 @@ class MappedFileQueue:
                         found[name],
                     )
                 sparse = self.reserve is not None
-                odd = self._sized_as_set(found, name)
+                odd = functools.partial(self._others_sized_as_set, found, name)
                 files.append(
                     MappedFile.open(found[name], offset, self.file_size, self.mode, sparse, self.size_setting, odd)
                 )
@@ -120,10 +121,8 @@ class MappedFileQueue:
             raise
         self.files = files
 
-    def _sized_as_set(self, found: dict[str, str], name: str) -> bool:
-        """True when ``name`` is not of the configured size but another segment is."""
-        if os.path.getsize(found[name]) == self.file_size:
-            return False
+    def _others_sized_as_set(self, found: dict[str, str], name: str) -> bool:
+        """True when a segment other than ``name`` (found of another size) is of the configured size."""
         return any(os.path.getsize(path) == self.file_size for other, path in found.items() if other != name)
 
     def _list(self, folders: list[str]) -> list[tuple[str, str]]:

@@ -249,17 +249,17 @@ class MappedFile:
         mode: str = "rw",
         sparse: bool = False,
         size_setting: str | None = None,
-        odd_one: bool = False,
+        odd_one: Callable[[], bool] | None = None,
     ) -> MappedFile:
         """An existing segment; its positions start at the full size until recovery sets them.
         A file of another size is a CorruptStoreError naming ``size_setting`` when given, or, when
-        ``odd_one`` (the other segments have the size), calling it damaged."""
+        ``odd_one()`` says the other segments have the size, calling it damaged."""
         flags = os.O_RDONLY if mode == "cow" else os.O_RDWR
         syscalls.raise_open_file_limit()
         fd = os.open(path, flags | os.O_CLOEXEC)
         try:
             actual = os.fstat(fd).st_size
-            if actual != file_size and odd_one:  # the other segments have the size: damage
+            if actual != file_size and odd_one is not None and odd_one():  # the others have the size: damage
                 short = "it was cut short (a partial copy, a full disk) or " if actual < file_size else ""
                 raise CorruptStoreError(
                     f"the file is {actual} bytes, the other segments beside it {file_size}: "
