@@ -782,6 +782,18 @@ def test_produce_then_consume_with_commit(tmp_path: Path) -> None:
     assert run("verify", root, *TINY_SETS).exit_code == 0
 
 
+def test_consume_tags_gives_only_those_tags_when_another_tags_hash_collides(tmp_path: Path) -> None:
+    """The tags Aa and BB share a Java String.hashCode (what the consume queue holds): --tags Aa
+    gives only Aa, and --commit commits past the BB messages, as a consumer's offset moves past them."""
+    root = tmp_path / "store"
+    for tags in ("BB", "Aa", "BB"):
+        assert run("produce", root, *TINY_SETS, "--topic", "C", "--tags", tags, "--body", tags).exit_code == 0
+    result = run("consume", root, *TINY_SETS, "--topic", "C", "--group", "g", "--tags", "Aa", "--commit", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [(m["queueOffset"], m["tags"]) for m in jsonl(result.stdout)] == [(1, "Aa")]
+    assert "next offset 3 (committed)" in result.stderr
+
+
 def test_consume_from_a_time(tmp_path: Path) -> None:
     """--from-time starts each queue at its first message stored at or after the time (epoch ms or
     ISO-8601); a time past every message reads nothing and commits the queue's end."""

@@ -982,6 +982,27 @@ def test_tag_filter(make_store):
     assert [u[2] for u in units] == [java_hash(t) if t else 0 for t in tags]
 
 
+def test_a_tag_whose_hash_collides_with_the_subscriptions_is_filtered(make_store):
+    """The consume queue holds a tag's hash ("Aa" and "BB" share 2112): as RocketMQ's consumer
+    drops what the broker's hash filter let through but its subscription does not hold, a pull
+    serves only the tags asked for, and a colliding unit is consumed as a filtered one."""
+    assert java_hash("Aa") == java_hash("BB")
+    store = make_store()
+    for i, t in enumerate(["BB", "Aa", "BB", "Aa", "BB"]):
+        put_ok(store, Message("C", b"%d" % i, tags=t))
+    assert store.wait_for_dispatch()
+
+    def pull(offset: int, tags: str, max_nums: int = 32) -> tuple[str, list[bytes], int]:
+        got = store.get_message("g", "C", 0, offset, max_nums, tags=tags)
+        return got.status, [m.body for m in got.messages], got.next_begin_offset
+
+    assert pull(0, "Aa") == (GetMessageStatus.FOUND, [b"1", b"3"], 5)
+    assert pull(0, "BB") == (GetMessageStatus.FOUND, [b"0", b"2", b"4"], 5)
+    assert pull(0, "Aa || TagX", 1) == (GetMessageStatus.FOUND, [b"1"], 2)
+    assert pull(4, "Aa") == (GetMessageStatus.NO_MATCHED_MESSAGE, [], 5)
+    assert len(store.get_message("g", "C", 0, 0, 32, tags="*").messages) == 5
+
+
 def test_tag_filter_trims_as_java_trims(make_store):
     """FilterAPI trims each tag with String.trim: control characters go, a no-break space or an
     em space stays part of the tag."""

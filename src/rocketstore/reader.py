@@ -76,10 +76,9 @@ def subscription_tags(tags: str | None) -> frozenset[str] | None:
     return frozenset(t for t in map(java_trim, tags.split("||")) if t)
 
 
-def tag_hashes(tags: str | None) -> frozenset[int] | None:
-    """A subscription expression -> the tag hashes it accepts (``subscription_tags``); None means
-    every message."""
-    accepted = subscription_tags(tags)
+def tag_hashes(accepted: frozenset[str] | None) -> frozenset[int] | None:
+    """The tags a subscription accepts (``subscription_tags``) -> their hashes, as a consume
+    queue's tags codes hold them; None means every message."""
     return None if accepted is None else frozenset(map(java_hash, accepted))
 
 
@@ -129,7 +128,8 @@ class MessageReader:
             return GetResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], next_offset, min_offset, max_offset)
 
         config = self.config
-        wanted = tag_hashes(tags) if tags is not None else None
+        accepted = subscription_tags(tags) if tags is not None else None
+        wanted = tag_hashes(accepted)
         max_filter_units = max(config.max_filter_message_size, max_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
         want_units = max_filter_units if wanted is not None else min(max_filter_units, max(max_nums, 1))
         data = cq.read_units(offset, min(want_units, max_offset - offset))
@@ -148,7 +148,7 @@ class MessageReader:
             if want_units < max_filter_units:  # records missing or on disk: scan as far as RocketMQ does
                 data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
         units = zip(*unit_columns(data), strict=True)
-        return self._pull_units(units, max_nums, wanted, offset, min_offset, max_offset, max_phy, memory)
+        return self._pull_units(units, max_nums, accepted, wanted, offset, min_offset, max_offset, max_phy, memory)
 
     def _pull_prefix(
         self,
@@ -181,6 +181,7 @@ class MessageReader:
         self,
         units: Iterable[tuple[int, int, int]],
         max_nums: int,
+        accepted: frozenset[str] | None,
         wanted: frozenset[int] | None,
         offset: int,
         min_offset: int,
@@ -188,7 +189,11 @@ class MessageReader:
         max_phy: int,
         memory: int,
     ) -> GetResult:
-        """A pull unit by unit: filters, records being removed, in-disk limits (spec 16.2)."""
+        """A pull unit by unit: filters, records being removed, in-disk limits (spec 16.2).
+
+        A unit whose tags code is in ``wanted`` but whose message's tags are not in ``accepted``
+        (a hash collision) is filtered too, as RocketMQ's consumer drops it after the broker's
+        hash filter (PullAPIWrapper.processPullResult)."""
         config = self.config
         commit_log = self.commit_log
         get_data = commit_log.get_data
@@ -235,6 +240,10 @@ class MessageReader:
                 continue
             message = decode(buf)
             if message is None:  # a damaged record (verify names it): RocketMQ serves its bytes, we skip it
+                continue
+            if accepted is not None and message.tags not in accepted:  # its tag's hash collides with one asked for
+                if not messages:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
                 continue
             messages.append(message)
             total += size

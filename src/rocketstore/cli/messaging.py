@@ -24,7 +24,7 @@ from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.export import QueuedUnit, queue_units
-from rocketstore.reader import tag_hashes
+from rocketstore.reader import subscription_tags, tag_hashes
 from rocketstore.results import GetMessageStatus, GetResult, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.timestamps import epoch_millis
@@ -300,7 +300,7 @@ def pull_queue(
     The units a pull passed over because their message cannot be read go to ``unreadable``."""
     messages: list[StoredMessage] = []
     moved: GetResult | None = None
-    wanted = tag_hashes(tags)
+    wanted = tag_hashes(subscription_tags(tags))
     while len(messages) < max_num:
         result = store.get_message(group, topic, queue_id, offset, min(_PULL_BATCH, max_num - len(messages)), tags)
         if unreadable is not None:
