@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 from rocketstore import MessageStore, StoreConfig
@@ -188,3 +189,40 @@ def test_query_refuses_a_begin_after_the_end_as_a_usage_error(tmp_path: Path) ->
     assert f"--begin {stored + 1} is after --end {stored}" in result.stderr
     result = run(*query, "--begin", stored, "--end", stored)  # both inclusive: one millisecond
     assert result.exit_code == 0 and len(result.stdout.splitlines()) > 1, result.stderr
+
+
+# -- import: where to go on once it stops -----------------------------------------------------------------
+def _resume_command(stderr: str) -> str:
+    """The `tail -n +LINE FILE` command an import's stop message gives."""
+    match = re.search(r"`(tail -n \+\d+ [^`]+)` gives the rest to import$", stderr.rstrip())
+    assert match is not None, stderr
+    return match[1]
+
+
+def test_an_import_stopped_by_a_bad_line_says_where_to_go_on(tmp_path: Path) -> None:
+    """As an interrupted import does: the stop message gives the `tail -n +LINE FILE` that yields
+    the line it stopped at and the rest (the file's name quoted for a shell); run once the line is
+    fixed, it imports the rest, none twice."""
+    src = tmp_path / "src"
+    assert run("produce", src, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 4).exit_code == 0
+    good = run("export", src, *TINY_SETS).stdout.splitlines()
+    path = tmp_path / "an input.jsonl"
+    path.write_text("\n".join([*good[:2], '{"topic":"T"}', *good[2:]]) + "\n", encoding="utf-8")
+    root = tmp_path / "dst"
+    result = run("import", root, *TINY_SETS, "-i", path)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        'error: line 3: no body field (an empty body is "body": "") (import stopped; 2 message(s) before it '
+        f"stored); `tail -n +3 '{path}'` gives the rest to import\n"
+    )
+    command = _resume_command(result.stderr)
+    path.write_text("\n".join([*good[:2], '{"topic":"T","body":""}', *good[2:]]) + "\n", encoding="utf-8")
+    rest = subprocess.run(command, shell=True, capture_output=True, check=True).stdout
+    (tmp_path / "rest.jsonl").write_bytes(rest)
+    assert run("import", root, *TINY_SETS, "-i", tmp_path / "rest.jsonl").exit_code == 0
+    assert _messages(root, *TINY_SETS) == 5  # line 3 fixed: the 2 before it, then it and the 2 after
+    proc = cli_process("import", tmp_path / "dst2", *TINY_SETS, "-i", "-", "--json", stdin=subprocess.PIPE)
+    out, err = proc.communicate(b'{"topic":"T"}\n', timeout=120)
+    assert proc.returncode == 2
+    assert err.decode().endswith("(import stopped; nothing stored); `tail -n +1 FILE` gives the rest to import\n")
+    assert json.loads(out)["error"]["message"] == err.decode().removeprefix("error: ").rstrip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -25,6 +26,7 @@ from rocketstore.cli.common import (
     with_notes,
 )
 from rocketstore.cli.output import print_json, progress_bar, replacing_file, say, utf8_stdout, warn
+from rocketstore.errors import ImportLineError
 from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
@@ -142,6 +144,12 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
         )
 
 
+def _resume_hint(line: int, input_path: str) -> str:
+    """Where a stopped import goes on: the shell command that gives its input from ``line`` on."""
+    source = "FILE" if input_path == "-" else shlex.quote(input_path)
+    return f"`tail -n +{line} {source}` gives the rest to import"
+
+
 @click.command("import")
 @store_options(must_exist=False, writes=True)
 @click.option(
@@ -161,9 +169,9 @@ def import_(opts: Common, input_path: str) -> None:
 
     Each line is stored as it is read: at the first line that cannot be stored the import stops
     with exit status 2, and the messages of the lines before it stay stored (the error names the
-    line and says how many; `tail -n +LINE FILE` gives the rest to import once it is fixed).
-    Interrupted (Ctrl-C), it exits with status 130 saying the same: how many were stored and the
-    line to go on from.
+    line, says how many, and gives the `tail -n +LINE FILE` that yields the rest to import once
+    it is fixed). Interrupted (Ctrl-C), it exits with status 130 saying the same: how many were
+    stored and the `tail -n +LINE FILE` to go on from.
 
     Delayed messages are not delivered during the import. A SCHEDULE_TOPIC_XXXX line whose
     delivered copy (in its REAL_TOPIC, with the same UNIQ_KEY and reconsume times; without a
@@ -185,14 +193,16 @@ def import_(opts: Common, input_path: str) -> None:
             with store, progress_bar("import", total, unit_bytes=True) as advance:
                 count = import_jsonl(store, lines, advance, guard=guard)
     except ImportInterrupted as exc:
-        source = "FILE" if input_path == "-" else input_path
         interrupted = Interrupted(
             f"interrupted: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
-            f"`tail -n +{exc.line} {source}` gives the rest to import",
+            f"{_resume_hint(exc.line, input_path)}",
             line=exc.line,
             imported=exc.imported,
         )
         raise with_notes(interrupted, exc) from None
+    except ImportLineError as exc:
+        exc.args = (f"{exc}; {_resume_hint(exc.line, input_path)}",)  # its type, line and count kept for --json
+        raise
     done_storing()  # every line stored and the store shut down: a closed stdout is no interruption now
     try:
         if opts.as_json:
