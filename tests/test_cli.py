@@ -977,6 +977,23 @@ def cli_process(*args: object, **kwargs: object) -> subprocess.Popen:
     return subprocess.Popen(command, env=env, **streams)  # type: ignore[call-overload]
 
 
+def test_consume_names_an_unreadable_message_once(tmp_path: Path) -> None:
+    """consume names a unit whose record cannot be read in its own warning (where, and why): the
+    reader's warning about the same unit (GetResult.unreadable) is not printed beside it."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        body = "x" * 1000  # 5 segments: recovery, which checks the last 3, keeps the first whole
+        phys = [store.put(Message("D", body)).raise_for_status().commit_log_offset for _ in range(20)]
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.seek(phys[1] + 4)  # its magic code
+        f.write(b"\0\0\0\0")
+    process = cli_process("consume", root, *TINY_SETS, "--topic", "D", "--group", "g", "--json")
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, err
+    assert [row.get("queueOffset") for row in jsonl(out.decode())][:-1] == [0, *range(2, 20)]
+    assert err.decode().count(f"queue offset 1 (commit-log offset {phys[1]}") == 1, err
+
+
 HOLD = """
 import json, sys
 from rocketstore import MessageStore, StoreConfig

@@ -9,6 +9,7 @@ tests/specreader.py or rmqread.py, never with the production decoder alone.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ import pytest
 
 import specreader
 from conftest import put_ok, segments
-from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatus, StoreConfig
+from rocketstore import GetMessageStatus, GetResult, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import index_key_hash, java_hash
 from rocketstore.errors import (
@@ -2304,6 +2305,55 @@ def test_an_unfiltered_pull_scans_past_records_being_removed(make_store, store_c
         got = store.get_message("g", "T", 0, first_kept - 2, 4, tags=tags)
         assert got.status == GetMessageStatus.FOUND, (tags, got.status)
         assert [m.queue_offset for m in got.messages] == list(range(first_kept, first_kept + 4))
+
+
+def test_a_pull_names_the_units_it_passed_over_because_their_record_cannot_be_read(make_store, tmp_path, caplog):
+    """A unit whose record does not decode (bit rot, a bad copy) is passed over, as before, but not
+    silently: GetResult.unreadable holds its queue offset and a WARNING names where it is, so that a
+    consumer that commits next_begin_offset knows what it lost. A unit the tag filter leaves out is
+    not the consumer's: not named."""
+    store = make_store()
+    results = [put_ok(store, Message("D", b"%d" % i, tags="TagB" if i == 0 else "TagA")) for i in range(4)]
+    assert store.wait_for_dispatch()
+    broken = results[1].commit_log_offset
+    with open(tmp_path / "store" / "commitlog" / f"{broken - broken % CL_SIZE:020d}", "r+b") as f:
+        f.seek(broken % CL_SIZE + 4)  # its magic code
+        f.write(b"\0\0\0\0")
+    with caplog.at_level(logging.WARNING, logger="rocketstore.reader"):
+        got = store.get_message("g", "D", 0, 0, 32)
+    assert [m.queue_offset for m in got.messages] == [0, 2, 3] and got.next_begin_offset == 4
+    assert got.unreadable == (1,)
+    warned = [r.getMessage() for r in caplog.records if r.name == "rocketstore.reader"]
+    assert len(warned) == 1 and warned[0].startswith("get_message: D/0: 1 unit(s)"), warned
+    assert f"queue offset 1 (commit-log offset {broken}, it does not decode)" in warned[0]
+    assert store.get_message("g", "D", 0, 0, 1).unreadable == ()  # a pull that stopped before it
+    assert store.get_message("g", "D", 0, 2, 32).unreadable == ()
+    assert store.get_message("g", "D", 0, 0, 32, tags="TagA").unreadable == (1,)
+    got = store.get_message("g", "D", 0, 0, 32, tags="TagB")
+    assert ([m.queue_offset for m in got.messages], got.unreadable) == ([0], ())
+    assert GetResult(GetMessageStatus.FOUND, [], 0, 0, 0).unreadable == ()  # others build it as before
+
+
+def test_a_pull_names_the_units_whose_record_the_commit_log_no_longer_holds(make_store, store_config, caplog):
+    """Between a cleanup round's two steps a pull passes over the units whose segment is gone: they
+    are in GetResult.unreadable too (a consumer committing past them loses them), and a unit the
+    tag filter leaves out is not."""
+    store = make_store(config=store_config.copy(mappedFileSizeConsumeQueue=2000))
+    for i in range(60):
+        put_ok(store, Message("T", b"x" * 60, tags="a" if i % 2 else "b"))
+    assert store.wait_for_dispatch()
+    cq = store.queues.find("T", 0)
+    first_kept = next(q for q in range(60) if cq.get_unit(q)[0] >= 4096)
+    assert store.commit_log.queue.delete_expired_by_time(0, 0, 0, True, 1) == 1  # the log's step only
+    start = first_kept - 4
+    with caplog.at_level(logging.WARNING, logger="rocketstore.reader"):
+        got = store.get_message("g", "T", 0, start, 2)
+    assert [m.queue_offset for m in got.messages] == [first_kept, first_kept + 1]
+    assert got.unreadable == tuple(range(start, first_kept))
+    warned = [r.getMessage() for r in caplog.records if r.name == "rocketstore.reader"]
+    assert len(warned) == 1 and "T/0: 4 unit(s)" in warned[0] and "the commit log does not hold it" in warned[0]
+    got = store.get_message("g", "T", 0, start, 1, tags="a")
+    assert got.unreadable == tuple(q for q in range(start, first_kept) if q % 2)
 
 
 def test_a_slave_keeps_the_consumers_offset_unless_it_checks_offsets(make_store, store_config, tmp_path):

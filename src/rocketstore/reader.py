@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import math
 import numbers
 import os
@@ -24,6 +25,10 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.results import GetMessageStatus, GetResult, QueryResult
 
 _MAX_PULL_SIZE = 128 * 1024 * 1024
+_NAMED = 10  # the unreadable units a pull's warning names one by one
+_NOT_HELD = "the commit log does not hold it"
+
+log = logging.getLogger(__name__)
 
 try:
     _TOTAL_RAM = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -80,6 +85,20 @@ def tag_hashes(accepted: frozenset[str] | None) -> frozenset[int] | None:
     """The tags a subscription accepts (``subscription_tags``) -> their hashes, as a consume
     queue's tags codes hold them; None means every message."""
     return None if accepted is None else frozenset(map(java_hash, accepted))
+
+
+def _warn_unreadable(queue: str, unreadable: list[tuple[int, int, str]]) -> None:
+    """Log a WARNING naming the (queue offset, commit-log offset, why) of the units a pull of
+    ``queue`` ("topic/queueId") passed over because their record cannot be read."""
+    named = ", ".join(f"queue offset {q} (commit-log offset {phy}, {why})" for q, phy, why in unreadable[:_NAMED])
+    more = len(unreadable) - _NAMED
+    log.warning(
+        "get_message: %s: %d unit(s) passed over, their record cannot be read: %s%s",
+        queue,
+        len(unreadable),
+        named,
+        f", and {more} more" if more > 0 else "",
+    )
 
 
 class MessageReader:
@@ -148,7 +167,9 @@ class MessageReader:
             if want_units < max_filter_units:  # records missing or on disk: scan as far as RocketMQ does
                 data = cq.read_units(offset, min(max_filter_units, max_offset - offset))
         units = zip(*unit_columns(data), strict=True)
-        return self._pull_units(units, max_nums, accepted, wanted, offset, min_offset, max_offset, max_phy, memory)
+        return self._pull_units(
+            f"{topic}/{queue_id}", units, max_nums, accepted, wanted, offset, min_offset, max_offset, max_phy, memory
+        )
 
     def _pull_prefix(
         self,
@@ -179,6 +200,7 @@ class MessageReader:
 
     def _pull_units(
         self,
+        queue: str,
         units: Iterable[tuple[int, int, int]],
         max_nums: int,
         accepted: frozenset[str] | None,
@@ -193,7 +215,9 @@ class MessageReader:
 
         A unit whose tags code is in ``wanted`` but whose message's tags are not in ``accepted``
         (a hash collision) is filtered too, as RocketMQ's consumer drops it after the broker's
-        hash filter (PullAPIWrapper.processPullResult)."""
+        hash filter (PullAPIWrapper.processPullResult). A unit passing the hash filter whose record
+        cannot be read is passed over, and named in the result's ``unreadable`` and in a warning
+        about ``queue`` ("topic/queueId")."""
         config = self.config
         commit_log = self.commit_log
         get_data = commit_log.get_data
@@ -212,6 +236,7 @@ class MessageReader:
         next_offset = offset
         next_file_start = -1
         last_phy = 0
+        unreadable: list[tuple[int, int, str]] = []  # (queue offset, commit-log offset, why)
         for phy, size, code in units:
             last_phy = phy  # maxPhyOffsetPulling: every unit looked at, the one ending the batch too
             if messages:  # isTheBatchFull
@@ -224,22 +249,28 @@ class MessageReader:
                 elif total + size > bytes_disk or count > count_disk - 1:
                     break
             next_offset += 1
-            if phy < next_file_start:
-                continue
+            matched = True
             if wanted is not None:
                 code32 = code & 0xFFFFFFFF
-                if (code32 - (1 << 32) if code32 & 0x80000000 else code32) not in wanted:
-                    if not messages:  # the last unit looked at decides, as RocketMQ's getMessage
-                        status = GetMessageStatus.NO_MATCHED_MESSAGE
-                    continue
+                matched = (code32 - (1 << 32) if code32 & 0x80000000 else code32) in wanted
+            if phy < next_file_start:  # in a segment found gone
+                if matched:
+                    unreadable.append((next_offset - 1, phy, _NOT_HELD))
+                continue
+            if not matched:
+                if not messages:  # the last unit looked at decides, as RocketMQ's getMessage
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                continue
             buf = get_data(phy, size)
             if buf is None:  # its segment is gone (or going): skip the units pointing into it
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = commit_log.roll_next_file(phy)
+                unreadable.append((next_offset - 1, phy, _NOT_HELD))
                 continue
             message = decode(buf)
             if message is None:  # a damaged record (verify names it): RocketMQ serves its bytes, we skip it
+                unreadable.append((next_offset - 1, phy, "it does not decode"))
                 continue
             if accepted is not None and message.tags not in accepted:  # its tag's hash collides with one asked for
                 if not messages:
@@ -250,7 +281,11 @@ class MessageReader:
             next_file_start = -1
             status = GetMessageStatus.FOUND
         suggest = max_phy - last_phy > memory
-        return GetResult(status, messages, next_offset, min_offset, max_offset, suggest)
+        if not unreadable:
+            return GetResult(status, messages, next_offset, min_offset, max_offset, suggest)
+        _warn_unreadable(queue, unreadable)
+        passed = tuple(q for q, _phy, _why in unreadable)
+        return GetResult(status, messages, next_offset, min_offset, max_offset, suggest, passed)
 
     # -- lookups ---------------------------------------------------------------------------------
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:

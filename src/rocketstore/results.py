@@ -138,9 +138,23 @@ class PutResult(tuple):
 
 
 class GetResult:
-    """A pull: the messages found and where the next pull begins."""
+    """A pull: the messages found and where the next pull begins.
 
-    __slots__ = ("max_offset", "messages", "min_offset", "next_begin_offset", "status", "suggest_pulling_from_slave")
+    ``unreadable``: the queue offsets of the units the pull moved past, their tags passing its
+    filter, because their record could not be read (it does not decode, or the commit log does not
+    hold it: removed by retention or past the log's end); a consumer that commits
+    ``next_begin_offset`` commits past them. Empty normally; the reader logs a WARNING naming them.
+    """
+
+    __slots__ = (
+        "max_offset",
+        "messages",
+        "min_offset",
+        "next_begin_offset",
+        "status",
+        "suggest_pulling_from_slave",
+        "unreadable",
+    )
 
     def __init__(
         self,
@@ -150,6 +164,7 @@ class GetResult:
         min_offset: int,
         max_offset: int,
         suggest_pulling_from_slave: bool = False,
+        unreadable: tuple[int, ...] = (),
     ) -> None:
         self.status = status
         self.messages = messages
@@ -157,6 +172,7 @@ class GetResult:
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.suggest_pulling_from_slave = suggest_pulling_from_slave
+        self.unreadable = unreadable
 
     @property
     def message_count(self) -> int:
@@ -167,9 +183,11 @@ class GetResult:
         return sum(m.store_size for m in self.messages)
 
     def __repr__(self) -> str:
+        extra = f", unreadable={self.unreadable}" if self.unreadable else ""
         return (
             f"GetResult(status={self.status.value}, messages={len(self.messages)}, "
-            f"next_begin_offset={self.next_begin_offset}, min_offset={self.min_offset}, max_offset={self.max_offset})"
+            f"next_begin_offset={self.next_begin_offset}, min_offset={self.min_offset}, "
+            f"max_offset={self.max_offset}{extra})"
         )
 
 

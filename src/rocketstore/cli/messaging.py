@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+from collections.abc import Iterator
 
 import click
 from rich.table import Table
@@ -24,7 +26,6 @@ from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.export import QueuedUnit, queue_units
-from rocketstore.reader import subscription_tags, tag_hashes
 from rocketstore.results import GetMessageStatus, GetResult, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.timestamps import epoch_millis
@@ -297,14 +298,15 @@ def pull_queue(
     """Up to ``max_num`` messages of one queue from ``offset``; returns them, the next offset, and
     the pull whose ``next_begin_offset`` moved ``offset`` into the queue because it was outside it
     (before its min offset, past its max offset: as RocketMQ's broker moves a consumer), or None.
-    The units a pull passed over because their message cannot be read go to ``unreadable``."""
+    The units a pull passed over because their message cannot be read go to ``unreadable`` (the
+    reader's warning about them is then left out: ``unreadable`` says more)."""
     messages: list[StoredMessage] = []
     moved: GetResult | None = None
-    wanted = tag_hashes(subscription_tags(tags))
     while len(messages) < max_num:
-        result = store.get_message(group, topic, queue_id, offset, min(_PULL_BATCH, max_num - len(messages)), tags)
+        with _reader_warnings_left_out() if unreadable is not None else contextlib.nullcontext():
+            result = store.get_message(group, topic, queue_id, offset, min(_PULL_BATCH, max_num - len(messages)), tags)
         if unreadable is not None:
-            for unit in _passed_over(store, topic, queue_id, offset, result, wanted):
+            for unit in _passed_over(store, topic, queue_id, result):
                 unreadable.add(unit)
         if result.status in _OUTSIDE and result.next_begin_offset != offset:
             moved = moved or result
@@ -321,26 +323,26 @@ def pull_queue(
     return messages, offset, moved
 
 
-def _passed_over(
-    store: MessageStore, topic: str, queue_id: int, start: int, result: GetResult, wanted: frozenset[int] | None
-) -> list[QueuedUnit]:
-    """The units from ``start`` that a pull moved past without their message, because it cannot be
-    read (the reader skips such a unit), not because the tag filter ``wanted`` (hashes) left it out."""
-    end = result.next_begin_offset
-    if end - start <= len(result.messages):  # every unit it moved past was served
-        return []
-    served = {m.queue_offset for m in result.messages}
+@contextlib.contextmanager
+def _reader_warnings_left_out() -> Iterator[None]:
+    """The reader's warnings (about the units a pull passed over) are not logged within."""
+    reader_log = logging.getLogger("rocketstore.reader")
+    was, reader_log.disabled = reader_log.disabled, True
+    try:
+        yield
+    finally:
+        reader_log.disabled = was
+
+
+def _passed_over(store: MessageStore, topic: str, queue_id: int, result: GetResult) -> list[QueuedUnit]:
+    """The units a pull moved past because their message cannot be read (``result.unreadable``),
+    each read again to say where it is and why."""
     return [
         unit
-        for unit in queue_units(store, topic, queue_id, start, end)
-        if unit.message is None and unit.queue_offset not in served and _passes(unit.tags_code, wanted)
+        for queue_offset in result.unreadable
+        for unit in queue_units(store, topic, queue_id, queue_offset, queue_offset + 1)
+        if unit.message is None
     ]
-
-
-def _passes(code: int, wanted: frozenset[int] | None) -> bool:
-    """Whether a unit's tags code passes a tag filter, as the reader's filter compares it (as an int)."""
-    code32 = code & 0xFFFFFFFF
-    return wanted is None or (code32 - (1 << 32) if code32 & 0x80000000 else code32) in wanted
 
 
 def _moved_text(topic: str, queue_id: int, asked: str, moved: GetResult) -> str:
