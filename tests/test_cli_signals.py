@@ -4,15 +4,20 @@ is given is outside the queue."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import signal
 import subprocess
 from pathlib import Path
 
-from rocketstore import MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.common import DeferInterrupts
-from test_clean import age, clean_config, fill, segment_files
+from rocketstore.files.disk import used_ratio
+from rocketstore.results import PutMessageStatus
+from rocketstore.running_flags import DISK_FULL
+from test_clean import age, ballast, clean_config, fill, segment_files
 from test_cli import TINY, TINY_SETS, cli_process, jsonl, run
 
 BIG = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
@@ -226,3 +231,73 @@ def test_an_import_stopped_by_a_bad_line_says_where_to_go_on(tmp_path: Path) -> 
     assert proc.returncode == 2
     assert err.decode().endswith("(import stopped; nothing stored); `tail -n +1 FILE` gives the rest to import\n")
     assert json.loads(out)["error"]["message"] == err.decode().removeprefix("error: ").rstrip()
+
+
+# -- import onto a disk that fills -------------------------------------------------------------------------
+_DISK_SETS = [  # 64 KiB segments, small queue and index files: a few MiB fill a 32 MiB file system
+    *("--set", "mappedFileSizeCommitLog=65536", "--set", "mappedFileSizeConsumeQueue=6000"),
+    *("--set", "maxHashSlotNum=1000", "--set", "maxIndexNum=3000", "--set", "brokerIP1=127.0.0.1"),
+]
+
+
+def _held(root: Path) -> tuple[int, int, int]:
+    """(commit-log min offset, T/0's min offset, T/0's max offset) of a store on the test's disk."""
+    sets = dict(arg.split("=") for arg in _DISK_SETS if arg != "--set")
+    with MessageStore.open(root, StoreConfig(sets), read_only=True) as store:
+        return store.min_phy_offset, store.get_min_offset_in_queue("T", 0), store.get_max_offset_in_queue("T", 0)
+
+
+def test_a_store_opened_under_no_cleanup_checks_the_disk_but_deletes_nothing(loop_fs) -> None:
+    """Past the clean-forcibly ratio, expired segments and young ones alike stay; past the warning
+    ratio puts are refused (DISK_FULL) as in any store."""
+    from rocketstore.services.wiring import no_cleanup
+
+    fs = loop_fs(32)
+    with no_cleanup():
+        store = MessageStore.open(fs.mount / "s", clean_config(diskSpaceCleanForciblyRatio=50))
+    with store:
+        fill(store, 15)
+        files = segment_files(store)
+        age(files[:12], hours=2)
+        ballast(fs.mount, 0.6, fs)
+        assert store.clean_expired_files().commit_log_files == 0  # manual, expired, past 50 %: still none
+        assert segment_files(store) == files and store.min_phy_offset == 0
+        ballast(fs.mount, 0.92, fs)
+        store.services.clean.check_disk()
+        assert store.running_flags & DISK_FULL
+        assert store.put(Message("CleanTopic", b"x")).status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert segment_files(store) == files
+    (fs.mount / "ballast").unlink()
+    with MessageStore.open(fs.mount / "t", clean_config(diskSpaceCleanForciblyRatio=50)) as store:
+        fill(store, 15)  # opened outside it, the same store on the same disk deletes
+        age(segment_files(store)[:12], hours=2)
+        ballast(fs.mount, 0.6, fs)
+        assert store.clean_expired_files().commit_log_files > 0
+
+
+def test_an_import_onto_a_disk_that_fills_deletes_nothing_and_says_where_to_go_on(loop_fs, tmp_path: Path) -> None:
+    """The disk is past diskSpaceCleanForciblyRatio (85 %) when the import starts: its store deletes
+    nothing to make room (segments it stored are never deleted under it); past the warning ratio
+    (90 %) the next line is refused, and the error says so, how many were stored (what the store
+    holds) and the `tail` to go on from once there is room."""
+    fs = loop_fs(32)
+    path = tmp_path / "in.jsonl"
+    lines = [json.dumps({"topic": "T", "body": base64.b64encode(os.urandom(750)).decode()}) for _ in range(4000)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # 3 MB: more than the disk has room for
+    root = fs.mount / "s"
+    ballast(fs.mount, 0.85, fs)
+    assert 0.85 < used_ratio(str(fs.mount)) < 0.9  # as the store measures it (df's way)
+    result = run("import", root, *_DISK_SETS, "-i", path)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    match = re.search(r"error: line (\d+): (.*) \(import stopped; (\d+) message\(s\) before it stored\)", result.stderr)
+    assert match is not None, result.stderr
+    line, reason, stored = int(match[1]), match[2], int(match[3])
+    assert stored == line - 1 and 0 < stored < 4000
+    assert _held(root) == (0, 0, stored)  # what it says it stored, from the first on
+    assert "diskSpaceWarningLevelRatio" in reason and "deletes nothing" in reason and "free space" in reason
+    assert "cleanup frees space" not in result.stderr
+    (fs.mount / "ballast").unlink()  # room again
+    rest = subprocess.run(_resume_command(result.stderr), shell=True, capture_output=True, check=True).stdout
+    (tmp_path / "rest.jsonl").write_bytes(rest)
+    assert run("import", root, *_DISK_SETS, "-i", tmp_path / "rest.jsonl").exit_code == 0
+    assert _held(root) == (0, 0, 4000)

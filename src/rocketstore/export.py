@@ -193,6 +193,9 @@ def import_jsonl(
     writer of the store does not deliver them again. Open the store inside
     :func:`rocketstore.services.wiring.no_delayed_delivery` (as ``rocketstore import`` does): a
     schedule service running during the import would deliver units whose copies are still to come.
+    ``rocketstore import`` opens it inside :func:`rocketstore.services.wiring.no_cleanup` too: on a
+    filling disk, cleanup would delete what the import has stored, and the count would not be what
+    the store holds.
     """
     count = 0
     resume = 1  # the first line not stored (nor blank)

@@ -28,7 +28,10 @@ from rocketstore.cli.common import (
 from rocketstore.cli.output import print_json, progress_bar, replacing_file, say, utf8_stdout, warn
 from rocketstore.errors import ImportLineError
 from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
-from rocketstore.services.wiring import no_delayed_delivery
+from rocketstore.results import PutMessageStatus
+from rocketstore.running_flags import DISK_FULL
+from rocketstore.services.clean import measure_disk
+from rocketstore.services.wiring import no_cleanup, no_delayed_delivery
 from rocketstore.store import MessageStore
 
 
@@ -150,6 +153,23 @@ def _resume_hint(line: int, input_path: str) -> str:
     return f"`tail -n +{line} {source}` gives the rest to import"
 
 
+def _import_lines(store: MessageStore, lines: IO[bytes], advance: Callable[[int], None], guard: DeferInterrupts) -> int:
+    """``import_jsonl``; a line refused because the disk is full says what this import does about it."""
+    try:
+        return import_jsonl(store, lines, advance, guard=guard)
+    except ImportLineError as exc:
+        refused = PutMessageStatus.SERVICE_NOT_AVAILABLE.value
+        if not (store.running_flags & DISK_FULL and exc.reason.startswith(refused)):
+            raise
+        disk = measure_disk(store.config, store.root)
+        reason = (
+            f"{refused} the disk of the store is {max(disk.physic, disk.logics):.0%} used, past "
+            f"diskSpaceWarningLevelRatio ({store.config.disk_space_warning_ratio:.0%}): import deletes nothing "
+            "to make room; free space on it, or import into a store on a bigger disk"
+        )
+        raise ImportLineError(exc.line, reason, exc.imported) from None
+
+
 @click.command("import")
 @store_options(must_exist=False, writes=True)
 @click.option(
@@ -173,6 +193,11 @@ def import_(opts: Common, input_path: str) -> None:
     it is fixed). Interrupted (Ctrl-C), it exits with status 130 saying the same: how many were
     stored and the `tail -n +LINE FILE` to go on from.
 
+    The import deletes nothing: no retention or disk-space cleanup runs while it does (cleanup
+    forced by a filling disk would delete what it has just stored). Past
+    diskSpaceWarningLevelRatio the store takes no more messages, and the import stops as at a bad
+    line: free space, or import into a store on a bigger disk, then go on with the `tail` given.
+
     Delayed messages are not delivered during the import. A SCHEDULE_TOPIC_XXXX line whose
     delivered copy (in its REAL_TOPIC, with the same UNIQ_KEY and reconsume times; without a
     UNIQ_KEY, the same born timestamp and body) is in the input too, or in the store already,
@@ -188,10 +213,11 @@ def import_(opts: Common, input_path: str) -> None:
     guard = DeferInterrupts()
     try:
         with click.open_file(input_path, "rb") as lines, guard.installed():
-            with no_delayed_delivery():  # no delivery during the import: the input may hold the delivered copies
+            # no delivery during the import (the input may hold the delivered copies), and no cleanup
+            with no_delayed_delivery(), no_cleanup():
                 store = open_store(opts)
             with store, progress_bar("import", total, unit_bytes=True) as advance:
-                count = import_jsonl(store, lines, advance, guard=guard)
+                count = _import_lines(store, lines, advance, guard)
     except ImportInterrupted as exc:
         interrupted = Interrupted(
             f"interrupted: {exc.imported} message(s) stored, from the lines before line {exc.line}; "

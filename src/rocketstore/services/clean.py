@@ -16,6 +16,9 @@ One service runs every ``cleanResourceInterval`` ms:
 * **queues and index** (``CleanConsumeQueueService``): once the commit log's minimum offset has
   grown, consume-queue files and index files lying wholly below it are deleted and each queue's
   minimum offset is corrected.
+
+A service made with ``deletes=False`` (a store opened under ``services.wiring.no_cleanup``)
+measures the disk as above and deletes nothing.
 """
 
 from __future__ import annotations
@@ -80,8 +83,11 @@ class CleanService(Service):
         config: StoreConfig,
         root: str,
         set_flags: Callable[[int, int], None],
+        *,
+        deletes: bool = True,
     ) -> None:
         super().__init__(config.clean_resource_interval)
+        self.deletes = deletes  # False: the disk checks only, no file deleted
         self.commit_log = commit_log
         self.queues = queues
         self.index = index
@@ -108,7 +114,7 @@ class CleanService(Service):
         """A new segment took disk space: measure at once (refusing the next put if the disk is
         past the warning ratio) and let the next round delete what must go."""
         check = self.check_disk()
-        if check.space_to_delete:
+        if check.space_to_delete and self.deletes:
             self.wake()
 
     # -- the round -----------------------------------------------------------------------------
@@ -120,8 +126,9 @@ class CleanService(Service):
             if self._closed:
                 raise StoreClosedError(f"{self.root} is shut down: no more cleanup")
             run = self.delete_expired_files(now, manual=manual)
-            run.hanged_files = self.redelete_hanged_file()
-            run.consume_queue_files, run.index_files = self.delete_expired_queue_files()
+            if self.deletes:
+                run.hanged_files = self.redelete_hanged_file()
+                run.consume_queue_files, run.index_files = self.delete_expired_queue_files()
         with self._round_done:
             self.rounds += 1
             self._round_done.notify_all()
@@ -161,7 +168,8 @@ class CleanService(Service):
         self.wake()
 
     def delete_expired_files(self, now: float | None = None, *, manual: bool = False) -> CleanRun:
-        """``CleanCommitLogService.deleteExpiredFiles``: one batch of commit-log segments."""
+        """``CleanCommitLogService.deleteExpiredFiles``: one batch of commit-log segments (none,
+        the disk measured only, when the service ``deletes`` nothing)."""
         config = self.config
         now = time.time() if now is None else now
         time_up = self.is_time_to_delete(now)
@@ -169,7 +177,7 @@ class CleanService(Service):
         requested = self.manual_delete_times > 0
         manual = manual or requested
         run = CleanRun()
-        if not (time_up or check.space_to_delete or manual):
+        if not self.deletes or not (time_up or check.space_to_delete or manual):
             return run
         if requested:
             self.manual_delete_times -= 1

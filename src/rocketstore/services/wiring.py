@@ -74,6 +74,7 @@ class ShutdownSteps:
 
 
 _DELIVER_DELAYED: ContextVar[bool] = ContextVar("rocketstore_deliver_delayed", default=True)
+_DELETE_FILES: ContextVar[bool] = ContextVar("rocketstore_delete_files", default=True)
 
 
 @contextlib.contextmanager
@@ -87,6 +88,21 @@ def no_delayed_delivery() -> Iterator[None]:
         yield
     finally:
         _DELIVER_DELAYED.reset(token)
+
+
+@contextlib.contextmanager
+def no_cleanup() -> Iterator[None]:
+    """Stores opened for writing in this block (by this thread or task) delete no file for as long
+    as they stay open: no commit-log segment (by age, by disk space, forcibly or when asked), so no
+    consume-queue or index file either. The disk is still measured: past
+    diskSpaceWarningLevelRatio puts are refused (DISK_FULL) as in any store. ``rocketstore import``
+    opens its store so: its count must be what the store holds, and cleanup forced by a filling
+    disk would delete what it has just stored."""
+    token = _DELETE_FILES.set(False)
+    try:
+        yield
+    finally:
+        _DELETE_FILES.reset(token)
 
 
 class StoreServices:
@@ -134,7 +150,15 @@ class StoreServices:
             self.commit.on_committed = reput.wake  # dispatch reads committed bytes only
             commit_log.wake_event = self.commit.wake_event  # appends wake the commit instead
             self.all.insert(0, self.commit)
-        self.clean = CleanService(commit_log, store.queues, store.index, config, store.root, store.set_running_flags)
+        self.clean = CleanService(
+            commit_log,
+            store.queues,
+            store.index,
+            config,
+            store.root,
+            store.set_running_flags,
+            deletes=_DELETE_FILES.get(),
+        )
         self.clean.dispatched = lambda: reput.reput_from  # under SYNC_FLUSH or the pool, never past flushed/committed
         self.clean.check_disk()
         self.all.insert(0, self.clean)
