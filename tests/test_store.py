@@ -1215,6 +1215,19 @@ def test_query_returns_at_most_max_msgs_num_batch(make_store):
     assert [m.commit_log_offset for m in got.messages] == [r.commit_log_offset for r in results[-10:]]
 
 
+def test_query_index_hits_are_capped_at_max_msgs_num_batch(make_store, store_config):
+    """QueryResult.index_hits counts what the index gave, at most min(max_num, maxMsgsNumBatch):
+    with max_num above maxMsgsNumBatch, fewer than max_num does not mean the index holds no more."""
+    store = make_store()
+    for _ in range(100):
+        put_ok(store, Message("HitTopic", b"h", keys="k"))
+    assert store.wait_for_dispatch()
+    assert store_config.max_msgs_num_batch == 64
+    got = store.query_message("HitTopic", "k", max_num=100)
+    assert (len(got.messages), got.index_hits) == (64, 64)  # 100 match
+    assert store.query_message("HitTopic", "k", max_num=10).index_hits == 10
+
+
 def test_query_times_are_matched_in_whole_seconds_from_the_index_files_begin(make_store):
     """The index holds a message's time as whole seconds since its file's first message (spec
     8.3), and begin/end are compared with that time (8.6), as in RocketMQ: a message stored a few

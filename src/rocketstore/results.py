@@ -194,8 +194,9 @@ class GetResult:
 class QueryResult:
     """Messages found by key, with the newest index file's last update (QueryMessageResult).
     ``index_hits``: how many entries the index gave for the key in the range asked (hash
-    collisions and a message's repeated key included): fewer than ``max_num`` means it holds no
-    more there."""
+    collisions and a message's repeated key included), at most ``min(max_num, maxMsgsNumBatch)``:
+    fewer than that cap means it holds no more there, the cap itself may leave more (so with
+    ``max_num`` above maxMsgsNumBatch, 64 by default, fewer than ``max_num`` hits may too)."""
 
     __slots__ = ("index_hits", "index_last_update_phyoffset", "index_last_update_timestamp", "messages")
 
