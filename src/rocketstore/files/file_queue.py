@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from rocketstore.errors import CorruptStoreError, RocketStoreError
+from rocketstore.files import syscalls
 from rocketstore.files.disk import distinct_folders
 from rocketstore.files.mapped_file import MappedFile, dangling_link, holds_data, offset_to_file_name, remove_leftover
 
@@ -357,7 +358,8 @@ class MappedFileQueue:
         keep_from: int | None = None,
     ) -> int:
         """Delete a leading run of segments older than ``expired_ms`` (mtime); never the last one,
-        nor one ending past ``keep_from`` (records not dispatched yet)."""
+        nor one ending past ``keep_from`` (records not dispatched yet). One still held loses its
+        name too but stays listed until it is unmapped (``retry_delete_first_file``)."""
         files = self.files
         now = time.time() if now is None else now
         deleted: list[MappedFile] = []
@@ -377,6 +379,7 @@ class MappedFileQueue:
                 break
             if delete_interval_ms > 0 and i + 1 < len(files) - 1:
                 time.sleep(delete_interval_ms / 1000)
+        self._sync_removals(files[: len(deleted) + 1])
         self.delete_files(deleted)
         return len(deleted)
 
@@ -389,6 +392,15 @@ class MappedFileQueue:
             self.delete_files([first])
             return True
         return False
+
+    @staticmethod
+    def _sync_removals(files: list[MappedFile]) -> None:
+        """Make the removal of the names of ``files`` (those removed) durable, an fsync per folder,
+        before the consume queues and the index drop what pointed into them: a power cut must
+        not bring back a segment whose queue and index entries are gone."""
+        for folder in sorted({os.path.dirname(f.path) for f in files if f.unlinked}):
+            with contextlib.suppress(OSError):
+                syscalls.fsync_dir(folder)
 
     def mapped_memory_size(self) -> int:
         return sum(f.file_size for f in self.files)

@@ -177,6 +177,7 @@ class MappedFile:
         self._available = True
         self._cleanup_over = False
         self._first_shutdown = 0.0
+        self.unlinked = False  # rw: the file's name was removed (it was doomed); never removed twice
         self._lock = threading.Lock()
         self.flush_error: FlushError | None = None  # the first failed flush: every later one fails too
 
@@ -479,8 +480,20 @@ class MappedFile:
         return self._ref_count
 
     def shutdown(self, interval_forcibly_ms: int) -> None:
-        """Stop new holds; drop the creation reference, and force the rest after the interval."""
+        """Doom the file: stop new holds, take its name away at once (rw; holders keep their
+        mapping and descriptor), drop the creation reference; force the rest after the interval.
+
+        The name goes at the first call, not when the last holder lets go: the minimum offsets
+        skip the file from now on, and a crash before the release must not bring it back (its
+        records would be dispatched again into the front of their consume queues, not into the
+        index, whose files pointing there cleanup deleted meanwhile). OSError (but a name
+        already gone) leaves the file as it was.
+        """
         if self._available:
+            if self.mode == "rw" and not self.unlinked:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+                self.unlinked = True
             self._available = False
             self._first_shutdown = time.monotonic()
             self.release()
@@ -502,27 +515,17 @@ class MappedFile:
         self._cleanup_over = True
 
     def destroy(self, interval_forcibly_ms: int = 0) -> bool:
-        """Unmap and delete the file once nobody holds it; False while it is still held."""
+        """Delete the file (its name at once, see shutdown) and unmap it once nobody holds it;
+        False while it is still held (a later call forces that after the interval)."""
         self.shutdown(interval_forcibly_ms)
-        if not self._cleanup_over:
-            return False
-        if self.mode == "rw":
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-        return True
+        return self._cleanup_over
 
     def close(self) -> None:
-        """Unmap without deleting (store shutdown); but a file whose deletion was waiting for a
-        holder (a hanged file, skipped by the minimum offsets already) is deleted now, or the next
-        open would find it again."""
-        doomed = self._first_shutdown > 0.0
+        """Unmap without deleting (store shutdown); a doomed file's name went already."""
         self._available = False
         with self._lock:
             self._ref_count = 0
             self._cleanup()
-        if doomed and self.mode == "rw":
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
 
     def __repr__(self) -> str:
         return (
