@@ -175,6 +175,30 @@ def test_flush_commits_the_transient_pool_first(make_store, store_config) -> Non
     assert positions["flushed"] == positions["committed"] == positions["wrote"]
 
 
+def locked_kib() -> int:
+    """VmLck of this process, in KiB (memory mlock()ed)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmLck:"))
+
+
+def test_the_transient_pool_locks_its_buffers_in_memory(make_store, store_config) -> None:
+    """As RocketMQ's TransientStorePool.init: each write buffer is mlock()ed (where the limit of
+    locked memory allows it), so that the page cache never swaps out what puts write into."""
+    import resource
+
+    size = 1 << 20
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if soft != resource.RLIM_INFINITY and soft < locked_kib() * 1024 + 2 * size:
+        pytest.skip(f"RLIMIT_MEMLOCK {soft} leaves no room for a {size}-byte buffer")
+    config = store_config.copy(transientStorePoolEnable=True, transientStorePoolSize=1, mappedFileSizeCommitLog=size)
+    store = make_store(config=config)
+    before = locked_kib()
+    assert store.put(Message("T", b"x" * 200)).ok  # the first segment borrows the buffer
+    assert locked_kib() - before >= size // 1024
+    store.shutdown()
+    assert locked_kib() <= before  # the pool's close unmaps (and so unlocks) it
+
+
 def test_an_async_shutdown_flushes_every_segment(make_store, store_config, tmp_path: Path) -> None:
     """Many small segments written since the last flush: shutdown flushes them all before it
     calls the exit clean (it stopped after ten)."""

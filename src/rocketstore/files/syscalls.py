@@ -3,14 +3,16 @@
 ``msync`` of a range (``mmap.flush`` holds the GIL for the whole disk write and cannot be told
 to leave pages outside the range alone) and ``madvise(MADV_POPULATE_WRITE)``: both release the
 GIL while the kernel works, and the buffer is kept exported for the call, so the mapping cannot
-be closed underneath it. ``fallocate`` modes for zeroing a range (keeping its blocks, or giving
-them back). Also ``fsync_dir``, which makes a rename or a new file in a folder durable.
+be closed underneath it. ``mlock`` of a whole mapping (the transient store pool's buffers).
+``fallocate`` modes for zeroing a range (keeping its blocks, or giving them back). Also
+``fsync_dir``, which makes a rename or a new file in a folder durable.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import mmap
 import os
 
@@ -26,8 +28,11 @@ try:
     _madvise = _libc.madvise
     _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     _madvise.restype = ctypes.c_int
+    _mlock = _libc.mlock
+    _mlock.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    _mlock.restype = ctypes.c_int
 except (OSError, AttributeError):  # pragma: no cover - not a POSIX libc
-    _msync = _madvise = None
+    _msync = _madvise = _mlock = None
 
 AVAILABLE = _msync is not None
 
@@ -42,13 +47,13 @@ except (NameError, AttributeError):  # pragma: no cover
     _fallocate = None
 
 
-def _call(function: object, mm: mmap.mmap, start: int, end: int, arg: int) -> int:
+def _call(function: object, mm: mmap.mmap, start: int, end: int, *args: int) -> int:
     start -= start % PAGE
     if end <= start:
         return 0
     anchor = ctypes.c_char.from_buffer(mm)
     try:
-        rc = function(ctypes.addressof(anchor) + start, end - start, arg)  # type: ignore[operator]
+        rc = function(ctypes.addressof(anchor) + start, end - start, *args)  # type: ignore[operator]
         return 0 if rc == 0 else ctypes.get_errno()
     finally:
         del anchor
@@ -64,6 +69,14 @@ def msync(mm: mmap.mmap, start: int, end: int) -> None:
 def populate_write(mm: mmap.mmap, start: int, end: int) -> bool:
     """Fault ``[start, end)`` in for writing; False if the kernel cannot (before Linux 5.14)."""
     return _madvise is not None and _call(_madvise, mm, start, end, MADV_POPULATE_WRITE) == 0
+
+
+def mlock(mm: mmap.mmap) -> int:
+    """Lock all of ``mm`` in memory (its pages faulted in now, never swapped out); 0, or the
+    errno (ENOMEM, EPERM, EAGAIN: over RLIMIT_MEMLOCK, or not allowed). Unmapping unlocks."""
+    if _mlock is None:  # pragma: no cover
+        return errno.ENOSYS
+    return _call(_mlock, mm, 0, len(mm))
 
 
 def zero_range(fd: int, start: int, end: int) -> bool:

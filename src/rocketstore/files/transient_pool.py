@@ -2,10 +2,12 @@
 
 With ``transientStorePoolEnable`` each new commit-log segment borrows a buffer of its size; puts
 write into the buffer, the commit service moves what was written into the file mapping, and the
-flush service makes it durable (spec 13.3). Buffers are anonymous mappings (no up-front zeroing),
-locked in memory when the system allows it, and go back to the pool when their segment is full
-and committed. A segment made when none is free is written straight through to the file, or, with
-``fastFailIfNoBufferInStorePool``, not made: the put fails (RocketMQ 4.9.8's AllocateMappedFileService).
+flush service makes it durable (spec 13.3). Buffers are anonymous mappings made when first
+borrowed, locked in memory (mlock, then madvise WILLNEED, as RocketMQ's TransientStorePool.init)
+where RLIMIT_MEMLOCK or the privilege allows it, and go back to the pool when their segment is
+full and committed; the pool's close unmaps them, which unlocks them. A segment made when none is
+free is written straight through to the file, or, with ``fastFailIfNoBufferInStorePool``, not
+made: the put fails (RocketMQ 4.9.8's AllocateMappedFileService).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import collections
 import contextlib
 import logging
 import mmap
+import os
 import threading
 from typing import TYPE_CHECKING
+
+from rocketstore.files import syscalls
 
 if TYPE_CHECKING:
     from rocketstore.config import StoreConfig
@@ -31,6 +36,7 @@ class TransientStorePool:
         self.fast_fail = fast_fail  # no buffer free: no new segment (else one written straight through)
         self._free: collections.deque[mmap.mmap] = collections.deque()
         self._made = 0
+        self._locking = lock_memory  # False once an mlock failed: the next buffers would not fit either
         self._lock = threading.Lock()
 
     @classmethod
@@ -52,9 +58,23 @@ class TransientStorePool:
             self._made += 1
         buf = mmap.mmap(-1, self.buffer_size)
         if self.lock_memory:
-            with contextlib.suppress(AttributeError, OSError):
-                buf.madvise(mmap.MADV_WILLNEED)
+            self._lock_in_memory(buf)
         return buf
+
+    def _lock_in_memory(self, buf: mmap.mmap) -> None:
+        """mlock ``buf``, then madvise(WILLNEED). Where RLIMIT_MEMLOCK or the privilege does not
+        allow the lock (ENOMEM, EPERM, EAGAIN) the buffers stay unlocked, said once at INFO (puts
+        only risk a swapped-out page), and the next ones are not tried."""
+        if self._locking and (err := syscalls.mlock(buf)):
+            self._locking = False
+            log.info(
+                "the transient store pool's %d-byte buffers are not locked in memory (%s): "
+                "raise RLIMIT_MEMLOCK (ulimit -l) to lock them",
+                self.buffer_size,
+                os.strerror(err),
+            )
+        with contextlib.suppress(AttributeError, OSError):
+            buf.madvise(mmap.MADV_WILLNEED)
 
     def give_back(self, buf: mmap.mmap) -> None:
         with self._lock:
