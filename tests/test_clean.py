@@ -370,6 +370,7 @@ def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -
         maxIndexNum=4096,
         brokerIP1="127.0.0.1",
         cleanFileForciblyEnable=False,  # nothing young is deleted behind the test's back
+        cleanResourceInterval=3_600_000,  # nor are the files the test ages, by a periodic round
         fileReservedTime=1,
         deleteWhen=str((time.localtime().tm_hour + 12) % 24),
         deleteCommitLogFilesInterval=0,
