@@ -536,3 +536,17 @@ def test_a_body_of_any_bytes_type_is_taken_as_plain_bytes(make_store) -> None:
     assert store.put(message).ok and store.put_batch([Message("T", np.bytes_(b"ef"))]).ok
     assert store.wait_for_dispatch()
     assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"cd", b"ef"]
+
+
+def test_a_put_to_the_last_java_int_queue_keeps_topics_json_counts_java_ints(make_store, tmp_path) -> None:
+    """Queue ids go up to Integer.MAX_VALUE; the queue counts topics.json gets for one stay Java
+    ints (2**31 would not fit TopicConfig's int fields: RocketMQ could not load the store)."""
+    last = 2**31 - 1
+    store = make_store()
+    assert store.put(Message("BigQ", b"x"), last).ok
+    store.shutdown()
+    config = json.loads((tmp_path / "store" / "config" / "topics.json").read_text())["topicConfigTable"]["BigQ"]
+    assert config["readQueueNums"] == config["writeQueueNums"] == last
+    store = make_store()
+    assert store.wait_for_dispatch() and store.get_max_offset_in_queue("BigQ", last) == 1
+    assert store.topics.find("BigQ")["writeQueueNums"] == last

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from rocketstore.codec.message import JAVA_INT
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import StoreClosedError, StoreFileError
 from rocketstore.meta import fastjson
@@ -327,18 +328,18 @@ class TopicConfigManager(ConfigFile):
 
         A new topic gets ``max(queue_nums, queue_id + 1)`` read and write queues (SCHEDULE_TOPIC_XXXX
         at least 18, as RocketMQ registers it), perm 6; an existing one grows
-        readQueueNums/writeQueueNums to ``queue_id + 1`` when smaller. Call ``persist`` afterwards
-        to write the change.
+        readQueueNums/writeQueueNums to ``queue_id + 1`` when smaller; counts stay Java ints
+        (TopicConfig's fields), at most 2**31 - 1. Call ``persist`` afterwards to write the change.
         """
         if queue_id < 0:
             raise ValueError(f"queue id must not be negative: {queue_id}")
         if topic == SCHEDULE_TOPIC:
             queue_nums = max(queue_nums, SCHEDULE_TOPIC_QUEUE_NUM)
-        need = queue_id + 1
+        need = min(queue_id + 1, JAVA_INT[1])  # a count Java reads: queue 2**31 - 1 gets 2**31 - 1
         with self._lock:
             cfg = self.topic_config_table.get(topic)
             if cfg is None:
-                nums = max(queue_nums, need)
+                nums = min(max(queue_nums, need), JAVA_INT[1])
                 cfg = {
                     "order": False,
                     "perm": 6,
