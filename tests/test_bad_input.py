@@ -550,3 +550,12 @@ def test_a_put_to_the_last_java_int_queue_keeps_topics_json_counts_java_ints(mak
     store = make_store()
     assert store.wait_for_dispatch() and store.get_max_offset_in_queue("BigQ", last) == 1
     assert store.topics.find("BigQ")["writeQueueNums"] == last
+
+
+@pytest.mark.parametrize("keys", [{"a": 1}, {"a": "b"}])
+def test_message_keys_that_are_a_mapping_are_refused(keys) -> None:
+    """A dict iterates as its keys: taken, its values would be dropped without a word. (An empty
+    one, as an empty list, is no keys.)"""
+    with pytest.raises(InvalidMessageError, match="keys"):
+        Message("T", b"x", keys=keys)
+    assert Message("T", b"x", keys={}).keys is None

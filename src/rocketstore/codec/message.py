@@ -267,7 +267,7 @@ def _as_bytes(body: object) -> bytes:
 
 
 def _joined_keys(keys: Iterable[str]) -> str:
-    if not isinstance(keys, Iterable):
+    if not isinstance(keys, Iterable) or isinstance(keys, Mapping):  # a dict iterates as its keys alone
         raise InvalidMessageError(f"keys are a str or a list of str, not {keys!r}")
     keys = [plain_str(k) for k in keys]
     for k in keys:
