@@ -275,8 +275,7 @@ class MessageStore:
         """Shut down. When the block raised, a failed shutdown (which still runs whole) does not
         replace its error: it is logged and added to it as a note, and the block's error goes on."""
         if error is None:
-            self.shutdown()
-            return
+            return self.shutdown()
         try:
             self.shutdown()
         except Exception as failure:
@@ -286,8 +285,7 @@ class MessageStore:
     # -- writing -------------------------------------------------------------------------------
     def _update_refusal(self) -> None:
         """Tell the writer whether puts are refused now, and how (read on every put)."""
-        writer = getattr(self, "writer", None)
-        if writer is None:
+        if (writer := getattr(self, "writer", None)) is None:
             return
         with self._flags_lock:
             writer.refusal = self._raise_closed if self._closed else writer.refusal_for(self.running_flags)
@@ -308,11 +306,8 @@ class MessageStore:
             self._update_refusal()
 
     def put(self, message: Message, queue_id: int = 0) -> PutResult:
-        """Store one message in ``queue_id`` of its topic.
-
-        (An open, writable store replaces this method on the instance with the writer's put
-        function, which does the same checks without a call more.)
-        """
+        """Store one message in ``queue_id`` of its topic. (An open, writable store replaces this
+        method on the instance with the writer's put function: the same checks, one call less.)"""
         self._writable()
         return self.writer.put(message, queue_id)
 
@@ -574,21 +569,16 @@ class MessageStore:
         if step.clean and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
             step(lambda: remove_abort(self.root), "removing abort")
         else:
-            log.warning(
-                "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery",
-                self.running_flags,
-                behind,
-            )
+            unclean = "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery"
+            log.warning(unclean, self.running_flags, behind)
 
     def _close_files(self) -> None:
         if self.allocator is not None:
             self.allocator.stop()
-        for part in ("commit_log", "queues", "index"):
+        for part in ("commit_log", "queues", "index", "pool"):
             obj = getattr(self, part, None)
             if obj is not None:
                 obj.close()
-        if getattr(self, "pool", None) is not None:
-            self.pool.close()
 
     @property
     def closed(self) -> bool:
