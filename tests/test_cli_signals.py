@@ -19,6 +19,7 @@ from rocketstore.results import PutMessageStatus
 from rocketstore.running_flags import DISK_FULL
 from test_clean import age, ballast, clean_config, fill, segment_files
 from test_cli import TINY, TINY_SETS, cli_process, jsonl, run
+from test_cli_robustness import _stored, _wait_until
 
 BIG = ["--set", "mappedFileSizeCommitLog=16777216", "--set", "brokerIP1=127.0.0.1"]
 _STORED = re.compile(r"(\d+) message\(s\) stored in T/0 before this stopped \(up to queue offset (\d+)\)")
@@ -301,3 +302,28 @@ def test_an_import_onto_a_disk_that_fills_deletes_nothing_and_says_where_to_go_o
     (tmp_path / "rest.jsonl").write_bytes(rest)
     assert run("import", root, *_DISK_SETS, "-i", tmp_path / "rest.jsonl").exit_code == 0
     assert _held(root) == (0, 0, 4000)
+
+
+# -- import: SIGTERM as Ctrl-C ----------------------------------------------------------------------------
+def test_import_terminated_says_what_was_stored_and_where_to_go_on(tmp_path: Path) -> None:
+    """SIGTERM (a service manager's stop, `kill`) ends an import as Ctrl-C does, at a whole line:
+    the store shut down cleanly (its config/ written), how many were stored and the `tail` to go on
+    from said, exit status 143 (128 + SIGTERM, as a shell reports it)."""
+    root = tmp_path / "imp"
+    proc = cli_process("import", root, *BIG, "-i", "-", stdin=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b'{"topic":"T","body":"eA=="}\n' * 50)
+    proc.stdin.flush()  # and keep it open: the import waits for more
+    _wait_until(lambda: _stored(root) == 50, "the 50 lines to be stored")
+    proc.send_signal(signal.SIGTERM)
+    status = proc.wait(timeout=120)
+    err = proc.stderr.read().decode()
+    proc.stdin.close()
+    proc.stderr.close()
+    assert status == 143, err
+    assert err == (
+        "terminated (SIGTERM): 50 message(s) stored, from the lines before line 51; "
+        "`tail -n +51 FILE` gives the rest to import\n"
+    )
+    assert _stored(root) == 50 and not (root / "abort").exists()  # shut down cleanly
+    assert (root / "config" / "topics.json").is_file()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -153,6 +154,50 @@ def _resume_hint(line: int, input_path: str) -> str:
     return f"`tail -n +{line} {source}` gives the rest to import"
 
 
+class _DeferStops(DeferInterrupts):
+    """``DeferInterrupts`` for SIGTERM too (`kill`, a service manager's stop): it lands between two
+    lines as Ctrl-C does; ``signal`` says which came. An ignored SIGTERM stays ignored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signal = signal.SIGINT
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[DeferInterrupts]:
+        with super().installed():
+            previous = None
+            with contextlib.suppress(ValueError):  # not the main thread: nothing to defer
+                if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
+                    previous = signal.signal(signal.SIGTERM, self._terminated)
+            try:
+                yield self
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+
+    def _terminated(self, signum: int, frame: object) -> None:
+        self.signal = signal.SIGTERM
+        self._handle(signum, frame)
+
+
+def _stopped(exc: KeyboardInterrupt, signum: int, input_path: str) -> Interrupted:
+    """What an import stopped by ``signum`` (SIGINT or SIGTERM) says, with exit status 128 +
+    ``signum`` as a shell reports it: once the lines are being stored, how many are stored and
+    the `tail` to go on from."""
+    what = "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+    if isinstance(exc, ImportInterrupted):
+        stopped = Interrupted(
+            f"{what}: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
+            f"{_resume_hint(exc.line, input_path)}",
+            line=exc.line,
+            imported=exc.imported,
+        )
+    else:
+        stopped = Interrupted(what)
+    stopped.exit_code = 128 + signum
+    return stopped
+
+
 def _import_lines(store: MessageStore, lines: IO[bytes], advance: Callable[[int], None], guard: DeferInterrupts) -> int:
     """``import_jsonl``; a line refused because the disk is full says what this import does about it."""
     try:
@@ -191,7 +236,8 @@ def import_(opts: Common, input_path: str) -> None:
     with exit status 2, and the messages of the lines before it stay stored (the error names the
     line, says how many, and gives the `tail -n +LINE FILE` that yields the rest to import once
     it is fixed). Interrupted (Ctrl-C), it exits with status 130 saying the same: how many were
-    stored and the `tail -n +LINE FILE` to go on from.
+    stored and the `tail -n +LINE FILE` to go on from; so does SIGTERM (`kill`, a service
+    manager's stop), with exit status 143. Either lands between two lines.
 
     The import deletes nothing: no retention or disk-space cleanup runs while it does (cleanup
     forced by a filling disk would delete what it has just stored). Past
@@ -210,7 +256,7 @@ def import_(opts: Common, input_path: str) -> None:
     and so is a commit log outside STORE (storePathCommitLog) without --external-commit-log.
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
-    guard = DeferInterrupts()
+    guard = _DeferStops()
     try:
         with click.open_file(input_path, "rb") as lines, guard.installed():
             # no delivery during the import (the input may hold the delivered copies), and no cleanup
@@ -218,14 +264,8 @@ def import_(opts: Common, input_path: str) -> None:
                 store = open_store(opts)
             with store, progress_bar("import", total, unit_bytes=True) as advance:
                 count = _import_lines(store, lines, advance, guard)
-    except ImportInterrupted as exc:
-        interrupted = Interrupted(
-            f"interrupted: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
-            f"{_resume_hint(exc.line, input_path)}",
-            line=exc.line,
-            imported=exc.imported,
-        )
-        raise with_notes(interrupted, exc) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM; ImportInterrupted while the lines are stored
+        raise with_notes(_stopped(exc, guard.signal, input_path), exc) from None
     except ImportLineError as exc:
         exc.args = (f"{exc}; {_resume_hint(exc.line, input_path)}",)  # its type, line and count kept for --json
         raise
