@@ -5,6 +5,7 @@ store or RocketMQ's reading of it."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import numpy as np
@@ -550,6 +551,39 @@ def test_a_put_to_the_last_java_int_queue_keeps_topics_json_counts_java_ints(mak
     store = make_store()
     assert store.wait_for_dispatch() and store.get_max_offset_in_queue("BigQ", last) == 1
     assert store.topics.find("BigQ")["writeQueueNums"] == last
+
+
+@pytest.mark.parametrize("timeout", ["5", True, float("nan"), [1], 1j])
+def test_wait_for_dispatch_checks_its_timeout_whether_dispatch_is_behind_or_not(make_store, timeout) -> None:
+    store = make_store()
+    with store.reput.lock:  # no dispatch round: dispatch stays behind
+        assert store.put(Message("T", b"x")).ok
+        with pytest.raises(InvalidArgumentError, match="wait_for_dispatch"):
+            store.wait_for_dispatch(timeout)
+        assert store.dispatch_behind_bytes() > 0
+    assert store.wait_for_dispatch()
+    with pytest.raises(InvalidArgumentError, match="wait_for_dispatch"):
+        store.wait_for_dispatch(timeout)
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, pytest.param(10**400, id="10**400")])
+def test_wait_for_dispatch_with_an_endless_timeout_waits_as_long_as_it_takes(make_store, timeout) -> None:
+    """An infinite timeout (or one past what a lock can wait) is no timeout, as None."""
+    store = make_store()
+    reput = store.reput
+
+    def release() -> None:
+        with reput._progress:  # held by the test until wait_for_dispatch waits on it
+            reput.lock.release()
+
+    with reput._progress:
+        reput.lock.acquire()  # no dispatch round until release(): dispatch is behind
+        assert store.put(Message("T", b"x")).ok
+        releasing = threading.Thread(target=release)
+        releasing.start()
+        assert store.wait_for_dispatch(timeout)
+    releasing.join()
+    assert store.dispatch_behind_bytes() == 0
 
 
 @pytest.mark.parametrize("keys", [{"a": 1}, {"a": "b"}])

@@ -463,15 +463,19 @@ class MessageStore:
         return self.reput.behind() if self.reput else 0
 
     def wait_for_dispatch(self, timeout: float | None = 30.0) -> bool:
-        """Block until everything in the log when called is dispatched; False on timeout."""
+        """Block until everything in the log when called is dispatched; False after ``timeout`` seconds."""
         self._readable()
+        try:  # checked as shutdown's wait_for_dispatch (None and any timeout past a lock's wait: none)
+            timeout = StoreServices.shutdown_wait(timeout)
+        except InvalidArgumentError:
+            raise InvalidArgumentError(f"wait_for_dispatch: timeout is seconds or None, not {timeout!r}") from None
         if self.read_only or not self.reput.running:
             self.reput.run_once()
             return self.reput.behind() == 0
         if self.services.commit is not None:  # what the pool holds reaches the files (and dispatch) now
             self.services.commit.commit_all_soon()
         self.reput.wake()
-        return self.reput.wait_caught_up(timeout)
+        return self.reput.wait_caught_up(None if timeout > threading.TIMEOUT_MAX else timeout)
 
     def flush(self) -> None:
         """Force everything written so far to disk (commit log, queues, index, checkpoint)."""
