@@ -586,6 +586,14 @@ def test_wait_for_dispatch_with_an_endless_timeout_waits_as_long_as_it_takes(mak
     assert store.dispatch_behind_bytes() == 0
 
 
+def test_an_empty_store_path_is_refused(tmp_path, monkeypatch) -> None:
+    """``""`` (an unset variable, say) is no path: os.path.abspath would make it the current folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="path"):
+        MessageStore.open("")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("keys", [{"a": 1}, {"a": "b"}])
 def test_message_keys_that_are_a_mapping_are_refused(keys) -> None:
     """A dict iterates as its keys: taken, its values would be dropped without a word. (An empty
