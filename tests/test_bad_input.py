@@ -4,6 +4,7 @@ store or RocketMQ's reading of it."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import time
@@ -601,3 +602,17 @@ def test_message_keys_that_are_a_mapping_are_refused(keys) -> None:
     with pytest.raises(InvalidMessageError, match="keys"):
         Message("T", b"x", keys=keys)
     assert Message("T", b"x", keys={}).keys is None
+
+
+def test_the_facade_s_read_and_dispatch_calls_have_their_own_docs() -> None:
+    """help() shows each call's own doc, not nothing (or the section comment above it)."""
+    for name in (
+        "query_message",
+        "look_message_by_offset",
+        "look_message_by_msg_id",
+        "get_offset_in_queue_by_time",
+        "dispatch_behind_bytes",
+    ):
+        assert inspect.getdoc(getattr(MessageStore, name)), name
+    assert "maxMsgsNumBatch" in MessageStore.query_message.__doc__
+    assert "LOWER" in MessageStore.get_offset_in_queue_by_time.__doc__

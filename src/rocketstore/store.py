@@ -374,20 +374,25 @@ class MessageStore:
         return self.reader.get_message(group, topic, queue_id, offset, max_nums, tags)
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message whose record starts at ``commit_log_offset`` in the log; None if none does."""
         self._readable()
         return self.reader.look_message_by_offset(commit_log_offset, size)
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
+        """The message an offset msgId (its store host and commit-log offset) names; None if none."""
         self._readable()
         return self.reader.look_message_by_msg_id(msg_id)
 
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
     ) -> QueryResult:
+        """Messages of ``topic`` with ``key`` (KEYS, UNIQ_KEY) stored in [begin, end] (ms, compared in the index's
+        whole seconds), hash collisions dropped: the newest, at most ``max_num`` and maxMsgsNumBatch (RocketMQ's)."""
         self._readable()
         return self.reader.query_message(topic, key, max_num, begin, end)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset stored at or after ``timestamp`` (RocketMQ 5.3.3's LOWER boundary)."""
         self._readable()
         return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
 
@@ -459,6 +464,7 @@ class MessageStore:
 
     # -- dispatch ----------------------------------------------------------------------------------
     def dispatch_behind_bytes(self) -> int:
+        """Log bytes not dispatched to the consume queues and index yet (dispatchBehindBytes)."""
         self._readable()
         return self.reput.behind() if self.reput else 0
 
