@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pydoc
 import threading
 import time
 
@@ -616,3 +617,11 @@ def test_the_facade_s_read_and_dispatch_calls_have_their_own_docs() -> None:
         assert inspect.getdoc(getattr(MessageStore, name)), name
     assert "maxMsgsNumBatch" in MessageStore.query_message.__doc__
     assert "LOWER" in MessageStore.get_offset_in_queue_by_time.__doc__
+
+
+def test_help_on_an_open_store_s_put_shows_the_put_doc(make_store) -> None:
+    """An open store's put is the writer's closure (the hot path): it carries put's doc."""
+    store = make_store()
+    assert store.put is not MessageStore.put and store.put.__name__ == "put"
+    assert inspect.getdoc(store.put) == inspect.getdoc(MessageStore.put).split(" (")[0]
+    assert "Store one message in ``queue_id`` of its topic." in pydoc.render_doc(store.put)

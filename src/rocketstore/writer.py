@@ -291,8 +291,7 @@ class MessageWriter(MessagePreparer):
 
         Messages made of tags and keys alone, for the store's own (IPv4) host and a topic it has
         seen, go straight to the commit log's plain appender; everything else (and any refusal)
-        takes the general path, ``put_general``.
-        """
+        takes the general path, ``put_general``."""
         writer = self
         heads = self._topic_heads
         config = self.config
@@ -309,6 +308,7 @@ class MessageWriter(MessagePreparer):
         max_props = rec.PROPERTIES_MAX_LENGTH
 
         def put(message: Message, queue_id: int = 0) -> PutResult:
+            """Store one message in ``queue_id`` of its topic."""  # MessageStore.put's, for help()
             if (
                 writer.refusal is not None
                 or type(message) is not Message
