@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from rocketstore.verify import verify_store
 from spark_conftest import (
     SMALL_GEOMETRY,
     SMALL_OPTIONS,
+    TOPICS,
+    damage_record,
     export_rows,
     log_rows,
     make_store,
@@ -118,6 +121,17 @@ def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_
     (a store that takes no puts: every put is SERVICE_NOT_AVAILABLE) fail the write before any task
     runs: no task stages a row only for the commit to refuse the batch, and the new folder is not
     made."""
+    store = tmp_path / "new"
+    df = _no_task_may_run(spark)
+    with pytest.raises(Exception, match=f"ConfigError: {error}") as failed:
+        df.write.format("rocketstore").options(**SMALL_OPTIONS, **setting).mode("append").save(str(store))
+    assert "a task ran" not in str(failed.value)
+    assert not store.exists()
+    assert not (tmp_path / ".new.spark-staging").exists()
+
+
+def _no_task_may_run(spark: Any) -> Any:  # noqa: F811
+    """One row whose task fails with "a task ran": a write refused on the driver never sees it."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
 
@@ -125,14 +139,56 @@ def test_a_setting_a_writable_store_refuses_is_refused_on_the_driver(spark, tmp_
     def no_task_runs(body):  # no hints: pyspark would take them for a pandas UDF's
         raise ValueError("a task ran")
 
-    store = tmp_path / "new"
-    df = spark.createDataFrame([("TopicA", b"x")], "topic string, body binary")
-    df = df.withColumn("body", no_task_runs("body"))
-    with pytest.raises(Exception, match=f"ConfigError: {error}") as failed:
-        df.write.format("rocketstore").options(**SMALL_OPTIONS, **setting).mode("append").save(str(store))
-    assert "a task ran" not in str(failed.value)
-    assert not store.exists()
-    assert not (tmp_path / ".new.spark-staging").exists()
+    return spark.createDataFrame([("TopicA", b"x")], "topic string, body binary").withColumn(
+        "body", no_task_runs("body")
+    )
+
+
+def _recovery_drops_records(path: Path) -> Path:
+    """A store of 300 messages over 4 segments whose last one holds a damaged record (its magic code
+    zeroed) with intact records after it: any recovery checks it, and would cut the log there."""
+    store = make_store(path, 300)
+    i = 280  # message i of write_messages: its topic, queue and queue offset
+    offset = damage_record(store, TOPICS[i % 3], (i // 3) % 4, i // 12)
+    assert offset // SMALL_GEOMETRY["mappedFileSizeCommitLog"] == 3 == len(list((store / "commitlog").iterdir())) - 1
+    return store
+
+
+LOSSY_CUT = (
+    r"CorruptStoreError: \S+: opening the store for writing recovers it first, and its recovery would cut the "
+    r"commit log at offset \d+ and drop the \d+ intact record\(s\) .*nothing was changed"
+)
+
+
+def test_a_write_whose_recovery_would_drop_intact_records_is_refused_before_any_task(spark, tmp_path, hash_tree):  # noqa: F811
+    """As ``rocketstore produce`` refuses it (the commit's open would recover the store and delete the
+    records after a damaged one): on the driver, the store's files left as they were."""
+    store = _recovery_drops_records(tmp_path / "store")
+    before = hash_tree(store)
+    with pytest.raises(Exception, match=LOSSY_CUT) as failed:
+        _no_task_may_run(spark).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))
+    message = str(failed.value)
+    assert "a task ran" not in message
+    assert f"rocketstore recover --dry-run {store}" in message and f"rocketstore recover --force {store}" in message
+    assert hash_tree(store) == before
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_a_commit_whose_recovery_would_drop_intact_records_is_refused(tmp_path, hash_tree, crashed):
+    """The commit checks again (the store may be damaged after the driver checked it): refused by the
+    open's recovery (after a clean shutdown), or by the plan made first under the store's lock (after
+    a crash); nothing in the store changes but the commits' turn file."""
+    from rocketstore.errors import CorruptStoreError
+    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+
+    store = _recovery_drops_records(tmp_path / "store")
+    if crashed:
+        (store / "abort").touch()
+    before = hash_tree(store)
+    staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
+    with pytest.raises(CorruptStoreError, match=LOSSY_CUT.removeprefix("CorruptStoreError: ")):
+        append_staged(str(store), small_config(), staged, sink="s", batch_id=0)
+    assert hash_tree(store) == {**before, COMMIT_LOCK: hashlib.sha256(b"").hexdigest()}
 
 
 def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_path):

@@ -23,11 +23,10 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.export import QueuedUnit
 from rocketstore.log.recovery import ConfirmCut
-from rocketstore.meta.lockfile import held
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
 from rocketstore.verify.layout import check_sizes
-from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
+from rocketstore.verify.recovery_plan import RecoveryPlan, lossy_cut_guard, plan_recovery
 
 
 class CommandError(click.ClickException):
@@ -423,25 +422,16 @@ def open_store(
 def refuse_lossy_cut(opts: Common) -> ConfirmCut | None:
     """What a command that opens STORE for writing (but ``recover``) gives ``MessageStore.open`` so
     that its recovery refuses a cut that drops intact records, as ``recover`` refuses it without
-    --force (``ProblemsFound``, exit status 1, nothing changed). The open asks only when its
-    recovery would end the log where records may follow (a sound store is not planned). After a
-    crash (``abort``) recovery writes before it knows where the log ends, so the plan is made
-    first, under the store's lock: refused, or None when the recovery drops no intact record."""
-    if not os.path.exists(os.path.join(opts.root, "abort")):  # planned as opened: its own abort is no crash's
-        return lambda report: _refuse_if_lossy(opts, last_exit_ok=not report.abnormal)
-    with held(opts.root):
-        _refuse_if_lossy(opts)
-    return None
+    --force (``ProblemsFound``, exit status 1, nothing changed): ``lossy_cut_guard``, planning with
+    this module's ``plan_recovery``."""
+    return lossy_cut_guard(opts.root, opts.config, functools.partial(_lossy_refusal, opts), plan=plan_recovery)
 
 
-def _refuse_if_lossy(opts: Common, last_exit_ok: bool | None = None) -> None:
-    """Plan STORE's recovery (in memory) and refuse it, naming the running command, when it drops
-    intact records."""
-    plan = plan_recovery(opts.root, opts.config, last_exit_ok=last_exit_ok)
-    if plan.loses_data:
-        ctx = click.get_current_context(silent=True)
-        command = ctx.info_name if ctx is not None and ctx.info_name else "this command"
-        raise ProblemsFound(refusal(opts, plan, command=command), plan=plan.to_dict())
+def _lossy_refusal(opts: Common, plan: RecoveryPlan) -> ProblemsFound:
+    """The refusal of a recovery that drops intact records, naming the running command."""
+    ctx = click.get_current_context(silent=True)
+    command = ctx.info_name if ctx is not None and ctx.info_name else "this command"
+    return ProblemsFound(refusal(opts, plan, command=command), plan=plan.to_dict())
 
 
 def refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command: str = "recover") -> str:

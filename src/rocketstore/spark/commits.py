@@ -40,7 +40,8 @@ store lock taken while that lock is held is another program's (a broker, a progr
 rebuild): the commit fails at once (StoreLockedError), and so does the check a write makes on the driver
 before any task runs. A commit that fails with nothing appended in a folder that held no store leaves it as it
 was (no store, no lock: ``commit_turn``, ``_remove_store``); a folder that held anything keeps it all, and so
-does a store another program put messages in meanwhile.
+does a store another program put messages in meanwhile. A store whose recovery (the open's) would cut the log
+where intact records follow is refused, nothing changed, as ``rocketstore produce`` refuses it (CorruptStoreError).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketstore.codec.message import Message, StoredMessage
@@ -78,7 +78,9 @@ from rocketstore.meta.root import is_inside, require_store_or_new_folder
 from rocketstore.results import PutResult
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.spark.schema import option, split_scheme
+from rocketstore.spark.staging import staged_batches
 from rocketstore.store import MessageStore
+from rocketstore.verify.recovery_plan import lossy_cut_guard
 from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
@@ -195,18 +197,10 @@ def _write_markers(root: str, markers: dict[str, Any]) -> None:
     fsync_dir(os.path.dirname(path))
 
 
-def _staged_batches(staged: list[Any]) -> Iterator[pa.RecordBatch]:
-    for item in staged:
-        with pa.memory_map(item.path, "r") as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-
 def _messages(staged: list[Any], as_is: bool = False) -> Iterator[tuple[Message, int | None]]:
     from rocketstore.spark.sink import messages_of
 
-    for batch in _staged_batches(staged):
+    for batch in staged_batches(staged):
         yield from messages_of(batch, as_is)
 
 
@@ -415,7 +409,7 @@ def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueCho
     are only chosen)."""
     from rocketstore.spark.sink import messages_of
 
-    for batch in _staged_batches(staged):
+    for batch in staged_batches(staged):
         unassigned = pc.is_null(batch.column("queueId")).to_numpy(zero_copy_only=False)
         if not unassigned.any():
             continue
@@ -493,7 +487,8 @@ def append_staged(
 ) -> int:
     """Append the staged messages (task order) under the store's lock, in turn with other Spark commits (waiting up
     to ``lock_wait_ms``); returns how many were appended. With ``sink``/``batch_id``, the write-ahead marker makes
-    this exactly-once; a sink another ``query`` owns is refused (SinkInUseError, see ``check_owner``).
+    this exactly-once; a sink another ``query`` owns is refused (SinkInUseError, see ``check_owner``), and so is a
+    store whose recovery would drop intact records (CorruptStoreError: ``recovery_plan.lossy_cut_guard``).
 
     ``as_is`` (the ``asIs`` option) stores each message as ``rocketstore import`` does: with ``put_as_is``, the
     store open under ``no_delayed_delivery`` (no schedule service delivers while the batch is appended), and
@@ -507,7 +502,7 @@ def append_staged(
             _check_space(root, staged, config)
         try:
             with no_delayed_delivery() if as_is else contextlib.nullcontext():
-                store = MessageStore.open(root, config)
+                store = MessageStore.open(root, config, confirm_cut=lossy_cut_guard(root, config))
         except StoreLockedError as exc:  # no Spark commit holds it now (we have the turn)
             raise _held_elsewhere(root, exc) from None
         except BaseException:

@@ -38,8 +38,10 @@ as the import does (``commits.append_staged``).
 Several jobs or streaming queries may write one store at once: their commits take turns, each
 waiting up to the ``lockWaitMs`` option (default 60000) for the others. A store another program
 holds open (a broker) is refused on the driver before any task runs, and so are a setting a
-writable store refuses (``config_values.refuse_unsupported``: ``enableDLegerCommitLog``, ...) and
-``brokerRole=SLAVE`` (a SLAVE store takes no puts).
+writable store refuses (``config_values.refuse_unsupported``: ``enableDLegerCommitLog``, ...),
+``brokerRole=SLAVE`` (a SLAVE store takes no puts) and a store whose recovery would cut the log where
+intact records follow (CorruptStoreError, as ``rocketstore produce`` refuses it; the commit
+refuses it too, nothing changed).
 """
 
 from __future__ import annotations
@@ -65,10 +67,11 @@ from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import ConfigError, InvalidMessageError, RecordError
-from rocketstore.meta.root import require_store_or_new_folder
+from rocketstore.meta.root import holds_store, require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
 from rocketstore.spark.staging import OWNER, claim_folder, driver_tag, sweep_staging
+from rocketstore.verify.recovery_plan import cut_refused, plan_recovery
 from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
@@ -340,6 +343,22 @@ class _Writer:
         self.staging_root = os.path.abspath(option(options, "stagingDir") or default_staging(self.path))
         self._set_job(uuid.uuid4().hex)
         check_columns(schema, self.topic, self.as_is)
+        self._check_store()
+
+    def _check_store(self) -> None:
+        """Refuse, before any task runs, a store the commit's open would refuse after they all ran: a
+        recovery that would drop intact records (``recovery_plan.cut_refused``). Records a Spark commit
+        appended while the plan was made would look like ones the recovery drops: such a plan is made
+        again in the commits' turn. The commit checks again (the store may change meanwhile)."""
+        rooted = self.config.copy(storePathRootDir=self.path)
+        if not holds_store(self.path, rooted.commit_log_folders):
+            return
+        plan = plan_recovery(self.path, self.config)
+        if plan.loses_data and os.path.exists(os.path.join(self.path, commits.COMMIT_LOCK)):
+            with commits.commit_turn(self.path, self.lock_wait_ms):
+                plan = plan_recovery(self.path, self.config)
+        if plan.loses_data:
+            raise cut_refused(plan)
 
     def _set_job(self, job: str) -> None:
         self.job = job

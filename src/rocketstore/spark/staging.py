@@ -1,5 +1,5 @@
-"""Job staging folders of the Spark sink: which driver process owns one, and removing the folders
-of jobs whose driver was killed (no commit or abort ran to delete them).
+"""Job staging folders of the Spark sink: which driver process owns one, removing the folders of
+jobs whose driver was killed (no commit or abort ran to delete them), and reading what tasks staged.
 
 A job's folder names its driver (``OWNER``: the driver JVM's pid and start time, the host, its boot
 and pid namespace); the next job staging beside it removes the folder once that process is gone.
@@ -17,6 +17,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+
+import pyarrow as pa
 
 log = logging.getLogger(__name__)
 OWNER = "driver.json"  # in a job's staging folder: the driver process the job lives in (see ``sweep_staging``)
@@ -167,3 +169,12 @@ def sweep_staging(root: str, keep: str) -> None:
             log.warning("removed %s (%d files, %d bytes staged): %s", folder, files, size, why)
         except OSError as exc:
             log.info("left %s: %s", folder, exc)
+
+
+def staged_batches(staged: list[Any]) -> Iterator[pa.RecordBatch]:
+    """The record batches of the staged files (each with a ``path``: ``sink.Staged``), in order."""
+    for item in staged:
+        with pa.memory_map(item.path, "r") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)

@@ -10,13 +10,17 @@ messages by their queue offset, below their queue's end at the cut (the offset w
 a record kept). A record whose queue offset continues past its queue's end counts as a message the
 cut loses even when it was stored before the newest record kept: store times are no proof of order
 (a clock set back between runs; RocketMQ never orders them), so such records are only said to be
-maybe stale, and recover still asks for --force."""
+maybe stale, and recover still asks for --force.
+
+An open for writing that recovers the store refuses such a cut as recover does without --force
+(``lossy_cut_guard``): the command line's writing commands and the Spark sink (``cut_refused``)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +28,10 @@ import numpy as np
 
 from rocketstore.codec.scan import STOP_BLANK
 from rocketstore.config import StoreConfig
+from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import MappedFile, holds_data
-from rocketstore.log.recovery import NORMAL_CHECKED, RecoveryReport
+from rocketstore.log.recovery import NORMAL_CHECKED, ConfirmCut, RecoveryReport
+from rocketstore.meta.lockfile import held
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import SegmentScan, diagnose, scan_segment, segment_label
 
@@ -141,6 +147,53 @@ def plan_recovery(root: str, config: StoreConfig, *, last_exit_ok: bool | None =
         )
         _look_past_end(plan, files, raw.delay_millis, config.force_verify_prop_crc, queue_ends)
     return plan
+
+
+def cut_refused(plan: RecoveryPlan) -> CorruptStoreError:
+    """The library's refusal of an open for writing whose recovery would drop intact records (a
+    Spark write's), in ``recover``'s words: what would be lost, why, and the ways on."""
+    assert plan.bad is not None
+    root = plan.root
+    crc = (
+        "; or give checkCRCOnRecover=false to keep that record and every one after it (only its body CRC fails)"
+        if plan.crc_keeps_all
+        else ""
+    )
+    return CorruptStoreError(
+        "opening the store for writing recovers it first, and its recovery would cut the commit log at offset "
+        f"{plan.end} and drop the {plan.intact_records} intact record(s) ({plan.intact_bytes} bytes) after it; "
+        f"nothing was changed. The cause: {plan.bad.describe()}. `rocketstore recover --dry-run {root}` shows "
+        f"them; `rocketstore recover --force {root}` (with the same settings, as --set) cuts the log there as "
+        f"RocketMQ does, those records lost: copy the store first (cp -a {root} {root}.bak){crc}",
+        root,
+    )
+
+
+Refusal = Callable[[RecoveryPlan], BaseException]  # the error refusing a recovery that drops intact records
+Planner = Callable[..., RecoveryPlan]  # plan_recovery's signature
+
+
+def lossy_cut_guard(
+    root: str, config: StoreConfig, refused: Refusal = cut_refused, *, plan: Planner = plan_recovery
+) -> ConfirmCut | None:
+    """What an open for writing gives ``MessageStore.open`` so that it refuses a recovery that drops
+    intact records, as ``rocketstore recover`` refuses it without --force: ``refused(plan)`` is
+    raised, nothing changed. The open asks only when its recovery would end the log where records
+    may follow (a sound store is not planned). After a crash (``abort``) recovery writes before it
+    knows where the log ends, so the plan is made first, under the store's lock (StoreLockedError
+    when another process holds it): refused, or None when the recovery drops no intact record.
+    ``plan`` makes the plan (``plan_recovery``)."""
+
+    def refuse_if_lossy(last_exit_ok: bool | None = None) -> None:
+        found = plan(root, config, last_exit_ok=last_exit_ok)
+        if found.loses_data:
+            raise refused(found)
+
+    if not os.path.exists(os.path.join(root, "abort")):  # planned as opened: its own abort is no crash's
+        return lambda report: refuse_if_lossy(last_exit_ok=not report.abnormal)
+    with held(root):
+        refuse_if_lossy()
+    return None
 
 
 def _first_checked(files: list[MappedFile], report: RecoveryReport) -> int | None:
