@@ -17,6 +17,7 @@ from spark_conftest import (
     SMALL_GEOMETRY,
     SMALL_OPTIONS,
     TOPICS,
+    VECTOR_OPTIONS,
     damage_record,
     export_rows,
     log_rows,
@@ -189,6 +190,20 @@ def test_a_commit_whose_recovery_would_drop_intact_records_is_refused(tmp_path, 
     with pytest.raises(CorruptStoreError, match=LOSSY_CUT.removeprefix("CorruptStoreError: ")):
         append_staged(str(store), small_config(), staged, sink="s", batch_id=0)
     assert hash_tree(store) == {**before, COMMIT_LOCK: hashlib.sha256(b"").hexdigest()}
+
+
+def test_files_of_other_sizes_than_the_settings_are_refused_before_any_task(spark, tmp_path, hash_tree):  # noqa: F811
+    """Every setting to give is named at once, as the command line names them, not one per run when
+    the commit opens the store after every task ran."""
+    store = make_store(tmp_path / "store", 300)
+    before = hash_tree(store)
+    with pytest.raises(Exception, match=r"CorruptStoreError: .*the files are not the configured sizes") as failed:
+        _no_task_may_run(spark).write.format("rocketstore").options(**VECTOR_OPTIONS).mode("append").save(str(store))
+    message = str(failed.value)
+    assert "a task ran" not in message and "in commit" not in message
+    for setting in ("mappedFileSizeCommitLog=16384", "mappedFileSizeConsumeQueue=400", "maxHashSlotNum=1000"):
+        assert setting in message, setting
+    assert hash_tree(store) == before
 
 
 def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_path):

@@ -39,7 +39,8 @@ Several jobs or streaming queries may write one store at once: their commits tak
 waiting up to the ``lockWaitMs`` option (default 60000) for the others. A store another program
 holds open (a broker) is refused on the driver before any task runs, and so are a setting a
 writable store refuses (``config_values.refuse_unsupported``: ``enableDLegerCommitLog``, ...),
-``brokerRole=SLAVE`` (a SLAVE store takes no puts) and a store whose recovery would cut the log where
+``brokerRole=SLAVE`` (a SLAVE store takes no puts), files of other sizes than the settings give
+(CorruptStoreError naming every setting to give) and a store whose recovery would cut the log where
 intact records follow (CorruptStoreError, as ``rocketstore produce`` refuses it; the commit
 refuses it too, nothing changed).
 """
@@ -71,6 +72,7 @@ from rocketstore.meta.root import holds_store, require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
 from rocketstore.spark.staging import OWNER, claim_folder, driver_tag, sweep_staging
+from rocketstore.verify.layout import check_sizes
 from rocketstore.verify.recovery_plan import cut_refused, plan_recovery
 from rocketstore.writer import MessagePreparer
 
@@ -347,12 +349,15 @@ class _Writer:
 
     def _check_store(self) -> None:
         """Refuse, before any task runs, a store the commit's open would refuse after they all ran: a
-        recovery that would drop intact records (``recovery_plan.cut_refused``). Records a Spark commit
-        appended while the plan was made would look like ones the recovery drops: such a plan is made
-        again in the commits' turn. The commit checks again (the store may change meanwhile)."""
+        store's files of other sizes than the settings give (every setting to give named at once, as the
+        command line names them: ``check_sizes``), and a recovery that would drop intact records
+        (``recovery_plan.cut_refused``). Records a Spark commit appended while the plan was made would
+        look like ones the recovery drops: such a plan is made again in the commits' turn. The commit
+        checks again (the store may change meanwhile)."""
         rooted = self.config.copy(storePathRootDir=self.path)
         if not holds_store(self.path, rooted.commit_log_folders):
             return
+        check_sizes(self.path, rooted)
         plan = plan_recovery(self.path, self.config)
         if plan.loses_data and os.path.exists(os.path.join(self.path, commits.COMMIT_LOCK)):
             with commits.commit_turn(self.path, self.lock_wait_ms):
