@@ -206,6 +206,23 @@ def test_files_of_other_sizes_than_the_settings_are_refused_before_any_task(spar
     assert hash_tree(store) == before
 
 
+def test_overwrite_and_a_bad_lock_wait_are_refused_with_typed_errors(tmp_path):
+    """mode('overwrite') is a wrong argument (InvalidArgumentError), a bad lockWaitMs a bad option
+    (ConfigError): both ValueErrors, as before, and refused before anything is made."""
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from rocketstore.errors import ConfigError, InvalidArgumentError
+    from rocketstore.spark.sink import BatchWriter
+
+    schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType())])
+    options = {"path": str(tmp_path / "store"), **SMALL_OPTIONS}
+    with pytest.raises(InvalidArgumentError, match=r"use mode\('append'\)"):
+        BatchWriter(options, schema, True)
+    with pytest.raises(ConfigError, match="option lockWaitMs must be an integer from 0, not '-1'"):
+        BatchWriter({**options, "lockWaitMs": "-1"}, schema, False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_path):
     """The commit's turn (config/sparkCommit.lock) is given up with the folder as it was: a
     missing folder is not made (nor its missing parents), an empty one stays empty (neither then

@@ -67,7 +67,7 @@ from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import refuse_unsupported
-from rocketstore.errors import ConfigError, InvalidMessageError, RecordError
+from rocketstore.errors import ConfigError, InvalidArgumentError, InvalidMessageError, RecordError
 from rocketstore.meta.root import holds_store, require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
@@ -328,7 +328,7 @@ class _Writer:
 
     def __init__(self, options: Any, schema: Any, overwrite: bool) -> None:
         if overwrite:
-            raise ValueError("rocketstore appends messages: use mode('append'); a store is never overwritten")
+            raise InvalidArgumentError("rocketstore appends messages: use mode('append'); a store is never overwritten")
         self.path = os.path.abspath(store_path(options))
         self.config: StoreConfig = store_config(options)
         require_store_or_new_folder(self.path, self.config)  # on the driver, before any task runs
@@ -337,7 +337,7 @@ class _Writer:
             raise ConfigError("brokerRole=SLAVE: a SLAVE store takes no puts (SERVICE_NOT_AVAILABLE)")
         wait = int_option(options, "lockWaitMs", commits.DEFAULT_LOCK_WAIT_MS)
         if wait is None or wait < 0:
-            raise ValueError(f"option lockWaitMs must be an integer from 0, not {option(options, 'lockWaitMs')!r}")
+            raise ConfigError(f"option lockWaitMs must be an integer from 0, not {option(options, 'lockWaitMs')!r}")
         self.lock_wait_ms = wait
         commits.check_unheld(self.path)  # a broker has it open: refused before any task runs
         self.topic = option(options, "topic")
