@@ -254,3 +254,26 @@ def test_an_import_moves_past_a_unit_the_schedule_service_would_skip(
     with caplog.at_level("ERROR"):
         assert skip_delivered(store, {copy_key("Orders", "U4", copy)}) == {1: (0, 2)}
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_an_import_refuses_a_schedule_line_of_a_level_the_target_does_not_have(tmp_path: Path) -> None:
+    """A SCHEDULE_TOPIC_XXXX line waits in queue level - 1: of a level past the target's
+    messageDelayLevel, no level would ever read it. The import stops at it as at any bad line,
+    naming the level, the target's levels and the setting that gives it more."""
+    levels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h 3s 4s"  # 20 levels
+    src = tmp_path / "src"
+    with MessageStore.open(src, StoreConfig(**TINY, messageDelayLevel=levels)) as store:
+        store.put(Message("D", b"level 18", properties={"DELAY": "18"})).raise_for_status()
+        store.put(Message("D", b"level 20", properties={"DELAY": "20"})).raise_for_status()
+    exported = tmp_path / "e.jsonl"
+    assert run("export", src, *TINY_SETS, "-o", exported).exit_code == 0  # queue 17, then queue 19
+    result = run("import", tmp_path / "dst", *TINY_SETS, "-i", exported)  # 18 levels, RocketMQ's
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: line 2: MESSAGE_ILLEGAL ")
+    assert "delay level 20" in result.stderr and "messageDelayLevel has 18 levels" in result.stderr
+    assert "--set messageDelayLevel=" in result.stderr and "1 message(s) before it stored" in result.stderr
+    with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY), read_only=True) as store:
+        assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 17) == 1
+        assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 19) == 0
+    given = run("import", tmp_path / "dst2", *TINY_SETS, "--set", f"messageDelayLevel={levels}", "-i", exported)
+    assert given.exit_code == 0, given.stderr  # a target with the levels takes both

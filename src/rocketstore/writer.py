@@ -160,8 +160,7 @@ class MessagePreparer:
         if topic == SCHEDULE_TOPIC:
             if DELAY in props and java_int(props[DELAY]) is None:
                 return _not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
-            undeliverable = self._undeliverable(props)
-            if undeliverable is not None:
+            if (undeliverable := self._undeliverable(props, queue_id)) is not None:
                 return undeliverable
         topic_bytes = self._topic_bytes.get(topic)
         if topic_bytes is None:
@@ -202,15 +201,17 @@ class MessagePreparer:
             refused = self._delivery_too_big(prepared, len(body), len(topic_bytes), props[REAL_TOPIC])
         return prepared if refused is None else refused  # (a refused PutResult is falsy)
 
-    def _undeliverable(self, props: dict[str, str]) -> PutResult | None:
-        """MESSAGE_ILLEGAL for a schedule record whose delivery could never be stored: delivery's
-        own test (``real_destination``) fails, or its real topic is over 127 bytes where records
-        are V1 only (autoMessageVersionOnTopicLen=false), which RocketMQ's checkMessage refuses
-        before the delay rewrite. Stored, it would be dropped at delivery, or hold up its level."""
+    def _undeliverable(self, props: dict[str, str], queue_id: int) -> PutResult | None:
+        """MESSAGE_ILLEGAL for a schedule record delivery could never store: ``real_destination``
+        fails, its queue (level - 1) is past messageDelayLevel's, or its real topic is over 127
+        bytes where records are V1 only (autoMessageVersionOnTopicLen=false; checkMessage's refusal)."""
         try:
             destination = real_destination(props)
         except ValueError as exc:
             return PutResult.refused(_ILLEGAL, f"a schedule record that could never be delivered: {exc}")
+        if destination is not None and queue_id >= len(self.delay_millis):
+            why = f"messageDelayLevel has {len(self.delay_millis)} levels (--set messageDelayLevel=...)"
+            return PutResult.refused(_ILLEGAL, f"delay level {queue_id + 1} is never delivered: {why}")
         if destination is None or self.config.auto_message_version_on_topic_len:
             return None
         size = len(destination[0].encode("utf-8"))  # (a valid topic: ASCII)
