@@ -188,7 +188,7 @@ def test_the_jobs_module_reports_errors_as_the_command_does(spark, tmp_path, cap
     (tmp_path / "out").mkdir()
     assert jobs.main(["export", str(store), *SETS, "--parquet", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: the export job failed: ") and "PATH_ALREADY_EXISTS" in err, err
+    assert err == f"error: the output {tmp_path / 'out'} exists: give --overwrite (mode 'overwrite') to replace it\n"
     assert "Traceback" not in err
     # an error in the data source: the line names it, not "Traceback (most recent call last):"
     assert jobs.main(["export", str(store), *SETS, "--parquet", str(tmp_path / "o2"), "--topics", "Nope"]) == 2
@@ -227,6 +227,27 @@ def test_an_export_over_its_own_store_is_refused_before_spark_writes(spark, tmp_
         assert "overlap: it would overwrite the store" in capsys.readouterr().err
         assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
     assert len(_export(store)) == 30
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_failed_export_leaves_the_output_as_it_was(spark, tmp_path):  # noqa: F811
+    """The export is written beside its output and takes its place only once whole: one that fails
+    (a damaged store) leaves an earlier export there with --overwrite, and no folder without it (a
+    second run is not refused for one); nothing is left beside it."""
+    store = make_store(tmp_path / "store", 60)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    assert CliRunner().invoke(cli, ["spark", "export", str(store), *SETS, "--parquet", str(out)]).exit_code == 0
+    before = _files(out)
+    assert any(name.endswith(".parquet") for name in before)
+    os.truncate(store / "consumequeue" / "TopicA" / "0" / f"{0:020d}", 30)  # a unit cut in two
+    for folder, extra in ((out, ["--overwrite"]), (fresh, [])):
+        done = CliRunner().invoke(cli, ["spark", "export", str(store), *SETS, "--parquet", str(folder), *extra])
+        assert done.exit_code == 2 and "error: the export failed: " in done.output, done.output
+    assert _files(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "store"]
 
 
 def _first_record_of_segment(store: Path, index: int) -> tuple[Path, bytearray]:

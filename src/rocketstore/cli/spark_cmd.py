@@ -205,7 +205,7 @@ def _check_export(
 @click.option("--begin", type=int, help="First store time, epoch ms (inclusive).")
 @click.option("--end", type=int, help="Last store time, epoch ms (exclusive).")
 @click.option("--topics", help="Topic names or patterns, comma separated.")
-@click.option("--overwrite", is_flag=True, help="Replace the output folder if it exists.")
+@click.option("--overwrite", is_flag=True, help="Replace the output folder if it exists (once the export is whole).")
 def export(
     opts: Common, master: str, out: str, begin: int | None, end: int | None, topics: str | None, overwrite: bool
 ) -> None:
@@ -217,7 +217,9 @@ def export(
     time range selects no message the result is 0 messages (a folder holding only _SUCCESS). A
     message whose consume-queue unit points at no record that decodes is left out with a warning,
     and the exit status is 1, as for ``rocketstore export``; CRCs are not checked (``rocketstore
-    verify`` does) and damage in the last segments is cut by recovery, as there."""
+    verify`` does) and damage in the last segments is cut by recovery, as there. The export is
+    written into a hidden folder beside the output and takes its place only once whole: one that
+    fails leaves an earlier output as it was (--overwrite), or none."""
     _check_store(opts, writes=False)
     _check_export(opts, out, begin, end, topics, overwrite)
     from rocketstore.spark.jobs import export_parquet

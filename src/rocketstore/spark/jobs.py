@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -399,9 +400,12 @@ def export_parquet(
     """Every message the consume queues serve (store time in [begin, end) ms when given) as
     Parquet partitioned by topic. A message whose record cannot be read (it fails its checks)
     is left out and listed, as ``rocketstore export`` does: ``unreadable`` counts them and
-    ``unreadableMessages`` names the first ``UNREADABLE_LISTED``."""
+    ``unreadableMessages`` names the first ``UNREADABLE_LISTED``. A local ``out`` that exists is
+    refused unless ``mode`` is ``overwrite``, and is replaced only once the export is whole
+    (``_replace_when_written``): an export that fails leaves it as it was."""
     from pyspark.sql import functions as F
 
+    from rocketstore.spark.commits import local_checkpoint
     from rocketstore.spark.schema import store_config
 
     options = dict(config_options or {}, failOnDataLoss="false")
@@ -414,10 +418,17 @@ def export_parquet(
         options["endingTimestamp"] = str(end)
     if topics:
         options["topics"] = topics
+    local = local_checkpoint(out)
+    if local is not None and mode != "overwrite" and os.path.lexists(local):
+        raise InvalidArgumentError(f"the output {out} exists: give --overwrite (mode 'overwrite') to replace it")
     reader = spark.read.format("rocketstore").options(**options)
     df = reader.load(path)
     started = time.perf_counter()
-    df.write.mode(mode).partitionBy("topic").parquet(out)
+    write = df.write.partitionBy("topic")
+    if local is None:  # on another file system (hdfs://): Spark writes it in place
+        write.mode(mode).parquet(out)
+    else:
+        _replace_when_written(local, lambda tmp: write.mode("errorifexists").parquet(tmp))
     seconds = time.perf_counter() - started
     # read back with the written schema, so topic stays a string: inferred, "7" and "07" would both
     # be the int 7 (and the session's settings are not the job's to change)
@@ -436,6 +447,39 @@ def export_parquet(
         "unreadableMessages": [str(u) for u in unreadable[:UNREADABLE_LISTED]],
         "seconds": round(seconds, 3),
     }
+
+
+def _replace_when_written(out: str, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` into a hidden folder beside ``out`` (``.<name>.tmp-<pid>-<random>``), which takes the
+    place of ``out`` only once written: an earlier ``out`` is moved aside, then deleted. A write that
+    fails leaves ``out`` as it was, and nothing beside it."""
+    parent, name = os.path.split(os.path.abspath(out))
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp, aside = os.path.join(parent, f".{name}.tmp-{tag}"), os.path.join(parent, f".{name}.old-{tag}")
+    try:
+        write(tmp)
+        had = os.path.lexists(out)
+        if had:
+            os.rename(out, aside)
+        try:
+            os.rename(tmp, out)
+        except BaseException:
+            if had:
+                os.rename(aside, out)
+            raise
+    except BaseException:
+        _remove(tmp)
+        raise
+    fsync_dir(parent)
+    _remove(aside)
+
+
+def _remove(path: str) -> None:
+    """Remove a folder with what it holds, or a file; nothing when there is none."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
 
 
 def unreadable_messages(spark: Any, path: str, options: dict[str, str]) -> list[Any]:
