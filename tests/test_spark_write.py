@@ -252,6 +252,26 @@ def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_pat
     assert len(export_rows(store, small_config())) == 4
 
 
+def test_a_commit_onto_a_filling_disk_deletes_nothing(loop_fs, tmp_path):
+    """The commit's store runs no cleanup, as an import's (``services.wiring.no_cleanup``): past
+    diskMaxUsedSpaceRatio each new segment of the batch would wake a round deleting the expired
+    ones (a disk filling faster would have young ones deleted forcibly, the batch's own among them)."""
+    from rocketstore.spark.commits import append_staged
+    from test_clean import BODY, age, ballast, clean_config, fill, segment_files
+
+    fs = loop_fs(32)
+    root, config = fs.mount / "s", clean_config(diskMaxUsedSpaceRatio=40)
+    with MessageStore.open(root, config) as store:
+        fill(store, 10)  # one message a segment
+        age(segment_files(store), hours=2)  # expired (fileReservedTime=1)
+    ballast(fs.mount, 0.6, fs)
+    staged = [_staged(tmp_path / "staged.arrow", [{"topic": "CleanTopic", "body": BODY}] * 30)]
+    assert append_staged(str(root), config, staged, sink=None, batch_id=None) == 30
+    with MessageStore.open(root, config, read_only=True) as store:
+        assert store.min_phy_offset == 0
+        assert sum(store.get_max_offset_in_queue("CleanTopic", q) for q in range(4)) == 40
+
+
 def _folders_as_they_were(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A missing folder, an empty one, and a store of 3 messages."""
     missing, empty = tmp_path / "missing", tmp_path / "empty"

@@ -76,7 +76,7 @@ from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, held, lock_holder
 from rocketstore.meta.root import is_inside, require_store_or_new_folder
 from rocketstore.results import PutResult
-from rocketstore.services.wiring import no_delayed_delivery
+from rocketstore.services.wiring import no_cleanup, no_delayed_delivery
 from rocketstore.spark.schema import option, split_scheme
 from rocketstore.spark.staging import staged_batches
 from rocketstore.store import MessageStore
@@ -486,9 +486,11 @@ def append_staged(
     as_is: bool = False,
 ) -> int:
     """Append the staged messages (task order) under the store's lock, in turn with other Spark commits (waiting up
-    to ``lock_wait_ms``); returns how many were appended. With ``sink``/``batch_id``, the write-ahead marker makes
-    this exactly-once; a sink another ``query`` owns is refused (SinkInUseError, see ``check_owner``), and so is a
-    store whose recovery would drop intact records (CorruptStoreError: ``recovery_plan.lossy_cut_guard``).
+    to ``lock_wait_ms``), the store open under ``no_cleanup`` (a filling disk has no file of it deleted, the batch's
+    own among them; past the warning ratio puts are refused); returns how many were appended. With ``sink`` and
+    ``batch_id``, the write-ahead marker makes this exactly-once; a sink another ``query`` owns is refused
+    (SinkInUseError, see ``check_owner``), and so is a store whose recovery would drop intact records
+    (CorruptStoreError: ``recovery_plan.lossy_cut_guard``).
 
     ``as_is`` (the ``asIs`` option) stores each message as ``rocketstore import`` does: with ``put_as_is``, the
     store open under ``no_delayed_delivery`` (no schedule service delivers while the batch is appended), and
@@ -501,7 +503,7 @@ def append_staged(
         if new:  # a new store skips no batch: one the disk cannot take is refused before it is made
             _check_space(root, staged, config)
         try:
-            with no_delayed_delivery() if as_is else contextlib.nullcontext():
+            with no_cleanup(), no_delayed_delivery() if as_is else contextlib.nullcontext():
                 store = MessageStore.open(root, config, confirm_cut=lossy_cut_guard(root, config))
         except StoreLockedError as exc:  # no Spark commit holds it now (we have the turn)
             raise _held_elsewhere(root, exc) from None
