@@ -804,7 +804,7 @@ def test_a_scan_without_properties_checks_records_as_the_full_scan_does(tmp_path
     records, offsets, sizes and store times, and the same stop at a record whose CRC fails."""
     from rocketstore.codec.scan import scan_records
 
-    with MessageStore.open(tmp_path / "s", brokerIP1="127.0.0.1") as store:
+    with MessageStore.open(tmp_path / "s", brokerIP1="127.0.0.1", mappedFileSizeCommitLog=1 << 16) as store:
         results = [
             store.put(
                 Message("ScanTopic", b"body %d" % i, tags="T", keys=f"k{i}", properties={"p": "v" * (i + 1)}), i % 3
