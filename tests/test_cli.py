@@ -957,17 +957,6 @@ def test_spark_that_cannot_start_is_an_error_not_a_traceback(tmp_path: Path, sma
     assert "error: Spark did not start with --master bogus://x" in done.stderr
 
 
-@pytest.mark.spark
-def test_spark_export_of_a_time_range_without_messages_is_zero_messages(tmp_path: Path, small_store: Path) -> None:
-    out = tmp_path / "empty"
-    done = _spark_subprocess(
-        "spark", "export", small_store, *TINY_SETS, "--parquet", out, "--begin", 1, "--end", 2, "--json"
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert json.loads(done.stdout)["messages"] == 0 and "no message selected" in done.stderr
-    assert (out / "_SUCCESS").exists()
-
-
 # -- what a new user ran into ------------------------------------------------------------------------
 def cli_process(*args: object, **kwargs: object) -> subprocess.Popen:
     """The CLI in a subprocess, stdout and stderr piped (unless ``stdout=`` says where it goes)."""
@@ -1136,15 +1125,6 @@ def test_inspect_of_a_clean_store_does_not_suggest_recovery_had_work(small_store
     table = run("inspect", small_store, *TINY_SETS).stdout
     assert "dispatched by recovery" not in table and "records re-checked by the open" in table
     assert "ok (no abort file)" in table
-
-
-@pytest.mark.spark
-def test_spark_export_of_nothing_says_so_in_one_line(tmp_path: Path, small_store: Path) -> None:
-    out = tmp_path / "empty"
-    done = _spark_subprocess("spark", "export", small_store, *TINY_SETS, "--parquet", out, "--begin", 1, "--end", 2)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"no message selected: {out} holds no data")
-    assert len(done.stdout.splitlines()) == 1 and "no message selected" not in done.stderr
 
 
 # -- found by review: query, consume, clean, produce ---------------------------------------------------

@@ -31,6 +31,7 @@ from spark_conftest import (
     spark,  # noqa: F401 - the session fixture
     write_messages,
 )
+from test_cli import run
 
 pytestmark = pytest.mark.spark
 
@@ -414,30 +415,40 @@ def test_rebuild_removes_the_work_folder_of_a_killed_rebuild(spark, tmp_path):  
     assert verify_store(store, small_config()).notes == []
 
 
-def test_a_session_s_own_work_folder_is_removed_when_the_program_ends() -> None:
-    """local_session without a work_dir makes a temporary folder (logging set-up, Spark's local
-    dir); the program's end removes it: every Spark job used to leave one in the temp folder."""
+def test_a_session_of_its_own_plans_by_its_master_s_cores_and_removes_its_work_folder() -> None:
+    """local_session("local[3]") in a program of its own: default parallelism 3 (the rebuild and
+    verify group segments by it), not a fixed 2 whatever the master; and without a work_dir it
+    makes a temporary folder (logging set-up, Spark's local dir) that the program's end removes:
+    every Spark job used to leave one in the temp folder."""
     script = (
         "from rocketstore.spark.session import local_session\n"
-        "print(local_session().conf.get('spark.local.dir'), flush=True)\n"
+        "spark = local_session('local[3]')\n"
+        "print(spark.sparkContext.defaultParallelism, spark.conf.get('spark.local.dir'), flush=True)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    local_dir = Path(done.stdout.split()[-1])
-    assert local_dir.name == "local" and local_dir.parent.name.startswith("rocketstore-spark-")
-    assert not local_dir.parent.exists()
+    parallelism, local_dir = done.stdout.splitlines()[-1].split()
+    assert parallelism == "3"
+    assert Path(local_dir).name == "local" and Path(local_dir).parent.name.startswith("rocketstore-spark-")
+    assert not Path(local_dir).parent.exists()
 
 
-def test_a_session_plans_as_many_tasks_as_its_master_has_cores() -> None:
-    """local_session("local[3]"): default parallelism 3 (the rebuild and verify group segments by
-    it), not a fixed 2 whatever the master."""
-    script = (
-        "from rocketstore.spark.session import local_session\n"
-        "print(local_session('local[3]').sparkContext.defaultParallelism, flush=True)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-1] == "3"
+def test_spark_export_of_a_time_range_without_messages_is_zero_messages(spark, tmp_path):  # noqa: F811
+    """0 messages and a folder holding only _SUCCESS, said in one line: on stdout, or on stderr
+    beside --json's object (run in this session: a program of its own is the spark-submit test's)."""
+    store = make_store(tmp_path / "store", 60)
+    select_none = ["spark", "export", store, *SETS, "--begin", 1, "--end", 2]
+    out = tmp_path / "json"
+    done = run(*select_none, "--parquet", out, "--json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["messages"] == 0 and "no message selected" in done.stderr
+    assert (out / "_SUCCESS").exists()
+    out = tmp_path / "plain"
+    done = run(*select_none, "--parquet", out)
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout.startswith(f"no message selected: {out} holds no data")
+    assert len(done.stdout.splitlines()) == 1 and "no message selected" not in done.stderr
+    assert (out / "_SUCCESS").exists()
 
 
 def test_spark_export_warns_about_a_named_topic_the_store_lacks(spark, tmp_path):  # noqa: F811
