@@ -492,6 +492,39 @@ def test_query_of_a_damaged_record_says_what_is_wrong_with_it(tmp_path: Path) ->
     assert result.exit_code == 1 and "no record starts at commit-log offset" in result.stderr
 
 
+def test_a_key_query_that_finds_some_names_the_hits_that_fail_their_checks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Messages 5 and 6 share a key and 5 is damaged: the query gives 6 and names 5, in the
+    result's ``unreadable`` and a WARNING (the API) and on stderr with exit status 1 (the CLI,
+    as export and consume for what they cannot read): it was dropped silently."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        results = [
+            store.put(Message("T", f"message {i:04d} " * 6, keys=[f"k{i}", *(["shared"] if i in (5, 6) else [])]))
+            for i in range(120)
+        ]
+        assert store.wait_for_dispatch()
+    phy = results[5].commit_log_offset
+    segment = _patch(root, phy, (-16776512).to_bytes(4, "big", signed=True))  # its TOTALSIZE
+    what = f"commitlog/{segment.name}@{phy % 4096}: TOTALSIZE -16776512 is below the smallest record's 91 bytes"
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        with caplog.at_level("WARNING", logger="rocketstore.reader"):
+            found = store.query_message("T", "shared")
+        assert [m.commit_log_offset for m in found.messages] == [results[6].commit_log_offset]
+        assert found.unreadable == (phy,)
+        assert f"commit-log offset(s) {phy} " in caplog.text
+        assert store.query_message("T", "k6").unreadable == ()
+    result = run("query", root, *TINY_SETS, "--topic", "T", "--key", "shared")
+    assert result.exit_code == 1
+    *rows, error = jsonl(run("query", root, *TINY_SETS, "--topic", "T", "--key", "shared", "--json").stdout)
+    assert [row["commitLogOffset"] for row in rows] == [results[6].commit_log_offset]
+    assert "the index also points at 1 record(s)" in error["error"]["message"]  # as export's error object
+    assert "message 0006" in result.stdout
+    assert "the index also points at 1 record(s) that fail their checks" in result.stderr and what in result.stderr
+    assert "do not decode" not in result.stderr  # the reader's own warning is left out: this says more
+
+
 def test_query_of_a_record_with_a_wrong_physical_offset_field(tmp_path: Path) -> None:
     root = tmp_path / "s"
     results = _store(root, count=120)

@@ -313,7 +313,8 @@ class MessageReader:
         A message stored up to 999 ms after ``end`` can match, one stored up to 999 ms after
         ``begin`` can be missed.
 
-        Index hits whose real key differs (hash collisions) are dropped.
+        Index hits whose real key differs (hash collisions) are dropped; hits inside the log whose
+        record does not decode are named in the result's ``unreadable`` and in a WARNING.
         """
         topic, key, max_num, begin, end = check_arguments(
             "query_message",
@@ -325,6 +326,7 @@ class MessageReader:
         )
         end = JAVA_LONG[1] if end is None else end
         found: list[StoredMessage] = []
+        unreadable: set[int] = set()
         last_query_ts = end
         last_ts = last_phy = 0  # the index's last update, told only when it gave offsets (as RocketMQ)
         hits = -1
@@ -340,6 +342,8 @@ class MessageReader:
             for phy in offsets:
                 msg = self.commit_log.read_message(phy)
                 if msg is None:
+                    if self.commit_log.min_offset() <= phy < self.commit_log.max_offset():
+                        unreadable.add(phy)
                     continue
                 if first:
                     last_query_ts = msg.store_timestamp
@@ -349,7 +353,17 @@ class MessageReader:
             if found or last_query_ts < begin:
                 break
         unique = {m.commit_log_offset: m for m in found}
-        return QueryResult([unique[o] for o in sorted(unique)][:max_num], last_ts, last_phy, max(hits, 0))
+        if unreadable:
+            log.warning(
+                "query of %s key %r: the index points at %d record(s) that do not decode, at commit-log offset(s) %s "
+                "(the message, or one of another key with the same hash); `rocketstore verify` tells more",
+                topic,
+                key,
+                len(unreadable),
+                ", ".join(map(str, sorted(unreadable))),
+            )
+        messages = [unique[o] for o in sorted(unique)][:max_num]
+        return QueryResult(messages, last_ts, last_phy, max(hits, 0), tuple(sorted(unreadable)))
 
     # -- offsets and times ----------------------------------------------------------------------
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:

@@ -196,15 +196,27 @@ class QueryResult:
     ``index_hits``: how many entries the index gave for the key in the range asked (hash
     collisions and a message's repeated key included), at most ``min(max_num, maxMsgsNumBatch)``:
     fewer than that cap means it holds no more there, the cap itself may leave more (so with
-    ``max_num`` above maxMsgsNumBatch, 64 by default, fewer than ``max_num`` hits may too)."""
+    ``max_num`` above maxMsgsNumBatch, 64 by default, fewer than ``max_num`` hits may too).
+    ``unreadable``: the commit-log offsets of hits inside the log whose record does not decode
+    (the message, or one of another key with the same hash); empty normally, the reader logs a
+    WARNING naming them. Hits below the log's start (retention removed them) are not counted."""
 
-    __slots__ = ("index_hits", "index_last_update_phyoffset", "index_last_update_timestamp", "messages")
+    __slots__ = ("index_hits", "index_last_update_phyoffset", "index_last_update_timestamp", "messages", "unreadable")
 
-    def __init__(self, messages: list[StoredMessage], last_ts: int, last_phy: int, index_hits: int = 0) -> None:
+    def __init__(
+        self,
+        messages: list[StoredMessage],
+        last_ts: int,
+        last_phy: int,
+        index_hits: int = 0,
+        unreadable: tuple[int, ...] = (),
+    ) -> None:
         self.messages = messages
         self.index_last_update_timestamp = last_ts
         self.index_last_update_phyoffset = last_phy
         self.index_hits = index_hits
+        self.unreadable = unreadable
 
     def __repr__(self) -> str:
-        return f"QueryResult(messages={len(self.messages)})"
+        extra = f", unreadable={self.unreadable}" if self.unreadable else ""
+        return f"QueryResult(messages={len(self.messages)}{extra})"

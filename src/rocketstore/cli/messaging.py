@@ -303,7 +303,7 @@ def pull_queue(
     messages: list[StoredMessage] = []
     moved: GetResult | None = None
     while len(messages) < max_num:
-        with _reader_warnings_left_out() if unreadable is not None else contextlib.nullcontext():
+        with reader_warnings_left_out() if unreadable is not None else contextlib.nullcontext():
             result = store.get_message(group, topic, queue_id, offset, min(_PULL_BATCH, max_num - len(messages)), tags)
         if unreadable is not None:
             for unit in _passed_over(store, topic, queue_id, result):
@@ -324,8 +324,9 @@ def pull_queue(
 
 
 @contextlib.contextmanager
-def _reader_warnings_left_out() -> Iterator[None]:
-    """The reader's warnings (about the units a pull passed over) are not logged within."""
+def reader_warnings_left_out() -> Iterator[None]:
+    """The reader's warnings (about the units a pull passed over, the hits a key query could not
+    read) are not logged within: the command says more about them."""
     reader_log = logging.getLogger("rocketstore.reader")
     was, reader_log.disabled = reader_log.disabled, True
     try:

@@ -7,7 +7,8 @@ import re
 
 import click
 
-from rocketstore.cli.common import Common, open_store, store_options
+from rocketstore.cli.common import Common, ProblemsFound, open_store, store_options
+from rocketstore.cli.messaging import reader_warnings_left_out
 from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
 from rocketstore.codec.message import JAVA_LONG, StoredMessage
@@ -135,7 +136,8 @@ def query(
 ) -> None:
     """Find messages: --topic T --key K (index query, hash collisions removed), --msg-id ID, or
     --offset N. Prints a table, or export JSON lines with --json; exit status 1 when none is found
-    (a record there that fails its checks is named, with what is wrong with it).
+    (a record there that fails its checks is named, with what is wrong with it), and 1 too when a
+    key query finds some while the index also points at records that fail their checks (they are named).
     With --topic, an --msg-id that is not an offset msgId of this store is also looked up as a
     UNIQ_KEY (the id clients call msgId)."""
     given = [name for name, value in (("--key", key), ("--msg-id", msg_id), ("--offset", offset)) if value is not None]
@@ -152,16 +154,21 @@ def query(
         messages: list[StoredMessage] = []
         if key is not None:
             assert topic is not None
-            messages = _by_key(store, topic, key, want + 1, begin, end, cap)  # one more: are there more?
+            with reader_warnings_left_out():  # the damaged hits are told below, with what is wrong
+                messages = _by_key(store, topic, key, want + 1, begin, end, cap)  # one more: are there more?
             if len(messages) > want:  # the newest of them
                 messages = messages[-want:]
                 warn(_more_match(max_num, cap))
             what = f"no message of topic {topic!r} with key {key!r}"
-            if not messages and (damaged := _unreadable_hits(store, topic, key, begin, end)):
-                what += (
-                    f" can be read: the index points at {len(damaged)} record(s) that fail their checks (the "
-                    f"message, or one of another key with the same hash): {'; '.join(damaged)}"
+            if damaged := _unreadable_hits(store, topic, key, begin, end):
+                hits = (
+                    f"the index {'also ' if messages else ''}points at {len(damaged)} record(s) that fail their "
+                    f"checks (the message, or one of another key with the same hash): {'; '.join(damaged)}"
                 )
+                if messages:  # given, and exit status 1: the answer may lack what those held
+                    print_messages(messages, opts.as_json)
+                    raise ProblemsFound(hits)
+                what += f" can be read: {hits}"
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
             found = _at(store, where)
