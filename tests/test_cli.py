@@ -305,6 +305,10 @@ def test_import_json_output_and_a_bad_line(tmp_path: Path, small_store: Path) ->
         (b'{"topic":"T","body":"","storeHost":"::1"}\n', "not a host address"),
         (b'{"topic":"T","tags":"a"}\n', "no body field"),
         (b'{"topic":"T","body":null}\n', "no body field"),
+        (  # `export --json > F` of a store with unreadable messages ends so
+            b'{"error": {"type": "ProblemsFound", "message": "1 message(s) could not be read"}}\n',
+            "the error object a command run with --json writes last, not a message (ProblemsFound: 1 message(s)",
+        ),
     ],
 )
 def test_import_of_a_bad_line_names_it_and_says_what_was_stored(

@@ -213,6 +213,11 @@ def import_jsonl(
                 obj = json.loads(text)
                 if not isinstance(obj, dict):
                     raise InvalidMessageError("each line is a JSON object")
+                if set(obj) == {"error"} and isinstance(error := obj["error"], dict):  # `export --json > F`
+                    what = f"{error.get('type')}: {error.get('message')}"
+                    raise InvalidMessageError(
+                        f"the error object a command run with --json writes last, not a message ({what})"
+                    )
                 if obj.get("body") is None:  # export writes one on every line ("" for an empty body)
                     raise InvalidMessageError('no body field (an empty body is "body": "")')
                 check_int_fields(obj)
