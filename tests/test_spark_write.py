@@ -594,7 +594,8 @@ def test_a_body_its_sysflag_column_marks_compressed_is_written_decompressed():
 
 
 def test_column_types_are_checked_on_the_driver(spark, tmp_path):  # noqa: F811
-    """A column of a type the sink cannot write is refused by name before any task runs; the
+    """A column of a type the sink cannot write, or named as one of ours but for its case, is
+    refused by name before any task runs; the
     null elements of a keys array are dropped; a queueId past an int is refused by name."""
     import pyarrow as pa
 
@@ -607,6 +608,10 @@ def test_column_types_are_checked_on_the_driver(spark, tmp_path):  # noqa: F811
         ("select 'TopicA' topic, 'b' body, array(1) `keys`", "'keys' is array<int>"),
         ("select 'TopicA' topic, 'b' body, map('a', 1) properties", "'properties' is map<string,int>"),
         ("select 'TopicA' topic, 'b' body, 1.5 flag", "'flag' is decimal"),
+        # a column named as one of ours but for its case would not be written: its tags were lost
+        ("select 'TopicA' topic, 'b' body, 'TagA' Tags", "'Tags' is not rocketstore's 'tags'"),
+        ("select 'TopicA' topic, 'b' body, 2 queueid", "'queueid' is not rocketstore's 'queueId'"),
+        ("select 'TopicA' Topic, 'b' body", "'Topic' is not rocketstore's 'topic'"),
     ):
         with pytest.raises(Exception, match=f"InvalidMessageError: column {column}"):
             spark.sql(sql).write.format("rocketstore").options(**SMALL_OPTIONS).mode("append").save(str(store))

@@ -19,7 +19,8 @@ batch land exactly once even across restarts and crashes.
 Columns: ``topic`` (or the ``topic`` option) and ``body`` (binary or string) are required;
 ``queueId`` and ``flag`` (tinyint, smallint, int or bigint), ``tags``, ``keys`` (a string or an
 array of strings, whose nulls are dropped) and ``properties`` (a map of strings) are optional;
-other columns are not written. Types are checked by kind: a string of any collation is a string,
+other columns are not written (one named as these but for its case is refused: Spark matches names
+case-insensitively, the sink exactly). Types are checked by kind: a string of any collation is a string,
 and an empty ``array()`` literal (array<void>) is an array of strings. A column of another type
 (a double queueId among them) is refused on the driver. Rows without a queueId go round-robin
 over the topic's write queues, going on across jobs and micro-batches (see ``commits``).
@@ -176,13 +177,21 @@ def _refuse_send(topic: str) -> None:
 
 
 def check_columns(schema: Any, topic_option: str | None, as_is: bool = False) -> None:
-    """Refuse, on the driver, a DataFrame without topic/body or with a column of a type the sink
-    cannot write (InvalidMessageError naming the column); a null-typed column is all nulls. The
-    ``asIs`` columns (``AS_IS_TYPES``) are checked only when they are written."""
+    """Refuse, on the driver, a DataFrame without topic/body, with a column of a type the sink
+    cannot write, or with one named as a column it writes but for its case (InvalidMessageError
+    naming the column); a null-typed column is all nulls. The ``asIs`` columns (``AS_IS_TYPES``)
+    are checked only when they are written."""
     types = {**WRITE_TYPES, **AS_IS_TYPES} if as_is else WRITE_TYPES
     if topic_option and not as_is:
         _refuse_send(topic_option)
     names = set(schema.fieldNames())
+    ours = {name.lower(): name for name in types}
+    for name in names - set(types):  # Spark matches names case-insensitively, the sink exactly
+        if (known := ours.get(name.lower())) is not None:
+            raise InvalidMessageError(
+                f"column {name!r} is not rocketstore's {known!r} (names are matched exactly, and a column of "
+                "another name is not written)"
+            )
     if "body" not in names or ("topic" not in names and not topic_option):
         raise InvalidMessageError("writing to rocketstore needs topic and body columns (topic may be an option)")
     for field in schema.fields:
