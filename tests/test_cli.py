@@ -275,6 +275,27 @@ def test_import_of_an_export_keeps_every_message(tmp_path: Path) -> None:
         assert new["queueOffset"] == old["queueOffset"]  # the queues start at 0 in both stores
 
 
+def test_import_drops_the_source_store_s_appended_crc_property(tmp_path: Path) -> None:
+    """``__CRC32#`` (enabledAppendPropCRC) is the source store's checksum of the source record:
+    assigned by the store, as the body CRC, so an import does not carry it into a record it would
+    not match (a copy that appends its own has exactly one, and it matches)."""
+    source = tmp_path / "source"
+    with MessageStore.open(source, StoreConfig(**TINY, enabledAppendPropCRC=True)) as store:
+        for i in range(3):
+            store.put(Message("T", b"crc %d" % i, tags="TagA", properties={"p": "v"})).raise_for_status()
+    exported = tmp_path / "x.jsonl"
+    assert run("export", source, *TINY_SETS, "-o", exported).exit_code == 0
+    assert all("__CRC32#" in row["properties"] for row in jsonl(exported.read_text("utf-8")))
+    for sets in ([], ["--set", "enabledAppendPropCRC=true", "--set", "forceVerifyPropCRC=true"]):
+        copy = tmp_path / f"copy{len(sets)}"
+        assert run("import", copy, *TINY_SETS, *sets, "-i", exported).exit_code == 0
+        rows = jsonl(run("export", copy, *TINY_SETS, *sets).stdout)
+        assert [sorted(row["properties"]) for row in rows] == [
+            sorted(["TAGS", "UNIQ_KEY", "p", *(["__CRC32#"] if sets else [])])
+        ] * 3
+        assert run("verify", copy, *TINY_SETS, *sets).exit_code == 0
+
+
 def test_import_json_output_and_a_bad_line(tmp_path: Path, small_store: Path) -> None:
     exported = run("export", small_store, *TINY_SETS).stdout
     lines = exported.splitlines()

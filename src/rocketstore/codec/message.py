@@ -17,6 +17,7 @@ from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import offset_msg_id
 from rocketstore.codec.properties import (
     KEYS,
+    PROPERTY_CRC32,
     TAGS,
     UNIQ_KEY,
     decode_properties,
@@ -534,7 +535,8 @@ def message_from_json(obj: dict[str, Any]) -> Message:
 
 def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
     """An export JSON object whose body is given decoded (a Spark row written ``asIs``) -> a
-    Message keeping what the store does not assign, as :func:`message_from_json` builds it."""
+    Message keeping what the store does not assign, as :func:`message_from_json` builds it (the
+    ``__CRC32#`` property a store appends is one such assigned field)."""
     sys_flag = int(obj.get("sysFlag") or 0) & sf.PRODUCER_BITS
     properties = obj.get("properties") or {}
     if not isinstance(properties, dict):
@@ -543,6 +545,7 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
         if not isinstance(value, str):
             raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {value!r}")
     properties = dict(properties)
+    properties.pop(PROPERTY_CRC32, None)  # the source record's checksum (enabledAppendPropCRC): the store's own
     for name, field in ((TAGS, "tags"), (KEYS, "keys"), (UNIQ_KEY, "uniqKey")):  # the export's own columns, alone
         value = obj.get(field)
         if not value or value == properties.get(name):  # "" is no tags, as Message(tags="")
