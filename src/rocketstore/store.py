@@ -9,11 +9,9 @@ as RocketMQ would serve it.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import threading
-import weakref
 from collections.abc import Iterable, Sequence
 
 from rocketstore import topic_deletion
@@ -45,6 +43,7 @@ from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import check_entries, remove_abort, require_store, write_abort
+from rocketstore.open_stores import OPEN
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
@@ -60,30 +59,6 @@ from rocketstore.services.wiring import ShutdownSteps, StoreServices
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
-_OPEN: weakref.WeakSet[MessageStore] = weakref.WeakSet()  # writable stores not shut down yet
-
-
-def _closed_in_child() -> None:
-    """A forked child holds neither the lock nor the services of its parent's open stores: they
-    are closed to it (StoreClosedError), and it never shuts them down."""
-    for store in list(_OPEN):
-        store._closed = True
-        if getattr(store, "writer", None) is not None:  # puts check this, not _closed
-            store.writer.refusal = store._raise_closed
-    _OPEN.clear()
-
-
-os.register_at_fork(after_in_child=_closed_in_child)
-
-
-@atexit.register
-def _shut_down_at_exit() -> None:
-    """Shut down the writable stores a program left open (as the broker's shutdown hook)."""
-    for store in list(_OPEN):
-        try:
-            store.shutdown()
-        except Exception as exc:  # the others are still shut down
-            log.error("shutting down %s at exit: %s", store.root, exc)
 
 
 class MessageStore:
@@ -150,7 +125,7 @@ class MessageStore:
             try:
                 store._open(recover, confirm_cut, last_exit_ok)
                 if not read_only:
-                    _OPEN.add(store)
+                    OPEN.add(store)
                 return store
             except OSError as exc:
                 if isinstance(exc, RocketStoreError):
@@ -290,6 +265,12 @@ class MessageStore:
         with self._flags_lock:
             writer.refusal = self._raise_closed if self._closed else writer.refusal_for(self.running_flags)
 
+    def _close_in_child(self) -> None:
+        """A forked child's view of a store its parent has open: closed, and never shut down."""
+        self._closed = True
+        if getattr(self, "writer", None) is not None:  # puts check this, not _closed
+            self.writer.refusal = self._raise_closed
+
     def _raise_closed(self) -> PutResult:
         raise StoreClosedError(f"{self.root} is shut down")
 
@@ -397,32 +378,39 @@ class MessageStore:
         return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """The store time of the message at ``offset`` of the queue (ms), -1 if none."""
         self._readable()
         return self.reader.get_message_store_timestamp(topic, queue_id, offset)
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """The store time of the log's oldest message, or a topic's queue's (queue 0 unless given); -1 if none."""
         self._readable()
         return self.reader.get_earliest_message_time(topic, queue_id)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset that retention has not removed (0 for a queue the store lacks)."""
         self._readable()
         return self.reader.min_offset_in_queue(topic, queue_id)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue's next offset: one past its last message (0 for a queue the store lacks)."""
         self._readable()
         return self.reader.max_offset_in_queue(topic, queue_id)
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        """The commit-log offset of the message at ``offset`` of the queue, 0 if none."""
         self._readable()
         return self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset)
 
     @property
     def min_phy_offset(self) -> int:
+        """The commit log's first offset (what retention has not removed)."""
         self._readable()
         return self.commit_log.min_offset()
 
     @property
     def max_phy_offset(self) -> int:
+        """The commit log's end: where the next record is written."""
         self._readable()
         return self.commit_log.max_offset()
 
@@ -550,7 +538,7 @@ class MessageStore:
         with self._shutdown_lock:
             if self._closed:
                 return
-            _OPEN.discard(self)
+            OPEN.discard(self)
             self._closed = self._shutting_down = True
         step = ShutdownSteps(lambda: self.set_running_flags(set_bits=NOT_WRITEABLE))
         try:
@@ -592,6 +580,7 @@ class MessageStore:
 
     @property
     def closed(self) -> bool:
+        """True once shut down (or, in a forked child, for a store its parent has open)."""
         return self._closed
 
     def __repr__(self) -> str:
