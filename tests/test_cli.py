@@ -798,6 +798,8 @@ def test_produce_then_consume_with_commit(tmp_path: Path) -> None:
 
     # nothing left for g1; another group starts at the beginning; filters and explicit offsets
     assert jsonl(run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--json").stdout) == []
+    caught_up = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1").stdout
+    assert caught_up == "0 message(s) of Orders for g1\n"  # said in a line, not as an empty table
     result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g2", "--tags", "TagB", "--json")
     assert [(m["queueId"], m["tags"]) for m in jsonl(result.stdout)] == [(1, "TagB")]
     result = run("consume", root, *TINY_SETS, "--topic", "Orders", "--group", "g1", "--queue", 0, "--from-offset", 4)

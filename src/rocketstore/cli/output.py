@@ -276,8 +276,9 @@ def print_messages(
     title: str | None = None,
     written: Callable[[StoredMessage], None] | None = None,
 ) -> None:
-    """Messages as export JSON lines (``--json``) or as a table. ``written`` is called with each
-    message once it is out on stdout (flushed): after its JSON line, or after the whole table."""
+    """Messages as export JSON lines (``--json``) or as a table (none: the title alone, a line).
+    ``written`` is called with each message once it is out on stdout (flushed): after its JSON
+    line, or after the whole table."""
     if as_json:
         with utf8_stdout() as out:
             for msg in messages:
@@ -285,6 +286,9 @@ def print_messages(
                 if written is not None:
                     out.flush()
                     written(msg)
+    elif not messages:
+        if title:
+            say(title)
     else:
         out_console().print(message_table(messages, title))
         if written is not None:
