@@ -419,7 +419,8 @@ def test_a_session_of_its_own_plans_by_its_master_s_cores_and_removes_its_work_f
     """local_session("local[3]") in a program of its own: default parallelism 3 (the rebuild and
     verify group segments by it), not a fixed 2 whatever the master; and without a work_dir it
     makes a temporary folder (logging set-up, Spark's local dir) that the program's end removes:
-    every Spark job used to leave one in the temp folder."""
+    every Spark job used to leave one in the temp folder. Its stderr holds no "Setting default log
+    level" lines: every Spark command printed them."""
     script = (
         "from rocketstore.spark.session import local_session\n"
         "spark = local_session('local[3]')\n"
@@ -428,6 +429,8 @@ def test_a_session_of_its_own_plans_by_its_master_s_cores_and_removes_its_work_f
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     parallelism, local_dir = done.stdout.splitlines()[-1].split()
+    # the gateway's log level is ours (error), so Spark does not announce its shell default
+    assert "Setting default log level" not in done.stderr and "sc.setLogLevel" not in done.stderr, done.stderr
     assert parallelism == "3"
     assert Path(local_dir).name == "local" and Path(local_dir).parent.name.startswith("rocketstore-spark-")
     assert not Path(local_dir).parent.exists()
