@@ -33,7 +33,8 @@ def run(store_path: str, config: StoreConfig, parquet_path: str | None = None) -
             .orderBy("topic")
             .collect()
         )
-        print(f"spark: read {os.path.abspath(store_path)} ({df.rdd.getNumPartitions()} partitions)")
+        parts = df.rdd.getNumPartitions()
+        print(f"spark: read {os.path.abspath(store_path)} ({parts} partition{'' if parts == 1 else 's'})")
         width = max((len(row["topic"]) for row in per_topic), default=0)
         for row in per_topic:
             print(f"  {row['topic']:<{width}} messages {row['messages']:>6}  body bytes {row['bytes']:>9,}")
