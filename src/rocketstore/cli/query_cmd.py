@@ -54,18 +54,11 @@ def _past_cut(store: MessageStore, offset: int) -> str:
     return f" (recovery ends the log at {report.process_offset}, where a record fails its checks)"
 
 
-def _unreadable_hits(store: MessageStore, topic: str, key: str, begin: int, end: int | None) -> list[str]:
-    """What is wrong with each record the index gives for ``topic`` and ``key`` that cannot be read."""
-    wide_end = JAVA_LONG[1] if end is None else end + 1000
-    hits = store.index.query_offsets(topic, key, _UNCAPPED, max(0, begin - 1000), wide_end)
-    found = (_damaged(store, phy) for phy in sorted(set(hits)) if store.look_message_by_offset(phy) is None)
-    return [problem for problem in found if problem is not None]
-
-
 def _by_key(
     store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int | None, batch: int
-) -> list[StoredMessage]:
-    """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms).
+) -> tuple[list[StoredMessage], tuple[int, ...]]:
+    """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms),
+    and the commit-log offsets of the hits read for them that do not decode (``unreadable``).
     The index keeps times in whole seconds from its file's start, so it is asked a second wider
     on each side, then the store times decide. It gives the newest hits first, and the second
     after ``end`` may hold more of them than a query asks for (``batch`` at first): while the hits
@@ -81,11 +74,11 @@ def _by_key(
         found = result.messages
         inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
         if len(inside) >= max_num:
-            return inside[-max_num:]
+            return inside[-max_num:], result.unreadable
         # hits the reader merged (a key twice in a message) or dropped (another key of the same
         # hash) are not in ``found``: only fewer raw hits than asked for mean the index has no more
         if result.index_hits < limit:
-            return inside
+            return inside, result.unreadable
         limit *= 4
 
 
@@ -155,12 +148,12 @@ def query(
         if key is not None:
             assert topic is not None
             with reader_warnings_left_out():  # the damaged hits are told below, with what is wrong
-                messages = _by_key(store, topic, key, want + 1, begin, end, cap)  # one more: are there more?
+                messages, unreadable = _by_key(store, topic, key, want + 1, begin, end, cap)  # one more: any more?
             if len(messages) > want:  # the newest of them
                 messages = messages[-want:]
                 warn(_more_match(max_num, cap))
             what = f"no message of topic {topic!r} with key {key!r}"
-            if damaged := _unreadable_hits(store, topic, key, begin, end):
+            if damaged := [problem for phy in unreadable if (problem := _damaged(store, phy)) is not None]:
                 hits = (
                     f"the index {'also ' if messages else ''}points at {len(damaged)} record(s) that fail their "
                     f"checks (the message, or one of another key with the same hash): {'; '.join(damaged)}"
