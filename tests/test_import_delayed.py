@@ -277,3 +277,45 @@ def test_an_import_refuses_a_schedule_line_of_a_level_the_target_does_not_have(t
         assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 19) == 0
     given = run("import", tmp_path / "dst2", *TINY_SETS, "--set", f"messageDelayLevel={levels}", "-i", exported)
     assert given.exit_code == 0, given.stderr  # a target with the levels takes both
+
+
+def _delayed_export(make_store: Callable[..., MessageStore], uniq_keys: list[str]) -> tuple[list[str], list[str]]:
+    """(schedule lines, delivered-copy lines) of an export of one delayed message (level 2, queue
+    1 of Real) for each of ``uniq_keys``; a key given twice is a message a producer sent twice."""
+    src = make_store("src")
+    src.services.schedule.stop()
+    for key in uniq_keys:
+        src.put(Message("Real", b"m", properties={"DELAY": "2", "UNIQ_KEY": key}), 1).raise_for_status()
+    src.wait_for_dispatch()
+    units = run_export(src)
+    assert {json.loads(line)["topic"] for line in units} == {SCHEDULE_TOPIC}
+    return units, [json.dumps({**json.loads(line), "topic": "Real", "queueId": 1}) for line in units]
+
+
+def test_an_import_of_the_units_alone_finds_the_copies_an_earlier_part_stored(
+    tmp_path: Path, make_store: Callable[..., MessageStore]
+) -> None:
+    """An import given in parts, the messages first and the schedule units second: the second
+    part brings no copies, and the units whose copies the first part stored are still skipped."""
+    units, copies = _delayed_export(make_store, [f"K{i}" for i in range(5)])
+    for part, offsets in ((copies[:3], {}), (units, {2: 3})):
+        with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY)) as dst:
+            dst.services.schedule.stop()
+            assert import_jsonl(dst, part) == len(part)
+            assert dst.delay_offsets.offset_table == offsets
+
+
+@pytest.mark.parametrize("batch", [64, 16])
+def test_an_import_counts_every_stored_copy_of_a_key(
+    tmp_path: Path, make_store: Callable[..., MessageStore], batch: int
+) -> None:
+    """40 sends of one message (one UNIQ_KEY), all delivered: the 40 copies an earlier part stored
+    account for the 40 units, beyond a query's default 32 and beyond maxMsgsNumBatch."""
+    units, copies = _delayed_export(make_store, ["K"] * 40)
+    config = StoreConfig(**TINY, maxMsgsNumBatch=batch)
+    for part in (copies, units):
+        with MessageStore.open(tmp_path / "dst", config) as dst:
+            dst.services.schedule.stop()
+            assert import_jsonl(dst, part) == 40
+    with MessageStore.open(tmp_path / "dst", config) as dst:
+        assert dst.delay_offsets.offset_table == {2: 40}

@@ -99,6 +99,20 @@ def test_a_store_read_by_spark_is_copied_as_it_is(spark, tmp_path):  # noqa: F81
     assert _bodies(after, "%RETRY%G") == [b"plain"]  # the retry delivered in the source, not again
 
 
+def test_an_as_is_copy_written_in_parts_skips_the_delivered_units(spark, tmp_path):  # noqa: F811
+    """The messages first, the schedule units in a later job: that job brings no copies, and the
+    units whose copies the first one wrote are still past the delay offsets."""
+    source = _source(tmp_path / "source")
+    copy = tmp_path / "copy"
+    df = spark.read.format("rocketstore").options(**OPTIONS).load(str(source))
+    for part in (f"topic != '{SCHEDULE_TOPIC}'", f"topic = '{SCHEDULE_TOPIC}'"):
+        writer = df.where(part).write.format("rocketstore").options(**OPTIONS).option("asIs", "true")
+        writer.mode("append").save(str(copy))
+    assert _rows(copy) == _rows(source)
+    with MessageStore.open(copy, small_config(messageDelayLevel=LEVELS), read_only=True) as store:
+        assert (store.delay_offsets.get(1), store.delay_offsets.get(2)) == (2, 0)
+
+
 def test_without_as_is_a_write_is_a_producer_s_send(spark, tmp_path):  # noqa: F811
     """Unchanged: the delivered delayed message still carries DELAY and is delayed again, and the
     asIs columns are ignored (the store sets born time, hosts and reconsume times)."""

@@ -188,8 +188,9 @@ def import_jsonl(
     and the message it was delivered as, if it was, is a line of its real topic with the same
     ``UNIQ_KEY`` (or, without one, the same born timestamp and body). Once the lines are stored
     (or the import stops), each delay level's offset in ``delayOffset.json`` moves past the units
-    at its start whose delivered copy this import stored (one copy for one unit, as twins of one
-    message each get their own delivery: :func:`skip_delivered`), so the next
+    at its start whose delivered copy this import stored, or the store held (an import given in
+    parts, the units after their copies), one copy for one unit, as twins of one message each get
+    their own delivery (:func:`skip_delivered`), so the next
     writer of the store does not deliver them again. Open the store inside
     :func:`rocketstore.services.wiring.no_delayed_delivery` (as ``rocketstore import`` does): a
     schedule service running during the import would deliver units whose copies are still to come.
@@ -242,10 +243,10 @@ def import_jsonl(
             if progress is not None:
                 progress(size)
         read_all = True
-        if copies:
+        if count:  # the copies brought, or (units given without them) those an earlier part stored
             skip_delivered(store, copies)
     except BaseException as exc:
-        if copies and not read_all:  # what was stored stays stored: so do its delivered units
+        if count and not read_all:  # what was stored stays stored: so do its delivered units
             try:
                 skip_delivered(store, copies)
             except Exception as error:
@@ -377,8 +378,10 @@ class _StoredCopies:
     def count(self, topic: str, uniq: str | None, key: int) -> int:
         """How many messages of ``topic`` have the copy key ``key`` (:func:`copy_key`)."""
         if uniq is not None and self.store.config.message_index_enable:
-            found = self.store.query_message(topic, uniq).messages
-            return sum(copy_key(topic, m.uniq_key, m) == key for m in found)
+            cap = self.store.config.max_msgs_num_batch
+            found = self.store.query_message(topic, uniq, max_num=cap)
+            if found.index_hits < cap:  # all the index holds; at the cap it may hold more: scan
+                return sum(copy_key(topic, m.uniq_key, m) == key for m in found.messages)
         keys = self._scanned.get(topic)
         if keys is None:
             queued = iter_queued(self.store, [topic])

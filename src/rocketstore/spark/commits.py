@@ -571,6 +571,7 @@ def _append(
     appended = 0
     put = store.put_as_is if as_is else store.put
     copies: Counter[int] = Counter()  # as_is: the delivered copies the batch brings (export.copy_key)
+    units = False  # as_is: the batch brings schedule units (their copies may be in the store already)
     try:
         for i, (message, queue_id) in enumerate(_messages(staged, as_is)):
             qid = choose(message.topic) if queue_id is None else queue_id
@@ -579,17 +580,19 @@ def _append(
                 if not result.ok:
                     raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
                 appended += 1
-            if as_is and message.topic != SCHEDULE_TOPIC:  # stored (now, or by the attempt replayed)
+            if as_is and message.topic == SCHEDULE_TOPIC:
+                units = True
+            elif as_is:  # stored (now, or by the attempt replayed)
                 copies[copy_key(message.topic, message.properties.get(UNIQ_KEY), message)] += 1
     except BaseException:
-        if copies:  # what was stored stays stored: so do its delivered units, as an import's
+        if copies or units:  # what was stored stays stored: so do its delivered units, as an import's
             try:
                 skip_delivered(store, copies)
             except Exception as error:
                 log.warning("rocketstore asIs write stopped: the delay offsets were not moved: %s", error)
         raise
     store.flush()
-    if copies:
+    if copies or units:
         skip_delivered(store, copies)
     if sink is not None and batch_id is not None:
         markers[sink]["state"] = "committed"
