@@ -1200,9 +1200,25 @@ def test_consume_and_clean_refuse_a_topic_or_queue_the_store_lacks(small_store: 
     assert (offsets.read_bytes() if offsets.exists() else None) == before  # no offset written
     result = run("consume", small_store, *TINY_SETS, "--topic", "TopicA", "--group", "g", "--queue", 3, "--json")
     assert result.exit_code == 0  # below readQueueNums (4): a queue with no message yet
+    result = run("consume", small_store, *TINY_SETS, "--topic", "TopicA", "--group", "g", "--queue", 4)
+    assert result.exit_code == 2 and "its queues: 0-3" in result.stderr
     result = run("clean", small_store, *TINY_SETS, "--delete-topic", "TopicZ", "--json")
     assert result.exit_code == 2 and "--delete-topic 'TopicZ'" in result.stderr
     assert (small_store / "consumequeue" / "TopicA").is_dir()
+
+
+def test_consume_of_a_queue_of_a_topic_with_two_billion_queues(tmp_path: Path) -> None:
+    """`produce --queue 2147483646` makes a topic of 2^31 - 1 queues: `consume --queue` of one
+    of them reads it, and one past them is refused, without listing every queue."""
+    root = tmp_path / "store"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--queue", 2147483646).exit_code == 0
+    result = run("consume", root, *TINY_SETS, "--topic", "T", "--group", "g", "--queue", 2147483646, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [m["body"] for m in jsonl(result.stdout)] == ["Yg=="]
+    result = run("consume", root, *TINY_SETS, "--topic", "T", "--group", "g", "--queue", 5, "--json")
+    assert result.exit_code == 0 and jsonl(result.stdout) == []
+    result = run("consume", root, *TINY_SETS, "--topic", "T", "--group", "g", "--queue", 2147483647)
+    assert result.exit_code == 2 and "its queues: 0-2147483646" in result.stderr
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")

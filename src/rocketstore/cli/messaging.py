@@ -269,9 +269,11 @@ def _queues_to_read(opts: Common, store: MessageStore, topic: str, queue_id: int
     if queue_id is None:
         return present.get(topic, [])
     config = store.topics.find(topic)
-    known = {*present.get(topic, []), *range(int(config.get("readQueueNums", 0)) if config else 0)}
-    if queue_id not in known:
-        shown = ", ".join(map(str, sorted(known))) or "none"
+    reads = int(config.get("readQueueNums", 0)) if config else 0  # up to 2^31 - 1: never listed
+    stray = sorted(q for q in present.get(topic, []) if not 0 <= q < reads)
+    if not 0 <= queue_id < reads and queue_id not in stray:
+        span = [f"0-{reads - 1}" if reads > 1 else "0"] if reads else []
+        shown = ", ".join([*span, *map(str, stray)]) or "none"
         raise CommandError(f"topic {topic!r} of {opts.root} has no queue {queue_id} (its queues: {shown})")
     return [queue_id]
 
