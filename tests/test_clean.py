@@ -28,6 +28,7 @@ from rocketstore.cli.main import cli
 from rocketstore.errors import InvalidTopicError
 from rocketstore.files.disk import used_ratio
 from rocketstore.files.file_queue import MappedFileQueue
+from rocketstore.meta.fastjson import loads as fastjson_loads
 from rocketstore.results import GetMessageStatus, PutMessageStatus
 from rocketstore.running_flags import DISK_FULL
 from rocketstore.verify import verify_store
@@ -500,6 +501,26 @@ def test_delete_topics_and_clean_unused_topics(tmp_path: Path) -> None:
         assert r.queue_offset == 0
     topics = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())["topicConfigTable"]
     assert "AlsoDrop" not in topics and "KeepMe" in topics
+
+
+def test_a_deleted_topic_s_consumer_offsets_go_with_it(tmp_path: Path) -> None:
+    """As RocketMQ's deleteTopic (cleanOffsetByTopic): a topic that comes back starts at queue
+    offset 0, and its groups read it from there, not from the offsets of the topic deleted."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        for topic in ("KeepMe", "DropMe", "AlsoDrop"):
+            store.put(Message(topic, BODY), 1)
+            for group in ("g", "h"):
+                store.commit_offset(group, topic, 1, 1)
+        assert store.wait_for_dispatch()
+        store.delete_topics(["DropMe"])
+        store.clean_unused_topics({"KeepMe", "DropMe"})
+        assert [store.query_offset(g, t, 1) for g in "gh" for t in ("KeepMe", "DropMe", "AlsoDrop")] == [1, -1, -1] * 2
+        store.put(Message("DropMe", b"again"), 1).raise_for_status()
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        assert store.query_offset("g", "DropMe", 1) == -1 and store.query_offset("h", "KeepMe", 1) == 1
+        assert store.get_message("g", "DropMe", 1, 0).messages[0].body == b"again"
+    table = fastjson_loads((tmp_path / "s" / "config" / "consumerOffset.json").read_text())["offsetTable"]
+    assert sorted(table) == ["KeepMe@g", "KeepMe@h"]
 
 
 def test_delete_topics_keeps_a_topic_not_yet_dispatched(tmp_path: Path) -> None:

@@ -503,7 +503,7 @@ class MessageStore:
 
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is
-        cleaned) and their entries in topics.json; the topics that had queues. The deletion is
+        cleaned), their entries in topics.json and their consumer offsets; the topics that had queues. The deletion is
         recorded in ``config/deletedTopics.json`` (see ``clean_unused_topics``)."""
         self._writable()
         return topic_deletion.delete_topics(self, topics)

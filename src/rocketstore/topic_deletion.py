@@ -7,6 +7,7 @@ flushed up to it first), then the queue folders go. Recovery, rebuilds and verif
 records below that end as deleted: a reopen does not dispatch them again (it finishes a deletion a
 crash cut short), and a topic that comes back starts again at queue offset 0 with only its new
 records. A recovery lowers an end past the recovered log's end to it (``DeletedTopics.lower_to``).
+Last, the topics' consumer offsets go from ``consumerOffset.json`` (a crash just before leaves them).
 When topics.json cannot be written, nothing has changed, in memory or on disk (StoreFileError).
 """
 
@@ -88,4 +89,18 @@ def _remove(store: MessageStore, keeping: Callable[[], set[str]]) -> list[str]:
                 store.dispatcher.set_deleted(table)
                 store.queues.delete_topics(keep)
                 store.commit_log.forget_topics(set(gone), locked=True)
+                _drop_offsets(store, gone)
     return gone
+
+
+def _drop_offsets(store: MessageStore, gone: list[str]) -> None:
+    """The removed topics' consumer offsets go too (RocketMQ's deleteTopic cleans them by topic):
+    a topic that comes back starts at queue offset 0, and its groups read it from there."""
+    offsets = store.consumer_offsets
+    if offsets.remove_topics(set(gone)):
+        try:
+            offsets.persist()
+        except OSError as exc:  # the topics are gone; the file keeps their offsets until it is written
+            if isinstance(exc, RocketStoreError):
+                raise
+            raise StoreFileError.of(exc, f"{', '.join(gone)} removed, their consumer offsets not") from exc

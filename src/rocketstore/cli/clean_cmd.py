@@ -15,9 +15,10 @@ from rocketstore.services.wiring import no_delayed_delivery
     "--delete-topic",
     "delete_topics",
     multiple=True,
-    help="Also remove this topic's queues and its topics.json entry (repeatable). Its records stay in the "
-    "commit log until retention deletes them; config/deletedTopics.json keeps later opens, rebuilds and "
-    "`spark rebuild` from dispatching them again (the topic written again starts at queue offset 0).",
+    help="Also remove this topic's queues, its topics.json entry and its groups' consumer offsets "
+    "(repeatable). Its records stay in the commit log until retention deletes them; "
+    "config/deletedTopics.json keeps later opens, rebuilds and `spark rebuild` from dispatching them again "
+    "(the topic written again starts at queue offset 0).",
 )
 def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     """Delete the commit-log files older than fileReservedTime hours now, outside deleteWhen

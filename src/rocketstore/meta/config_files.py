@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeVar
 
 from rocketstore.codec.message import JAVA_INT
@@ -455,6 +455,15 @@ class ConsumerOffsetManager(ConfigFile):
         with self._lock:
             queues = self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group)
             return dict(sorted(queues.items())) if queues else {}
+
+    def remove_topics(self, topics: Collection[str]) -> list[str]:
+        """RocketMQ's ``cleanOffsetByTopic`` for each of ``topics``: every group's offsets of them
+        go; the ``topic@group`` keys removed (persist to make it last)."""
+        with self._lock:
+            gone = [key for key in self.offset_table if key.split(TOPIC_GROUP_SEPARATOR)[0] in topics]
+            for key in gone:
+                del self.offset_table[key]
+            return gone
 
     def groups(self) -> list[str]:
         """Distinct consumer groups with offsets, in table order."""
