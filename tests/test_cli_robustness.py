@@ -432,6 +432,25 @@ def test_produce_and_import_refuse_a_folder_that_holds_files_but_no_store(tmp_pa
     assert run("import", tmp_path / "new", *TINY_SETS, "-i", lines).exit_code == 0
 
 
+def test_an_empty_store_argument_is_refused_not_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`produce ""` (an unset shell variable, quoted) made a store in the current folder."""
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(json.dumps({"topic": "T", "body": ""}) + "\n")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for command in (["produce", "--topic", "T", "--body", "x"], ["import", "-i", lines], ["inspect"]):
+        result = run(command[0], "", *TINY_SETS, *command[1:])
+        assert result.exit_code == 2, (command, result.stdout)
+        assert "STORE" in result.stderr and "empty" in result.stderr, result.stderr
+    assert list(cwd.iterdir()) == []
+    assert run("produce", ".", *TINY_SETS, "--topic", "T", "--body", "x").exit_code == 0
+    result = run("export", ".", *TINY_SETS, "--output", "")
+    assert result.exit_code == 2 and "error: --output is empty" in result.stderr, result.stderr
+
+
 def test_produce_checks_the_message_before_it_creates_a_store(tmp_path: Path) -> None:
     new = tmp_path / "new"
     for args in (["--topic", "bad topic"], ["--topic", "T", "--set", "maxMessageSize=10"]):

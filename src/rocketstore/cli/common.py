@@ -269,6 +269,15 @@ max_problems_option = click.option(
 )  # verify and spark verify
 
 
+class _StorePath(click.Path):
+    """STORE: a folder path, never "" (an unset shell variable, quoted), which is not the current folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("is empty (give '.' for the current folder)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def store_options(
     *, must_exist: bool = True, writes: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -279,7 +288,7 @@ def store_options(
         if writes:
             func = click.option("--external-commit-log", is_flag=True, help=EXTERNAL_HELP)(func)
 
-        @click.argument("store", type=click.Path(file_okay=False, exists=must_exist))
+        @click.argument("store", type=_StorePath(file_okay=False, exists=must_exist))
         @click.option(
             "--config",
             "config_file",
@@ -317,6 +326,8 @@ def store_options(
 def check_output_file(option: str, path: str) -> None:
     """Refuse an output file (``--output``) whose folder does not exist or is not a folder, before
     any work is done (the file is written in that folder first, hidden, then renamed)."""
+    if not path:
+        raise CommandError(f"{option} is empty: give a file name")
     folder = os.path.dirname(path)
     if not folder or os.path.isdir(folder):
         return
