@@ -1254,6 +1254,13 @@ def test_inspect_shows_no_lag_for_a_tail_the_index_never_holds(tmp_path: Path) -
     assert info["dispatchLag"]["bytes"] == 0
 
 
+def test_inspect_shows_no_lag_for_an_empty_store(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    MessageStore.open(root, StoreConfig(**TINY)).shutdown()
+    info = json.loads(run("inspect", root, *TINY_SETS, "--json").stdout)
+    assert info["commitLog"]["maxOffset"] == 0 and info["dispatchLag"]["bytes"] == 0
+
+
 BUSY_SETS = [*TINY_SETS, "--set", "maxIndexNum=1000"]
 
 

@@ -83,13 +83,14 @@ def _dispatch_lag(store: MessageStore, recovery: Any) -> int:
     """Log bytes the consume queues or the index lacked before recovery: from the end of what
     both held to where the log ends. The index counts only when recovery indexed records past
     its last one (records without keys are never indexed: a tail of them is no lag)."""
-    start = max(recovery.consume_queue_end, store.min_phy_offset)
+    first = max(store.min_phy_offset, 0)  # -1 for a log without segments
+    start = max(recovery.consume_queue_end, first)
     index = store.index
     if index is not None and index.files and store.config.message_index_enable:
         before = recovery.index_end
         if index.files[-1].end_phy_offset > before:
             indexed = before + max(0, store.commit_log.record_size_at(before)) if before >= 0 else -1
-            start = min(start, max(indexed, store.min_phy_offset))
+            start = min(start, max(indexed, first))
     return max(0, recovery.process_offset - start)
 
 
