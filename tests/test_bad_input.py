@@ -596,6 +596,16 @@ def test_an_empty_store_path_is_refused(tmp_path, monkeypatch) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_path_with_a_nul_character_is_a_typed_error(tmp_path) -> None:
+    """No file name holds NUL: os.stat's bare ValueError became a typed error naming the path."""
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        MessageStore.open(tmp_path / "s\0x")
+    for key in ("storePathCommitLog", "storePathRootDir", "readOnlyCommitLogStorePaths"):
+        with pytest.raises(ConfigError, match=f"{key} holds a NUL"):
+            MessageStore.open(tmp_path / "s", **{key: str(tmp_path / "c\0x")})
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("keys", [{"a": 1}, {"a": "b"}])
 def test_message_keys_that_are_a_mapping_are_refused(keys) -> None:
     """A dict iterates as its keys: taken, its values would be dropped without a word. (An empty

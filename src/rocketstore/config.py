@@ -358,6 +358,8 @@ def _coerce(snake: str, value: Any) -> Any:
     if not isinstance(value, str | int | float):  # a list of paths is "a;b", as in broker.conf
         raise ConfigError(f"{name} is text, not {type(value).__name__} {value!r}")
     value = java_trim(str(value))  # String.trim, as MixAll.properties2Object trims a String
+    if "\0" in value:  # no path nor name holds one (os calls raise a bare ValueError)
+        raise ConfigError(f"{name} holds a NUL character: {value!r}")
     allowed = _ENUM_BY_SNAKE.get(snake)
     if allowed and value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")

@@ -112,6 +112,8 @@ class MessageStore:
             raise InvalidArgumentError("recover=False and last_exit_ok are only for read-only opens")
         if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str) or not os.fspath(path):
             raise InvalidArgumentError(f"a store path is a non-empty str or os.PathLike (of a str), not {path!r}")
+        if "\0" in os.fspath(path):
+            raise InvalidArgumentError(f"a store path holds no NUL character: {path!r}")
         root = os.path.abspath(os.fspath(path))
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
