@@ -523,6 +523,26 @@ def test_a_deleted_topic_s_consumer_offsets_go_with_it(tmp_path: Path) -> None:
     assert sorted(table) == ["KeepMe@g", "KeepMe@h"]
 
 
+def test_an_open_drops_the_offsets_a_deletion_cut_short_left(tmp_path: Path) -> None:
+    """A crash after the deletion was recorded, before consumerOffset.json was written again: the
+    next open drops the offsets of a deleted topic that has neither queue nor topics.json entry."""
+    offsets = tmp_path / "s" / "config" / "consumerOffset.json"
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        for topic in ("KeepMe", "DropMe"):
+            store.put(Message(topic, BODY), 1).raise_for_status()
+            store.commit_offset("g", topic, 1, 1)
+        store.consumer_offsets.persist()
+        before = offsets.read_bytes()
+        assert store.wait_for_dispatch()
+        store.delete_topics(["DropMe"])
+    offsets.write_bytes(before)  # as the crash left it
+    with MessageStore.open(tmp_path / "s", clean_config(), read_only=True) as store:
+        assert store.query_offset("g", "DropMe", 1) == 1  # a read-only open changes nothing
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        assert store.query_offset("g", "DropMe", 1) == -1 and store.query_offset("g", "KeepMe", 1) == 1
+    assert sorted(fastjson_loads(offsets.read_text())["offsetTable"]) == ["KeepMe@g"]
+
+
 def test_delete_topics_keeps_a_topic_not_yet_dispatched(tmp_path: Path) -> None:
     """The topics to keep were listed from the consume queues before dispatch caught up: a topic
     whose records were not yet queued was deleted too (queues, deletedTopics.json), for good."""

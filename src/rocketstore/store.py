@@ -212,6 +212,7 @@ class MessageStore:
                 for topic, queue_ids in self.queues.topics().items():
                     if self.topics.find(topic) is None:  # every queue found, not only the first
                         self.topics.ensure(topic, max(queue_ids))
+                topic_deletion.drop_leftover_offsets(self)
             self.writer = None if self.read_only else MessageWriter(self.commit_log, config, self._on_new_queue)
             self.reader = MessageReader(self.commit_log, self.queues, self.index, config)
             self.reput = ReputService(self.commit_log, self.dispatcher, self._dispatch_end_offset, self.delay_millis)

@@ -7,7 +7,8 @@ flushed up to it first), then the queue folders go. Recovery, rebuilds and verif
 records below that end as deleted: a reopen does not dispatch them again (it finishes a deletion a
 crash cut short), and a topic that comes back starts again at queue offset 0 with only its new
 records. A recovery lowers an end past the recovered log's end to it (``DeletedTopics.lower_to``).
-Last, the topics' consumer offsets go from ``consumerOffset.json`` (a crash just before leaves them).
+Last, the topics' consumer offsets go from ``consumerOffset.json`` (after a crash just before, the
+next writable open drops them: ``drop_leftover_offsets``).
 When topics.json cannot be written, nothing has changed, in memory or on disk (StoreFileError).
 """
 
@@ -91,6 +92,15 @@ def _remove(store: MessageStore, keeping: Callable[[], set[str]]) -> list[str]:
                 store.commit_log.forget_topics(set(gone), locked=True)
                 _drop_offsets(store, gone)
     return gone
+
+
+def drop_leftover_offsets(store: MessageStore) -> None:
+    """At a writable open: the offsets of deleted topics that have neither a queue nor a topics.json
+    entry go (a crash cut their deletion short before consumerOffset.json was written again)."""
+    queued = store.queues.topics()
+    gone = [t for t in store.deleted_topics.table if t not in queued and store.topics.find(t) is None]
+    if gone:
+        _drop_offsets(store, gone)
 
 
 def _drop_offsets(store: MessageStore, gone: list[str]) -> None:
