@@ -486,3 +486,30 @@ def test_one_consume_queue_file_of_another_size_is_damage_not_a_size_setting(mak
     text = str(caught.value)
     assert "the other segments beside it 200" in text and "cut short" in text, text
     assert "mappedFileSizeConsumeQueue=100" not in text, text
+
+
+def test_a_last_unit_pointing_back_is_not_answered_with_the_queue_again(make_store, tmp_path) -> None:
+    """After a clean exit the log is dispatched again from the queues' furthest end: a queue whose
+    records all come after it and whose last unit points back (at a record of another queue) got
+    the units of queue offsets 0.. it holds appended again past its end (one bad unit became a
+    run of duplicates; new messages' queue offsets skipped ahead). RocketMQ, checking unit by
+    unit, would add one."""
+    store = make_store()
+    first = [store.put(Message("T", b"a%d" % i), 0).commit_log_offset for i in range(25)]
+    for i in range(25):  # queue 1: 25 units, the last in its third 200-byte file
+        store.put(Message("T", b"b%d" % i), 1).raise_for_status()
+    store.shutdown()
+    last = sorted((tmp_path / "store" / "consumequeue" / "T" / "1").iterdir())[-1]
+    with open(last, "r+b") as f:
+        f.seek(4 * 20)
+        f.write(struct.pack(">qiq", first[0], first[1] - first[0], 0))  # queue 0's first record
+    store = make_store()
+    assert store.get_max_offset_in_queue("T", 1) == 25
+    assert store.put(Message("T", b"new"), 1).queue_offset == 25
+    assert store.wait_for_dispatch()
+    got, offset = [], 0
+    while offset < 26:
+        result = store.get_message("g", "T", 1, offset, 32)
+        got += [m.body for m in result.messages]
+        offset = result.next_begin_offset
+    assert got == [b"b%d" % i for i in range(24)] + [b"a0", b"new"]  # unit 24 as it was: verify names it

@@ -269,21 +269,23 @@ class ConsumeQueue:
             self.min_logic_offset = expect
             self.queue.flushed_where = self.queue.committed_where = mapped.file_from_offset
             mapped.append(PRE_BLANK * ((expect - mapped.file_from_offset) // CQ_STORE_UNIT_SIZE))
-        if cq_offset != 0:
-            current = mapped.file_from_offset + mapped.wrote_position
-            if expect < current:  # units whose queue offset is already in the queue were built before
-                start = int(np.searchsorted(queue_offsets, current // CQ_STORE_UNIT_SIZE, side="left"))
-                if start == n:
-                    return
-            if int(queue_offsets[start]) * CQ_STORE_UNIT_SIZE != current and not self._order_warned:
-                self._order_warned = True
-                log.warning(
-                    "[BUG] logic queue order maybe wrong: %s-%d expects offset %d, the queue is at %d",
-                    self.topic,
-                    self.queue_id,
-                    int(queue_offsets[start]),
-                    current // CQ_STORE_UNIT_SIZE,
-                )
+        # units whose queue offset is already in the queue were built before: skipped, offset 0's
+        # too (RocketMQ skips no unit of offset 0: a queue dispatched again from its start, past a
+        # last unit pointing back, got one more; a batch would get them all)
+        current = mapped.file_from_offset + mapped.wrote_position
+        if expect < current:
+            start = int(np.searchsorted(queue_offsets, current // CQ_STORE_UNIT_SIZE, side="left"))
+            if start == n:
+                return
+        if int(queue_offsets[start]) * CQ_STORE_UNIT_SIZE != current and not self._order_warned:
+            self._order_warned = True
+            log.warning(
+                "[BUG] logic queue order maybe wrong: %s-%d expects offset %d, the queue is at %d",
+                self.topic,
+                self.queue_id,
+                int(queue_offsets[start]),
+                current // CQ_STORE_UNIT_SIZE,
+            )
         data = packed[start * CQ_STORE_UNIT_SIZE :] if start else packed
         while True:
             room = mapped.file_size - mapped.wrote_position
