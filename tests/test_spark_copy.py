@@ -198,11 +198,17 @@ def test_as_is_columns_are_checked_on_the_driver_and_bad_values_fail_the_job(spa
         ("cast(4294967296 as bigint) sysFlag", ["sysFlag"], "sysFlag 4294967296 is out of range"),
         ("-1 reconsumeTimes, '' bornHost", ["reconsumeTimes", "bornHost"], "bornHost must be an ip:port string"),
         ("'x' tags, map('TAGS', 'y') properties", ["tags", "properties"], "tags 'x' does not agree"),
+        ("'nohost' bornHost", ["bornHost"], "not a host address"),
     ):
         ok = "select 'TopicA' topic, 'ok' body" + "".join(f", null {n}" for n in names)
         df = spark.sql(f"{ok} union all select 'TopicA' topic, 'bad' body, {bad}").coalesce(1)
         with pytest.raises(Exception, match=f"row 1 of partition 0: .*{reason}"):
             df.write.format("rocketstore").options(**OPTIONS).option("asIs", "true").mode("append").save(str(store))
+        assert hash_tree(store) == before
+    df = spark.sql("select 'TopicA' topic, 'ok' body union all select 'bad topic!' topic, 'x' body").coalesce(1)
+    for as_is in ("true", "false"):
+        with pytest.raises(Exception, match="InvalidTopicError: row 1 of partition 0: the topic 'bad topic!'"):
+            df.write.format("rocketstore").options(**OPTIONS).option("asIs", as_is).mode("append").save(str(store))
         assert hash_tree(store) == before
 
 

@@ -68,7 +68,7 @@ from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import refuse_unsupported
-from rocketstore.errors import ConfigError, InvalidArgumentError, InvalidMessageError, RecordError
+from rocketstore.errors import ConfigError, InvalidArgumentError, InvalidMessageError, InvalidTopicError, RecordError
 from rocketstore.meta.root import holds_store, require_store_or_new_folder
 from rocketstore.spark import commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
@@ -418,10 +418,11 @@ class _Writer:
                 for i in range(rows, rows + staged.num_rows):
                     try:
                         message, queue_id = next(messages)
-                    except InvalidMessageError as exc:  # an asIs field out of range, a null topic
-                        raise InvalidMessageError(f"row {i} of partition {part}: {exc}") from None
-                    # a queue the driver chooses is checked as queue 0 (see commits.check_chosen_queues)
-                    refused = check(message, 0 if queue_id is None else queue_id, schedule=schedule)
+                        # a queue the driver chooses is checked as queue 0 (commits.check_chosen_queues)
+                        refused = check(message, 0 if queue_id is None else queue_id, schedule=schedule)
+                    except (InvalidMessageError, InvalidTopicError) as exc:  # a null or bad topic, an asIs field
+                        kind = InvalidTopicError if isinstance(exc, InvalidTopicError) else InvalidMessageError
+                        raise kind(f"row {i} of partition {part}: {exc}") from None
                     if refused is not None:
                         raise InvalidMessageError(
                             f"row {i} of partition {part} ({message.topic}): the store refuses it: "
