@@ -44,7 +44,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.errors import InvalidArgumentError
-from rocketstore.spark.options import EARLIEST, parse_options
+from rocketstore.spark.options import EARLIEST, ReadOptions, parse_options
 from rocketstore.spark.plan import (
     ReadPartition,
     Snapshot,
@@ -140,8 +140,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches on the driver (one long-lived process); tasks read as batch reads do."""
 
     def __init__(self, options: Any, schema: Any) -> None:
-        self.opts = parse_options(options, streaming=True)
-        self.opts.columns = requested_columns(schema)
+        # an option refused here is raised by the first call instead: PySpark 4.3's runner stops the
+        # reader in a finally, and a constructor's error ended in its UnboundLocalError ('reader')
+        self._refused: Exception | None = None
+        try:
+            self._opts = parse_options(options, streaming=True)
+            self._opts.columns = requested_columns(schema)
+        except Exception as exc:
+            self._refused = exc
         self.target: dict[Key, int] | None = None  # availableNow: the end fixed when the query started
         self.latest: dict[Key, int] | None = None
         # latestOffset's view of the store, kept for the partitions of the same micro-batch: an
@@ -163,6 +169,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         sel = self.opts.selection
         every = snap.all_bounds()
         return {k: b for k, b in every.items() if sel.topic_ok(k[0]) and sel.queue_ok(*k)}, set(every)
+
+    @property
+    def opts(self) -> ReadOptions:
+        """The parsed options; the error that refused them, raised again."""
+        if self._refused is not None:
+            raise self._refused
+        return self._opts
 
     def initialOffset(self) -> dict:
         opts = self.opts
