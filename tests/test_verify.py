@@ -230,6 +230,54 @@ def test_a_flipped_body_byte_is_a_crc_problem(built: Path) -> None:
     agrees_with_rmqread(built, report)
 
 
+def _recovered_end(root: Path, **config: object) -> int:
+    """Where an open's recovery ends the log (a read-only open recovers in memory)."""
+    with MessageStore.open(root, tiny(**config), read_only=True) as store:
+        return store.commit_log.max_offset()
+
+
+def test_after_a_crash_verify_cuts_the_log_where_recovery_from_the_checkpoint_would(tmp_path: Path) -> None:
+    """After a crash recovery checks the log from the checkpoint's segment on (the last whose first
+    record is older than its safe time): a bad record before it is kept, as verify now says (it
+    predicted a cut, and the loss of every record after it, that recovery does not make)."""
+    built = build_store(tmp_path / "store", 250)
+    rows = records(built)
+    target = rows[0]
+    path, pos = segment(built, target["offset"])
+    body_at = pos + rec.header_for(target["sysFlag"]).size
+    patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 0x40]))
+    starts = [int(p.name) for p in sorted((built / "commitlog").iterdir())]
+    last = max(s for s in starts if s <= rows[-1]["offset"])
+    with MessageStore.open(built, tiny(), read_only=True) as store:
+        first_ts = store.look_message_by_offset(last).store_timestamp
+    # the checkpoint's safe time (3 s before its oldest timestamp) reaches that segment's first record
+    with open(built / "checkpoint", "r+b") as f:
+        f.write(struct.pack(">qqq", first_ts + 3000, first_ts + 3000, first_ts + 3000))
+    (built / "abort").touch()
+    report = verify_store(built, tiny())
+    end = rows[-1]["offset"] + rows[-1]["size"]
+    assert _recovered_end(built) == report.log_end == end
+    assert report.problem_count == 1 and has(report.problems, "checks the log from the checkpoint's segment on")
+    assert has(report.next_steps, "no command repairs a record in place")
+    assert not has(report.next_steps, "rocketstore recover")
+
+
+def test_with_crcs_unchecked_verify_keeps_the_record_recovery_keeps(tmp_path: Path) -> None:
+    """checkCRCOnRecover=false keeps a record whose body CRC alone fails: verify given the setting
+    reports the CRC and predicts no cut, and no unit or entry past one."""
+    built = build_store(tmp_path / "store", 250)
+    rows = records(built)
+    target = rows[-5]
+    path, pos = segment(built, target["offset"])
+    body_at = pos + rec.header_for(target["sysFlag"]).size
+    patch(path, body_at, bytes([read(path, body_at, 1)[0] ^ 0x40]))
+    end = rows[-1]["offset"] + rows[-1]["size"]
+    report = verify_store(built, tiny(checkCRCOnRecover=False))
+    assert _recovered_end(built, checkCRCOnRecover=False) == report.log_end == end
+    assert report.problem_count == 1 and has(report.problems, "body CRC", "recovery keeps it (checkCRCOnRecover=false)")
+    assert verify_store(built, tiny()).log_end == target["offset"] == _recovered_end(built)
+
+
 @pytest.mark.parametrize("abort", [False, True], ids=["clean-shutdown", "after-a-crash"])
 def test_a_bad_record_in_an_old_segment_says_which_recovery_cuts_there(tmp_path: Path, abort: bool) -> None:
     """After a clean shutdown an open checks only the last 3 segments (recoverNormally): a bad

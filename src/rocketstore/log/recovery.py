@@ -137,7 +137,7 @@ def recover(
         # after a crash nothing written after the checkpoint's safe time is trusted in the queues:
         # their units from the start segment on are rebuilt from the log (a power loss can leave a
         # torn unit there that still looks valid)
-        start = _abnormal_start(files, checkpoint, message_index_safe)
+        start = abnormal_start(files, checkpoint, message_index_safe)
         queues.truncate_untrusted(files[start].file_from_offset)
         max_phy_cq = queues.max_physic_offset()
 
@@ -400,7 +400,7 @@ def _last_file_starting_at_or_before(files: list[MappedFile], offset: int) -> in
     return 0
 
 
-def _abnormal_start(files: list[MappedFile], checkpoint: StoreCheckpoint, index_safe: bool) -> int:
+def abnormal_start(files: list[MappedFile], checkpoint: StoreCheckpoint, index_safe: bool) -> int:
     """The last segment whose first record was stored before the checkpoint's safe time."""
     limit = checkpoint.min_timestamp_index() if index_safe else checkpoint.min_timestamp()
     for i in range(len(files) - 1, -1, -1):

@@ -56,7 +56,8 @@ def verify(
             scans = sorted(found, key=lambda x: x.base)
             if tail is not None:
                 scans = [v.up_to(scan, tail) for scan in scans]
-        log = v.join_segments([seg.path for seg in segments], scans.__getitem__, report)
+        scope = v.recovery_scope(store, report.abort_file)
+        log = v.join_segments([seg.path for seg in segments], scans.__getitem__, report, **scope)
         report.commit_log_files = len(files)
         if tail is not None:
             v.note_live_tail(report, tail)

@@ -50,6 +50,7 @@ from rocketstore.verify.commit_log import (
     SegmentScan,
     Stop,
     join_segments,
+    recovery_scope,
     report_past_cut,
     scan_segment,
     segment_label,
@@ -67,6 +68,7 @@ __all__ = [
     "VerifyReport",
     "iter_problem_lines",
     "join_segments",
+    "recovery_scope",
     "live_tail",
     "note_live_tail",
     "scan_segment",
@@ -229,7 +231,7 @@ def _check_log(
             max_listed=report.max_listed,
         )
         try:
-            log = join_segments(paths, scan_of, part)
+            log = join_segments(paths, scan_of, part, **recovery_scope(store, report.abort_file))
             break
         except FileNotFoundError as exc:
             if exc.filename not in paths:

@@ -19,6 +19,7 @@ from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, STOP_END
 from rocketstore.errors import RecordError
 from rocketstore.files.mapped_file import MappedFile
+from rocketstore.log.recovery import abnormal_start
 from rocketstore.log.walk import walk_segment
 from rocketstore.meta.root import is_inside
 from rocketstore.queues.index_service import index_keys
@@ -52,7 +53,8 @@ class LogColumns:
     skipped: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # damaged [start, end)s
     torn_at: int | None = None  # a torn record that ends the data (nothing but zeros after it)
     other_damage: bool = False  # a damaged stretch other than a record whose body CRC alone fails
-    checked_from: int = 0  # where the segments an open after a clean shutdown checks begin (the last 3)
+    checked_from: int = 0  # where the segments recovery checks begin (the last 3; after a crash the checkpoint's)
+    crc_kept: list[int] = field(default_factory=list)  # bad body CRCs recovery keeps (checkCRCOnRecover=false)
 
     COLUMNS: ClassVar[tuple[str, ...]] = (
         "offsets",
@@ -394,24 +396,34 @@ def damaged_record_at(store: MessageStore, offset: int) -> str | None:
     return None
 
 
-def check_commit_log(
-    store: MessageStore, report: VerifyReport, progress: Callable[[int], None] | None = None
-) -> LogColumns:
+def recovery_scope(store: MessageStore, abort_file: bool) -> dict[str, Any]:
+    """``join_segments``' keywords for what an open of ``store`` checks as it recovers: after a
+    crash (``abort_file``) the segments from the checkpoint's on (``log.recovery.abnormal_start``),
+    and body CRCs only with checkCRCOnRecover."""
     files = store.commit_log.queue.files
-    delay, prop_crc = store.delay_millis, store.config.force_verify_prop_crc
-    return join_segments(
-        [f.path for f in files],
-        lambda i: scan_segment(files[i], delay, report.max_listed, progress, prop_crc=prop_crc),
-        report,
-    )
+    start = None
+    if abort_file and files:
+        config = store.config
+        first = abnormal_start(files, store.checkpoint, config.message_index_enable and config.message_index_safe)
+        start = files[first].file_from_offset
+    return {"crash_start": start, "check_crc": store.config.check_crc_on_recover}
 
 
-def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], report: VerifyReport) -> LogColumns:
+def join_segments(
+    paths: list[str],
+    scan_of: Callable[[int], SegmentScan],
+    report: VerifyReport,
+    *,
+    crash_start: int | None = None,
+    check_crc: bool = True,
+) -> LogColumns:
     """The log from its segments' scans, in order: where recovery would end it (the first bad
     record or zeros that data follows: ``cut``; without an abort file only in the last 3 files,
-    which is all an open after a clean shutdown checks), every later damaged stretch (skipped: the records
-    after it are checked too), where the data ends, and the records. ``scan_of(i)`` gives the
-    scan of ``paths[i]``."""
+    which is all an open after a clean shutdown checks; with one, in the segments from offset
+    ``crash_start`` on, the checkpoint's, all of them for None; a record whose body CRC alone is
+    wrong only with ``check_crc``: see ``recovery_scope``), every later damaged stretch (skipped:
+    the records after it are checked too), where the data ends, and the records. ``scan_of(i)``
+    gives the scan of ``paths[i]``."""
     report.commit_log_files = len(paths)
     if not paths:
         report.log_end_reason = "no commit-log files"
@@ -427,6 +439,7 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     end = scans[last].base + scans[last].stops[-1].pos
     skipped: list[tuple[int, int]] = []
     crash_cut: int | None = None  # where only a recovery after a crash cuts the log (a clean shutdown's keeps it)
+    crc_kept: list[int] = []
     for i, scan in enumerate(scans[: last + 1]):
         name = segment_label(scan.path, report.store)
         for stop in scan.stops:
@@ -445,8 +458,14 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
                     end = scan.base + scan.size
                     report.log_end_reason = report.log_end_reason or "BLANK marker in the last file"
                 continue
+            checked = scan.base >= (crash_start or 0) if report.abort_file else i >= len(paths) - 3
+            kept_crc = not check_crc and stop.skipped and stop.why.startswith("body CRC")  # recovery keeps it
             if i == last and stop is scan.stops[-1] and not stop.dirty_after:  # nothing but zeros follows
-                if cut is None and stop.reason == STOP_BAD:
+                if cut is None and stop.reason == STOP_BAD and kept_crc:
+                    report.log_end_reason = "end of data"
+                    crc_kept.append(at)
+                    report.problem(f"{where}: {stop.why}; {KEPT_UNCHECKED_CRC}")
+                elif cut is None and stop.reason == STOP_BAD:
                     torn_at = at
                     report.log_end_reason = f"a bad record at {at}"
                     report.damage(
@@ -460,14 +479,18 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
             went_on = _went_on(scan, stop, i < last)
             skipped.append((at, scan.base + (stop.resume if stop.resume >= 0 else scan.size)))
             other_damage = other_damage or not (stop.skipped and stop.why.startswith("body CRC"))
-            if cut is None and (report.abort_file or i >= len(paths) - 3):
+            if cut is None and checked and not kept_crc:
                 cut = at
                 after = stop.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
                 _report_cut(report, scan, stop, after, went_on)
                 continue
             kept = ""
-            if cut is None and crash_cut is None:  # before the last 3 files, no abort file
-                crash_cut, kept = at, KEPT_AFTER_CLEAN_SHUTDOWN
+            if cut is None and kept_crc:
+                kept = KEPT_UNCHECKED_CRC + "; "
+                crc_kept.append(at)
+            elif cut is None and crash_cut is None:  # before the segments recovery checks
+                crash_cut = at
+                kept = KEPT_BEFORE_CHECKPOINT if report.abort_file else KEPT_AFTER_CLEAN_SHUTDOWN
             what = stop.why if stop.reason == STOP_BAD else "zeros where a record should start"
             report.problem(f"{where}: {what}; {kept}{went_on}")
     empty = len(scans) - last - 1
@@ -479,7 +502,8 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     log = _join_parts([scan.part for scan in scans[: last + 1]], scans[0].base, end)
     log.cut, log.torn_at, log.other_damage = cut, torn_at, other_damage
     log.skipped = np.array(skipped, dtype=np.int64).reshape(-1, 2)
-    log.checked_from = scans[max(0, len(scans) - 3)].base
+    log.checked_from = (crash_start or 0) if report.abort_file else scans[max(0, len(scans) - 3)].base
+    log.crc_kept = crc_kept
     if cut is not None:
         report.log_end_reason += f"; the data goes on to {end}, which verify checked too"
     report.records = len(log.offsets)
@@ -488,6 +512,11 @@ def join_segments(paths: list[str], scan_of: Callable[[int], SegmentScan], repor
     return log
 
 
+KEPT_BEFORE_CHECKPOINT = (
+    "the recovery after this crash checks the log from the checkpoint's segment on, after this one, "
+    "and keeps it and the log after it; "
+)
+KEPT_UNCHECKED_CRC = "recovery keeps it (checkCRCOnRecover=false)"
 KEPT_AFTER_CLEAN_SHUTDOWN = (
     "an open after a clean shutdown checks only the last 3 files and keeps it and the log after it "
     "(a recovery after a crash would cut the log here); "

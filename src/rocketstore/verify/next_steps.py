@@ -37,8 +37,10 @@ def recover_log(store: str) -> str:
 def in_place(store: str) -> str:
     """The next step for damage recovery leaves: none in place; a copy without it."""
     return (
-        "commit log: no command repairs a record in place, and recovery after a clean shutdown leaves damage "
-        "before the last 3 segments as it is (RocketMQ serves the records it can read); for a store without it, "
+        "commit log: no command repairs a record in place, and recovery leaves damage where it does not check "
+        "(before the last 3 segments after a clean shutdown, before the checkpoint's after a crash; a body whose CRC "
+        "fails when recovery does not check CRCs) as it is (RocketMQ serves the records it can read); for a store "
+        "without it, "
         f"copy the readable messages into a new store: `rocketstore export {store} -o all.jsonl`, then "
         "`rocketstore import NEW_STORE -i all.jsonl` (new commit-log offsets; consumer offsets are not copied; a "
         "body whose CRC fails is copied as stored)"
@@ -106,9 +108,10 @@ def add_next_steps(
 
 def _log_steps(report: VerifyReport, log: LogColumns) -> list[str]:
     """Damage recovery checks (it cuts the log there), damage it leaves, and body CRCs."""
-    starts = log.skipped[:, 0].tolist()
-    checked = report.abort_file or log.torn_at is not None or any(at >= log.checked_from for at in starts)
-    left = not checked or (not report.abort_file and any(at < log.checked_from for at in starts))
+    kept = set(log.crc_kept)
+    starts = [at for at in log.skipped[:, 0].tolist() if at not in kept]
+    checked = log.torn_at is not None or any(at >= log.checked_from for at in starts)
+    left = not checked or bool(kept) or any(at < log.checked_from for at in starts)
     steps = [recover_log(report.store)] if checked else []
     if left:
         steps.append(in_place(report.store))
