@@ -47,8 +47,8 @@ class LogColumns:
     key_records: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # record index per key
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     topics: list[str] = field(default_factory=list)
-    # where recovery cuts the log (the first bad record data follows in the files it checks: all
-    # after a crash, the last 3 after a clean shutdown); None: ``end``
+    # where recovery cuts the log (the first bad record data follows in the files it checks: from
+    # the checkpoint's after a crash, the last 3 after a clean shutdown); None: ``end``
     cut: int | None = None
     skipped: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # damaged [start, end)s
     torn_at: int | None = None  # a torn record that ends the data (nothing but zeros after it)
