@@ -2405,6 +2405,25 @@ def test_a_sync_master_answers_slave_not_available(make_store, store_config, flu
     assert [m.body for m in got.messages] == [b"one", b"two", b"three", b"four", b"five", b"six", b"seven"]
 
 
+@pytest.mark.parametrize(
+    ("wait", "status"),
+    [
+        ("FALSE", PutMessageStatus.PUT_OK),
+        ("no", PutMessageStatus.PUT_OK),
+        ("0", PutMessageStatus.PUT_OK),
+        ("TRUE", PutMessageStatus.SLAVE_NOT_AVAILABLE),
+        ("True", PutMessageStatus.SLAVE_NOT_AVAILABLE),
+    ],
+)
+def test_wait_is_read_as_java_parse_boolean(make_store, store_config, wait, status):
+    """isWaitStoreMsgOK is Boolean.parseBoolean of WAIT: only "true" in any case waits; any other
+    value does not (it is not just "false"). A SYNC_MASTER without a slave shows which."""
+    store = make_store(config=store_config.copy(brokerRole="SYNC_MASTER", flushDiskType="SYNC_FLUSH"))
+    single = store.put(Message("T", b"one", properties={"WAIT": wait}))
+    batch = store.put_batch([Message("T", b"two"), Message("T", b"three")], properties={"WAIT": wait})
+    assert (single.status, batch.status) == (status, status)
+
+
 def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     make_store, store_config, tmp_path, hash_tree
 ):

@@ -78,8 +78,9 @@ def _not_a_level(text: str) -> PutResult:
 
 
 def _waits(properties: dict[str, str] | None) -> bool:
-    """Whether a put waits for its flush (and replication): not when the batch says WAIT=false."""
-    return not properties or properties.get(WAIT) != "false"
+    """Whether a put waits for its flush (and replication), as isWaitStoreMsgOK: WAIT absent or "true" in any case."""
+    value = properties.get(WAIT) if properties else None
+    return value is None or (value.isascii() and value.lower() == "true")
 
 
 def plain_properties(tags: str | None, keys: str | None, uniq: str) -> str:
@@ -577,7 +578,7 @@ class MessageWriter(MessagePreparer):
         result = self.commit_log.append(topic, queue_id, items)
         if result[0] is not _PUT_OK:
             return self.not_appended(result)
-        wait = wait and not any(m._props is not None and m._props.get(WAIT) == "false" for m in messages)
+        wait = wait and all(m._props is None or _waits(m._props) for m in messages)
         status = self._flushed(result, wait)
         host = items[0][rec.P_STORE_HOST]
         if len(items) > 1:  # the records' store hosts, compared in C (no Python per message): 0.6 us for 32
