@@ -23,7 +23,7 @@ from rocketstore.cli.common import (
 )
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
-from rocketstore.codec.properties import DELAY
+from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.export import QueuedUnit, queue_units
 from rocketstore.results import GetMessageStatus, GetResult, PutResult
@@ -43,14 +43,15 @@ _END = frozenset(
 
 
 # MessageConst.STRING_HASH_SET of RocketMQ 4.9: names the client's putUserProperty refuses ("The
-# Property<%s> is used by system"); the client sets them itself (import takes them as stored)
+# Property<%s> is used by system"); the client sets them itself (import takes them as stored).
+# And 5's __CRC32#: a store appends it (enabledAppendPropCRC) and import drops it as the source's
 _SYSTEM_PROPERTIES = frozenset(
     {
         *("TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID"),
         *("TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG"),
         *("CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME"),
         *("INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER"),
-        "MSG_TYPE",
+        *("MSG_TYPE", PROPERTY_CRC32),
     }
 )
 _OPTION_FOR = {"TAGS": "--tags", "KEYS": "--keys", "DELAY": "--delay-level"}
