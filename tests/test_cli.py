@@ -1190,6 +1190,24 @@ def test_query_by_a_client_msg_id_without_topic_says_to_give_it(tmp_path: Path) 
     assert result.exit_code == 0 and jsonl(result.stdout)[0]["uniqKey"] == put["uniqKey"]
 
 
+def test_query_with_a_topic_answers_only_with_that_topics_messages(tmp_path: Path) -> None:
+    """--topic with --msg-id or --offset: a record of another topic is not the answer (the topic it
+    is of is named); a topic name RocketMQ refuses is bad input (exit status 2), with any of them."""
+    root = tmp_path / "store"
+    put = jsonl(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--json").stdout)[0]
+    assert run("produce", root, *TINY_SETS, "--topic", "U", "--body", "c").exit_code == 0
+    for how in (("--offset", 0), ("--msg-id", put["msgId"])):
+        result = run("query", root, *TINY_SETS, *how, "--topic", "U", "--json")
+        assert (result.exit_code, result.stdout) == (1, ""), result.stdout
+        assert "of topic 'T'" in result.stderr, result.stderr
+        result = run("query", root, *TINY_SETS, *how, "--topic", "T", "--json")
+        assert result.exit_code == 0 and jsonl(result.stdout)[0]["msgId"] == put["msgId"]
+    for bad in ("bad/x", "", "a" * 128):
+        for how in (("--offset", 0), ("--msg-id", put["msgId"]), ("--key", "k")):
+            result = run("query", root, *TINY_SETS, *how, "--topic", bad)
+            assert result.exit_code == 2 and "--topic" in result.stderr, (bad, how, result.stderr)
+
+
 def test_consume_and_clean_refuse_a_topic_or_queue_the_store_lacks(small_store: Path) -> None:
     offsets = small_store / "config" / "consumerOffset.json"
     before = offsets.read_bytes() if offsets.exists() else None

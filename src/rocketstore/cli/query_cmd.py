@@ -12,6 +12,8 @@ from rocketstore.cli.messaging import reader_warnings_left_out
 from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
 from rocketstore.codec.message import JAVA_LONG, StoredMessage
+from rocketstore.codec.topic import validate_topic
+from rocketstore.errors import InvalidTopicError
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import damaged_record_at
 
@@ -28,6 +30,22 @@ def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | No
             f"{value!r} is not an offset msgId (32 hex characters for an IPv4 store host, 56 for IPv6)"
         )
     return value.upper()
+
+
+def _topic_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return validate_topic(value)
+    except InvalidTopicError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _other_topic(found: StoredMessage | None, topic: str | None) -> str:
+    """Words for a record found that is not of the --topic given; else ''."""
+    if found is None or not topic or found.topic == topic:
+        return ""
+    return f" of topic {topic!r}: the record there is of topic {found.topic!r}"
 
 
 def _at(store: MessageStore, offset: int) -> StoredMessage | None:
@@ -96,7 +114,9 @@ def _more_match(max_num: int, cap: int) -> str:
 
 @click.command()
 @store_options()
-@click.option("--topic", help="The topic (needed with --key).")
+@click.option(
+    "--topic", callback=_topic_name, help="The topic (needed with --key; with --msg-id or --offset, the answer's)."
+)
 @click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
 @click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
 @click.option("--offset", type=click.IntRange(0, JAVA_LONG[1]), help="A commit-log offset where a record starts.")
@@ -165,13 +185,16 @@ def query(
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
             found = _at(store, where)
-            if found is not None and found.msg_id == msg_id:
+            found = found if found is not None and found.msg_id == msg_id else None
+            if found is not None and not _other_topic(found, topic):
                 messages = [found]
             elif topic:
                 messages = [m for m in store.query_message(topic, msg_id, want).messages if m.uniq_key == msg_id]
             what = f"no message with msgId {msg_id}"
-            damaged = _damaged(store, where) if not messages else None
-            if damaged is not None:
+            damaged = _damaged(store, where) if found is None and not messages else None
+            if found is not None:
+                what += _other_topic(found, topic)
+            elif damaged is not None:
                 what += f" can be read: the record at commit-log offset {where} it names fails its checks: {damaged}"
             elif cut := _past_cut(store, where):
                 what += f": commit-log offset {where}, which it names, is not in the log{cut}"
@@ -183,10 +206,12 @@ def query(
         else:
             assert offset is not None
             found = _at(store, offset)
-            messages = [found] if found is not None else []
+            messages = [found] if found is not None and not _other_topic(found, topic) else []
             damaged = _damaged(store, offset) if found is None else None
             what = f"no record starts at commit-log offset {offset}{_past_cut(store, offset)}"
-            if damaged is not None:
+            if found is not None:
+                what = f"no message at commit-log offset {offset}{_other_topic(found, topic)}"
+            elif damaged is not None:
                 what = f"the record at commit-log offset {offset} fails its checks: {damaged}"
     if not messages:
         warn(what)
