@@ -181,6 +181,17 @@ def test_message_fields_of_the_wrong_kind_are_refused_when_the_message_is_made(f
 
 
 @pytest.mark.parametrize(
+    "fields",
+    [{"tags": "t\ud800"}, {"keys": "k\udfff"}, {"properties": {"p": "v\ud800"}}, {"properties": {"p\udc80": "v"}}],
+)
+def test_text_with_a_lone_surrogate_is_refused_as_not_utf8(fields):
+    """A lone surrogate (JSON "\\ud800" reads as one) is not UTF-8 text: the error says so, not
+    only that the separators are refused."""
+    with pytest.raises(InvalidMessageError, match="UTF-8"):
+        Message("T", b"x", **fields)
+
+
+@pytest.mark.parametrize(
     ("name", "value"),
     [("K", 5), ("K", b"v"), ("K", True), (5, "v"), ("KEYS", ["a", "b"]), ("TAGS", 7), ("DELAY", 3), ("a", "\ud800")],
     ids=["int", "bytes", "bool", "int-name", "keys-list", "tags-int", "delay-int", "surrogate"],

@@ -294,7 +294,7 @@ def checked_properties(properties: dict[str, str]) -> dict[str, str]:
             or not is_valid_property_text(value)
         ):
             raise InvalidMessageError(
-                f"property {name!r}={value!r}: names and values are non-empty str without \\x01 or \\x02"
+                f"property {name!r}={value!r}: names and values are non-empty UTF-8 text without \\x01 or \\x02"
             )
     return props
 
