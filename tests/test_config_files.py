@@ -652,6 +652,35 @@ def test_offsets_outside_java_long_make_the_file_undecodable(tmp_path, name: str
     assert again.load() and again.load_problem is None
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("topics.json", '{"topicConfigTable":{"T":{"readQueueNums":2147483648}}}'),
+        ("topics.json", '{"topicConfigTable":{"T":{"perm":-2147483649}}}'),
+        ("topics.json", '{"dataVersion":{"counter":9223372036854775808,"timestamp":0},"topicConfigTable":{}}'),
+        ("subscriptionGroup.json", '{"subscriptionGroupTable":{"g":{"retryMaxTimes":2147483648}}}'),
+        ("subscriptionGroup.json", '{"subscriptionGroupTable":{},"dataVersion":{"timestamp":9223372036854775808}}'),
+    ],
+)
+def test_settings_outside_their_java_type_make_the_file_undecodable(tmp_path, name: str, text: str) -> None:
+    """A topic's or group's int setting past a Java int, or a dataVersion field past a long, is
+    what fastjson cannot read: the file falls back to its backup, as for the offsets' files."""
+    path = tmp_path / name
+    topics = name == "topics.json"
+    _write(str(path) + ".bak", '{"topicConfigTable":{}}' if topics else '{"subscriptionGroupTable":{}}')
+    _write(path, text)
+    mgr = (TopicConfigManager if topics else SubscriptionGroupManager)(path)
+    assert mgr.load() and mgr.load_problem is not None and "backup" in mgr.load_problem
+    _write(
+        path,
+        text.replace("2147483648", "2147483647")
+        .replace("-2147483649", "-2147483648")
+        .replace("9223372036854775808", "9223372036854775807"),
+    )
+    again = (TopicConfigManager if topics else SubscriptionGroupManager)(path)
+    assert again.load() and again.load_problem is None
+
+
 # ======================================================================== managers: behaviour and round trips
 
 

@@ -99,10 +99,10 @@ def _decode_data_version(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     dv = dict(as_dict(value, "dataVersion"))
-    dv["counter"] = as_int(dv.get("counter", 0), "dataVersion.counter")
-    dv["timestamp"] = as_int(dv.get("timestamp", 0), "dataVersion.timestamp")
+    dv["counter"] = as_int(dv.get("counter", 0), "dataVersion.counter", 64)
+    dv["timestamp"] = as_int(dv.get("timestamp", 0), "dataVersion.timestamp", 64)
     if "stateVersion" in dv:
-        dv["stateVersion"] = as_int(dv["stateVersion"], "dataVersion.stateVersion")
+        dv["stateVersion"] = as_int(dv["stateVersion"], "dataVersion.stateVersion", 64)
     return dv
 
 
@@ -258,7 +258,7 @@ class TopicConfigManager(ConfigFile):
             cfg["topicName"] = str(name)
             cfg.update(as_dict(raw, f"topic {name}"))
             for field in _TOPIC_INT_FIELDS:
-                cfg[field] = as_int(cfg[field], f"topic {name} {field}")
+                cfg[field] = as_int(cfg[field], f"topic {name} {field}", 32)
             cfg["order"] = as_bool(cfg["order"], f"topic {name} order", False)
             table[str(name)] = cfg
         extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "topicConfigTable")}
@@ -541,7 +541,7 @@ class SubscriptionGroupManager(ConfigFile):
             cfg["groupName"] = str(name)
             cfg.update(as_dict(raw, f"group {name}"))
             for field in _GROUP_INT_FIELDS:
-                cfg[field] = as_int(cfg[field], f"group {name} {field}")
+                cfg[field] = as_int(cfg[field], f"group {name} {field}", 32)
             for field, default in _GROUP_BOOL_FIELDS.items():
                 if field in cfg:
                     cfg[field] = as_bool(cfg[field], f"group {name} {field}", default)
