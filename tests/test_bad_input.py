@@ -325,6 +325,10 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         lambda s: s.clean_expired_files(now="x"),
         lambda s: s.clean_expired_files(now=float("nan")),
         lambda s: s.clean_expired_files(now=10**400),  # past any float: was a raw OverflowError
+        lambda s: s.clean_expired_files(now=1e18),  # past what localtime takes: was a raw OSError
+        lambda s: s.clean_expired_files(now=-1e300),
+        lambda s: s.disk_report(now=1e300),
+        lambda s: s.disk_report(now="x"),
     ],
 )
 def test_read_calls_with_arguments_of_the_wrong_kind_say_so(make_store, call):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import delete_hours as parse_delete_when
-from rocketstore.errors import StoreClosedError
+from rocketstore.errors import InvalidArgumentError, StoreClosedError
 from rocketstore.files.disk import used_ratio
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -42,6 +42,7 @@ from rocketstore.running_flags import DISK_FULL
 from rocketstore.services.base import Service
 
 log = logging.getLogger(__name__)
+_LAST_SECOND = 253_402_300_799  # 9999-12-31 23:59:59 UTC: time.localtime takes epoch seconds up to it
 
 MANUAL_DELETE_TIMES = 20  # executeDeleteFilesManually: this many runs delete as if it were time
 
@@ -139,7 +140,7 @@ class CleanService(Service):
         (at most ``MANUAL_DELETE_TIMES``, the rounds RocketMQ's ``executeDeleteFilesManually``
         arms: a writer rolling segments as fast would keep it going); the totals. ``now``: epoch
         seconds, a finite number (InvalidArgumentError else)."""
-        (now,) = check_arguments("clean_expired_files", now=(now, (float, type(None))))
+        now = checked_now("clean_expired_files", now)
         total = CleanRun()
         for _ in range(MANUAL_DELETE_TIMES):
             run = self.run_once(now, manual=manual)
@@ -307,9 +308,19 @@ def next_deletion(files: list, config: StoreConfig, now: float | None = None) ->
     }
 
 
+def checked_now(call: str, now: object) -> float | None:
+    """``now`` given to ``call``: None (the clock) or epoch seconds from 0 to the end of year 9999,
+    as a float; InvalidArgumentError else."""
+    (now,) = check_arguments(call, now=(now, (float, type(None))))
+    if now is not None and not 0 <= now <= _LAST_SECOND:
+        raise InvalidArgumentError(f"{call}: now must be epoch seconds from 0 to {_LAST_SECOND}, not {now!r}")
+    return now
+
+
 def disk_report(check: DiskCheck, config: StoreConfig, commit_log: CommitLog, now: float | None = None) -> dict:
     """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and when
     the oldest segment is deleted by time."""
+    now = checked_now("disk_report", now)
     return {
         "ratios": check.ratios,
         "diskMaxUsedSpaceRatio": config.disk_max_used_space_ratio_clamped / 100,
