@@ -1225,6 +1225,26 @@ def test_consume_and_clean_refuse_a_topic_or_queue_the_store_lacks(small_store: 
     assert (small_store / "consumequeue" / "TopicA").is_dir()
 
 
+def test_a_topic_or_queue_refused_leaves_a_crashed_store_as_it_was(tmp_path: Path, hash_tree) -> None:
+    """consume --commit and clean --delete-topic refuse a topic or queue the store lacks before
+    they open it for writing: a crashed store (abort left) is not recovered and rewritten by a typo."""
+    root = tmp_path / "store"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--count", 3).exit_code == 0
+    (root / "abort").touch()
+    before = hash_tree(root)
+    for refused in (
+        ("consume", "--topic", "Z", "--group", "g", "--commit"),
+        ("consume", "--topic", "T", "--group", "g", "--queue", 9, "--commit"),
+        ("clean", "--delete-topic", "Z"),
+    ):
+        result = run(refused[0], root, *TINY_SETS, *refused[1:])
+        assert result.exit_code == 2 and ("no topic of" in result.stderr or "no queue 9" in result.stderr), refused
+        assert hash_tree(root) == before, refused
+    result = run("consume", root, *TINY_SETS, "--topic", "T", "--group", "g", "--commit", "--json")
+    assert result.exit_code == 0 and len(jsonl(result.stdout)) == 3  # a good one opens it for writing
+    assert not (root / "abort").exists()
+
+
 def test_consume_of_a_queue_of_a_topic_with_two_billion_queues(tmp_path: Path) -> None:
     """`produce --queue 2147483646` makes a topic of 2^31 - 1 queues: `consume --queue` of one
     of them reads it, and one past them is refused, without listing every queue."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from rocketstore.cli.common import Common, open_store, require_topics, store_options
+from rocketstore.cli.common import Common, open_store, open_store_checked, require_topics, store_options
 from rocketstore.cli.output import kv_table, out_console, print_json
 from rocketstore.services.wiring import no_delayed_delivery
+from rocketstore.store import MessageStore
 
 
 @click.command()
@@ -27,12 +28,15 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     clean-forcibly ratio young files go too, as in the running store. No delayed message is
     delivered while it runs (the store is opened without its schedule service). A commit log
     outside STORE (storePathCommitLog) is refused without --external-commit-log."""
-    with no_delayed_delivery():  # a clean delivers nothing, however long it takes
-        store = open_store(opts, create=False)
-    with store:
+
+    def known(store: MessageStore) -> None:  # a misspelt topic is refused before the store is touched
         present = {*store.queue_ids(), *store.topics.topics()}
-        for name in delete_topics:  # a misspelt topic is refused before anything is deleted
+        for name in delete_topics:
             require_topics(opts.root, present, name.__eq__, f"--delete-topic {name!r}")
+
+    with no_delayed_delivery():  # a clean delivers nothing, however long it takes
+        store = open_store_checked(opts, known, create=False) if delete_topics else open_store(opts, create=False)
+    with store:
         before = store.min_phy_offset
         removed = store.delete_topics(delete_topics) if delete_topics else []
         run = store.clean_expired_files()

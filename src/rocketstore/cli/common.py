@@ -26,7 +26,7 @@ from rocketstore.log.recovery import ConfirmCut
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
 from rocketstore.verify.layout import check_sizes
-from rocketstore.verify.recovery_plan import RecoveryPlan, lossy_cut_guard, plan_recovery
+from rocketstore.verify.recovery_plan import RecoveryPlan, lossy_cut_guard, plan_recovery, quiet_store_logs
 
 
 class CommandError(click.ClickException):
@@ -428,6 +428,16 @@ def open_store(
     if writes and closed_pipe_interrupts:
         mark_storing()
     return MessageStore.open(opts.root, opts.config, read_only=read_only, create=create, confirm_cut=confirm_cut)
+
+
+def open_store_checked(opts: Common, check: Callable[[MessageStore], object], **kwargs: Any) -> MessageStore:
+    """``open_store`` (``kwargs``) once ``check`` (what refuses a command's bad input: a topic the
+    store lacks) passed on a read-only open, when the command opens STORE for writing: a refused
+    command leaves the store as it was (a writable open recovers a crashed store, rewrites files)."""
+    if not kwargs.get("read_only"):
+        with quiet_store_logs(), open_store(opts, read_only=True, create=False) as store:  # the writable open tells
+            check(store)
+    return open_store(opts, **kwargs)
 
 
 def refuse_lossy_cut(opts: Common) -> ConfirmCut | None:

@@ -18,6 +18,7 @@ from rocketstore.cli.common import (
     UnreadableUnits,
     done_storing,
     open_store,
+    open_store_checked,
     require_topics,
     store_options,
 )
@@ -432,7 +433,13 @@ def consume(
     if (from_offset is not None) + (from_time is not None) + from_committed > 1:
         raise click.UsageError("give at most one of --from-offset, --from-time and --from-committed")
     # it commits only what it wrote out: a closed stdout ends it quietly, as a consumer stops
-    store = open_store(opts, read_only=not commit, create=False, closed_pipe_interrupts=False)
+    store = open_store_checked(
+        opts,
+        lambda store: _queues_to_read(opts, store, topic, queue_id),  # refused before --commit opens it to write
+        read_only=not commit,
+        create=False,
+        closed_pipe_interrupts=False,
+    )
     with store:  # a failed shutdown does not hide an error before it
         queue_ids = _queues_to_read(opts, store, topic, queue_id)
         unreadable = UnreadableUnits("not consumed" + (" (--commit commits past them)" if commit else ""))

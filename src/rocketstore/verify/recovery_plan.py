@@ -129,11 +129,11 @@ def plan_recovery(root: str, config: StoreConfig, *, last_exit_ok: bool | None =
     changes); its log messages are held back (the caller reports the plan). ``last_exit_ok``: plan
     the recovery after a clean exit (True) or a crash (False) whatever ``abort`` says (an open for
     writing has written its own)."""
-    with _quiet(), MessageStore.open(root, config, read_only=True, last_exit_ok=last_exit_ok) as store:
+    with quiet_store_logs(), MessageStore.open(root, config, read_only=True, last_exit_ok=last_exit_ok) as store:
         report = store.recovery
         queue_ends = {key: cq.max_offset_in_queue() for key, cq in store.queues.table.items()}
     assert report is not None  # a read-only open recovers
-    with _quiet(), MessageStore.open(root, config, read_only=True, recover=False) as raw:
+    with quiet_store_logs(), MessageStore.open(root, config, read_only=True, recover=False) as raw:
         files = list(raw.commit_log.queue.files)
         first = _first_checked(files, report)
         plan = RecoveryPlan(
@@ -277,9 +277,9 @@ def _holds_data(mapped: MappedFile, start: int) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """The store's log messages held back (an in-memory recovery's "commit log cut at N" is the
-    plan's to report)."""
+def quiet_store_logs() -> Iterator[None]:
+    """The store's log messages held back: an in-memory recovery's "commit log cut at N" is for
+    whoever opened the store to report (the plan; a command's later writable open)."""
     logger = logging.getLogger("rocketstore")
     level = logger.level
     logger.setLevel(logging.CRITICAL + 1)
