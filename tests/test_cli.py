@@ -1245,6 +1245,22 @@ def test_a_topic_or_queue_refused_leaves_a_crashed_store_as_it_was(tmp_path: Pat
     assert not (root / "abort").exists()
 
 
+def test_a_topic_topics_json_lists_without_messages_is_a_topic_of_the_store(tmp_path: Path) -> None:
+    """A topic made with no message yet (topics.json lists it, no queue holds a unit) is one the
+    store has: export, consume and clean --delete-topic take it alike (export and consume read
+    nothing of it); one the store lacks is refused by all three."""
+    root = tmp_path / "store"
+    assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b").exit_code == 0
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        store.topics.ensure("Empty", 0)
+    for command in (("export", "--topic"), ("consume", "--group", "g", "--topic"), ("clean", "--delete-topic")):
+        result = run(command[0], root, *TINY_SETS, *command[1:], "Nope")
+        assert result.exit_code == 2 and "no topic of" in result.stderr, (command, result.stderr)
+        result = run(command[0], root, *TINY_SETS, *command[1:], "Empty", "--json")
+        assert result.exit_code == 0, (command, result.stderr)
+        assert command[0] == "clean" or jsonl(result.stdout) == [], command
+
+
 def test_consume_of_a_queue_of_a_topic_with_two_billion_queues(tmp_path: Path) -> None:
     """`produce --queue 2147483646` makes a topic of 2^31 - 1 queues: `consume --queue` of one
     of them reads it, and one past them is refused, without listing every queue."""

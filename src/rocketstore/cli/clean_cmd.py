@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rocketstore.cli.common import Common, open_store, open_store_checked, require_topics, store_options
+from rocketstore.cli.common import Common, known_topics, open_store, open_store_checked, require_topics, store_options
 from rocketstore.cli.output import kv_table, out_console, print_json
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
@@ -30,7 +30,7 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
     outside STORE (storePathCommitLog) is refused without --external-commit-log."""
 
     def known(store: MessageStore) -> None:  # a misspelt topic is refused before the store is touched
-        present = {*store.queue_ids(), *store.topics.topics()}
+        present = known_topics(store)
         for name in delete_topics:
             require_topics(opts.root, present, name.__eq__, f"--delete-topic {name!r}")
 

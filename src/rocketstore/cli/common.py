@@ -551,6 +551,12 @@ def queue_topics(root: str) -> list[str]:
     return sorted(os.listdir(queues)) if os.path.isdir(queues) else []
 
 
+def known_topics(store: MessageStore) -> set[str]:
+    """The topics of a store a command's --topic may name: those with consume queues and those
+    topics.json lists (a topic made with no message yet)."""
+    return {*store.queue_ids(), *store.topics.topics()}
+
+
 def require_topics(
     root: str, present: Iterable[str], matches: Callable[[str], bool], given: str, names: Iterable[str] = ()
 ) -> None:

@@ -17,6 +17,7 @@ from rocketstore.cli.common import (
     ProblemsFound,
     UnreadableUnits,
     done_storing,
+    known_topics,
     open_store,
     open_store_checked,
     require_topics,
@@ -267,7 +268,7 @@ def _queues_to_read(opts: Common, store: MessageStore, topic: str, queue_id: int
     does not know (no consume queue, no topics.json entry) or a queue it does not have (neither a
     consume queue nor below the topic's readQueueNums) is refused, as ``export`` refuses a topic."""
     present = store.queue_ids()
-    require_topics(opts.root, {*present, *store.topics.topics()}, topic.__eq__, f"--topic {topic!r}")
+    require_topics(opts.root, known_topics(store), topic.__eq__, f"--topic {topic!r}")
     if queue_id is None:
         return present.get(topic, [])
     config = store.topics.find(topic)

@@ -21,6 +21,7 @@ from rocketstore.cli.common import (
     check_output_file,
     done_storing,
     is_inside,
+    known_topics,
     open_store,
     require_topics,
     store_options,
@@ -96,12 +97,11 @@ def _output(path: str | None) -> Iterator[IO[str]]:
 
 
 def _check_topics(opts: Common, store: MessageStore, topics: list[str]) -> None:
-    """Refuse --topic names of which none is a topic of the store (as ``spark export --topics``
-    does), and warn about each one that is not when others are."""
-    present = store.queue_ids()
+    """Refuse --topic names of which none is a topic of the store (``known_topics``, as ``consume``
+    refuses one), and warn about each one that is not when others are."""
     names = list(dict.fromkeys(topics))
     given = " ".join(f"--topic {t!r}" for t in names)
-    require_topics(opts.root, present, set(names).__contains__, given, names)
+    require_topics(opts.root, known_topics(store), set(names).__contains__, given, names)
 
 
 @click.command()
