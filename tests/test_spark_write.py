@@ -218,8 +218,9 @@ def test_overwrite_and_a_bad_lock_wait_are_refused_with_typed_errors(tmp_path):
     options = {"path": str(tmp_path / "store"), **SMALL_OPTIONS}
     with pytest.raises(InvalidArgumentError, match=r"use mode\('append'\)"):
         BatchWriter(options, schema, True)
-    with pytest.raises(ConfigError, match="option lockWaitMs must be an integer from 0, not '-1'"):
-        BatchWriter({**options, "lockWaitMs": "-1"}, schema, False)
+    for wait in ("-1", "abc", "1.5"):
+        with pytest.raises(ConfigError, match=f"option lockWaitMs must be an integer from 0, not '{wait}'"):
+            BatchWriter({**options, "lockWaitMs": wait}, schema, False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -623,6 +624,10 @@ def test_column_types_are_checked_on_the_driver(spark, tmp_path):  # noqa: F811
     batch = pa.RecordBatch.from_pydict({"topic": ["T"], "body": [b"b"], "queueId": pa.array([2**40], pa.int64())})
     with pytest.raises(InvalidMessageError, match="column 'queueId'"):
         _normalize(batch, None)
+    for bad in (["order 1"], ["a", ""], [" x"]):  # joined, a key with a space would be indexed as two
+        batch = pa.RecordBatch.from_pydict({"topic": ["T"], "body": [b"b"], "keys": pa.array([bad])})
+        with pytest.raises(InvalidMessageError, match="column 'keys': each key is a non-empty str without spaces"):
+            _normalize(batch, None)
 
 
 def test_failed_job_leaves_the_store_unchanged(spark, tmp_path, hash_tree):  # noqa: F811

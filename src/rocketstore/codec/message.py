@@ -248,7 +248,7 @@ def _checked_keys(keys: object) -> str:
     text without the separators; InvalidMessageError else."""
     if type(keys) is not str:
         keys = plain_str(keys)
-        keys = keys if type(keys) is str else _joined_keys(keys)
+        keys = keys if type(keys) is str else join_keys(keys)
     if "\x01" in keys or "\x02" in keys or not _utf8_text(keys):
         raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
     return keys
@@ -267,7 +267,9 @@ def _as_bytes(body: object) -> bytes:
     raise InvalidMessageError(f"a message body is bytes, not {type(body).__name__}")
 
 
-def _joined_keys(keys: Iterable[str]) -> str:
+def join_keys(keys: Iterable[str]) -> str:
+    """Keys as KEYS stores them, joined by spaces; InvalidMessageError for one that is empty or
+    holds a space (it would read back as two) or that is not text."""
     if not isinstance(keys, Iterable) or isinstance(keys, Mapping):  # a dict iterates as its keys alone
         raise InvalidMessageError(f"keys are a str or a list of str, not {keys!r}")
     keys = [plain_str(k) for k in keys]

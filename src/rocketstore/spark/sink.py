@@ -63,7 +63,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from rocketstore.codec.message import Message, check_int_fields, message_from_fields
+from rocketstore.codec.message import Message, check_int_fields, join_keys, message_from_fields
 from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
@@ -254,8 +254,7 @@ def _normalize(batch: pa.RecordBatch, topic_option: str | None, as_is: bool = Fa
         body = _decompressed(body, batch.column("sysFlag") if "sysFlag" in names else None)
     keys = column("keys")
     if keys is not None and pa.types.is_list(keys.type):
-        joined = (None if k is None else " ".join(x for x in k if x is not None) or None for k in keys.to_pylist())
-        keys = pa.array(list(joined), pa.string())
+        keys = pa.array([None if k is None else _joined(k) for k in keys.to_pylist()], pa.string())
     out = []
     for field in STAGED:
         value = {"topic": topic, "body": body, "keys": keys}.get(field.name, column(field.name))
@@ -302,6 +301,15 @@ def _decompressed(body: pa.Array, sys_flag: pa.Array | None) -> pa.Array:
     return pa.array(out, body.type)
 
 
+def _joined(keys: list[str | None]) -> str | None:
+    """A keys array as KEYS, its null elements dropped (None if none is left); InvalidMessageError
+    for a key ``Message`` refuses in a list (empty, or with a space: it would read back as two)."""
+    try:
+        return join_keys([k for k in keys if k is not None]) or None
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"column 'keys': {exc}") from None
+
+
 def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Message, int | None]]:
     """(message, queue id or None) for each staged row; InvalidMessageError for a row the store
     would refuse. ``as_is``: the message ``rocketstore import`` makes of the row as an export
@@ -344,7 +352,10 @@ class _Writer:
         refuse_unsupported(self.config)  # as the commit's writable open would, after every task staged
         if self.config.broker_role == "SLAVE":  # as every put of the commit would be
             raise ConfigError("brokerRole=SLAVE: a SLAVE store takes no puts (SERVICE_NOT_AVAILABLE)")
-        wait = int_option(options, "lockWaitMs", commits.DEFAULT_LOCK_WAIT_MS)
+        try:
+            wait = int_option(options, "lockWaitMs", commits.DEFAULT_LOCK_WAIT_MS)
+        except InvalidArgumentError:  # not an integer: a bad option, as a negative one
+            wait = None
         if wait is None or wait < 0:
             raise ConfigError(f"option lockWaitMs must be an integer from 0, not {option(options, 'lockWaitMs')!r}")
         self.lock_wait_ms = wait
