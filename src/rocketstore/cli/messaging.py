@@ -417,7 +417,8 @@ def consume(
     """Pull messages of a topic as a consumer group would, and with --commit record where it got to.
 
     Without --commit the store is opened read-only and nothing on disk changes. The messages are
-    printed as a table, or as export JSON lines with --json; where each queue got to goes to stderr.
+    printed as a table, or with --json as export JSON lines without the queue unit's cqTagsCode and
+    cqSize (import takes them as they are); where each queue got to goes to stderr.
 
     --from-time starts each queue at its first message stored at or after the time (past its last
     message: at its max offset, so only what comes later is read).

@@ -276,7 +276,8 @@ def print_messages(
     title: str | None = None,
     written: Callable[[StoredMessage], None] | None = None,
 ) -> None:
-    """Messages as export JSON lines (``--json``) or as a table (none: the title alone, a line).
+    """Messages as export JSON lines (``--json``; no unit: no cqTagsCode nor cqSize) or as a table
+    (none: the title alone, a line).
     ``written`` is called with each message once it is out on stdout (flushed): after its JSON
     line, or after the whole table."""
     if as_json:

@@ -148,7 +148,8 @@ def query(
     max_num: int,
 ) -> None:
     """Find messages: --topic T --key K (index query, hash collisions removed), --msg-id ID, or
-    --offset N. Prints a table, or export JSON lines with --json; exit status 1 when none is found
+    --offset N. Prints a table, or export JSON lines (without cqTagsCode and cqSize) with --json;
+    exit status 1 when none is found
     (a record there that fails its checks is named, with what is wrong with it), and 1 too when a
     key query finds some while the index also points at records that fail their checks (they are named).
     With --topic, an --msg-id that is not an offset msgId of this store is also looked up as a
