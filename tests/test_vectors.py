@@ -169,6 +169,24 @@ def test_sample_clean_queries_and_offsets_read_only(vectors, vector_config):
             assert {m.commit_log_offset for m in got.messages} == by_key[(topic, key)], (topic, key)
 
 
+def test_sample_crash_as_the_slave_rocketmq_opened_it_stamps_the_checkpoint_on_dispatch(
+    copy_vector_store, vector_config, report
+):
+    """RocketMQ opened the crashed store as a SLAVE (the report's config): there each dispatched
+    unit sets physicMsgTimestamp as well as logicsMsgTimestamp (ConsumeQueue's
+    putMessagePositionInfoWrapper), so both end at the last message's store time."""
+    assert report["config"]["brokerRole"] == "SLAVE"
+    root = copy_vector_store(CRASH)
+    store = MessageStore.open(root, vector_config.copy(brokerRole="SLAVE"))
+    try:
+        assert store.wait_for_dispatch()
+        want = report["checkpointAfterRecovery"]
+        assert store.checkpoint.physic_msg_timestamp == want["physicMsgTimestamp"] > 0
+        assert store.checkpoint.logics_dispatched_timestamp == want["logicsMsgTimestamp"]
+    finally:
+        store.shutdown()
+
+
 # ================================================================== abnormal recovery in place
 
 

@@ -184,7 +184,7 @@ class MessageStore:
             self.index.load(self.last_exit_ok or not recover_files)
             self.index.allocator = self.allocator
             building = self.index if config.message_index_enable else None
-            self.dispatcher = Dispatcher(self.queues, building, self.checkpoint)
+            self.dispatcher = Dispatcher(self.queues, building, self.checkpoint, slave=config.broker_role == "SLAVE")
             self.dispatcher.set_deleted(self.deleted_topics.table)  # their old records are not dispatched again
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash

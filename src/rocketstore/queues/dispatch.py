@@ -46,10 +46,13 @@ _PREPARED_BIT = sf.TRANSACTION_PREPARED_TYPE  # set for PREPARED (0x4) and ROLLB
 class Dispatcher:
     """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex, for batches."""
 
-    def __init__(self, queues: ConsumeQueueStore, index: IndexService | None, checkpoint: StoreCheckpoint) -> None:
+    def __init__(
+        self, queues: ConsumeQueueStore, index: IndexService | None, checkpoint: StoreCheckpoint, *, slave: bool = False
+    ) -> None:
         self.queues = queues
         self.index = index
         self.checkpoint = checkpoint
+        self.slave = slave  # a SLAVE stamps physicMsgTimestamp on dispatch too (it flushes no puts of its own)
         self.deleted: dict[str, int] = {}  # deleted topic -> the log end when it was deleted
         self.skip_below = 0  # the highest of those ends: records at or after it are never skipped
 
@@ -95,9 +98,16 @@ class Dispatcher:
                 b"".join([UNIT.pack(r[D_OFFSET], r[D_SIZE], r[D_TAGS_CODE]) for r in rows]),
             )
         if last_queued_ts:
-            self.checkpoint.logics_dispatched_timestamp = last_queued_ts
+            self._dispatched(last_queued_ts)
         if self.index is not None:
             self.index.build_index_requests(requests)
+
+    def _dispatched(self, store_timestamp: int) -> None:
+        """The checkpoint's times after units up to a record of ``store_timestamp`` were appended
+        (putMessagePositionInfoWrapper: physicMsgTimestamp too on a SLAVE)."""
+        self.checkpoint.logics_dispatched_timestamp = store_timestamp
+        if self.slave:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
 
     def dispatch_records(self, records: Records, *, index: bool = True) -> None:
         """Build the consume queues (NOT/COMMIT records) and, with ``index``, the index for ``records``."""
@@ -137,7 +147,7 @@ class Dispatcher:
                 find(*key).put_unit_arrays(
                     phys[a:b], sizes[a:b], queue_offsets[a:b], data[a * CQ_STORE_UNIT_SIZE : b * CQ_STORE_UNIT_SIZE]
                 )
-            self.checkpoint.logics_dispatched_timestamp = int(queued.store_ts[-1])
+            self._dispatched(int(queued.store_ts[-1]))
         if index and self.index is not None:
             self.index.build_index(records)
 
