@@ -340,6 +340,23 @@ def test_rebuild_keeps_a_queue_whose_records_retention_removed(spark, tmp_path):
     assert verify_store(store, small_config()).ok
 
 
+def test_rebuild_replaces_a_cut_short_consume_queue_file(spark, tmp_path, caplog):  # noqa: F811
+    """verify's next step for a queue file cut short is a rebuild: the old queue is not read when
+    the rebuild makes it again; a damaged queue it does not make (retention removed its records)
+    is not carried over, with a warning, and the rest of the rebuild stands."""
+    store = _retention_emptied_store(tmp_path / "store")
+    before = _export(store)
+    late = sorted((store / "consumequeue" / "Late" / "0").iterdir())[0]
+    os.truncate(late, 100)
+    early = sorted((store / "consumequeue" / "Early" / "0").iterdir())[0]
+    os.truncate(early, 100)
+    result = jobs.rebuild(spark, str(store), small_config())
+    assert result["queuesCarriedOver"] == 0
+    assert "Early/0 is not carried over" in caplog.text
+    assert _export(store) == before
+    assert verify_store(store, small_config()).ok
+
+
 KILLED_REBUILD = """
 import os, sys
 sys.path.insert(0, {tests!r})

@@ -27,8 +27,14 @@ class ConsumeQueueStore:
 
     def load(self) -> None:
         """Map every ``consumequeue/<topic>/<queueId>/`` folder; other entries are skipped."""
+        for topic, queue_id in self.folders():
+            self.load_queue(topic, queue_id)
+
+    def folders(self) -> list[tuple[str, int]]:
+        """The (topic, queue id) of every queue folder on disk; other entries are skipped (warned about)."""
         if not os.path.isdir(self.root):
-            return
+            return []
+        found = []
         for topic in sorted(os.listdir(self.root)):
             topic_dir = os.path.join(self.root, topic)
             if not os.path.isdir(topic_dir):
@@ -37,9 +43,15 @@ class ConsumeQueueStore:
                 if not qid.isdigit() or not os.path.isdir(os.path.join(topic_dir, qid)):
                     log.warning("skipping %s: not a queue folder", os.path.join(topic_dir, qid))
                     continue
-                cq = ConsumeQueue(topic, int(qid), self.root, self.file_size, self.mode)
-                cq.load()
-                self.table[(topic, int(qid))] = cq
+                found.append((topic, int(qid)))
+        return found
+
+    def load_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """Map the files of one queue folder (CorruptStoreError for a file of the wrong size)."""
+        cq = ConsumeQueue(topic, queue_id, self.root, self.file_size, self.mode)
+        cq.load()
+        self.table[(topic, queue_id)] = cq
+        return cq
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.table.get((topic, queue_id))

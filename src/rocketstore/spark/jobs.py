@@ -361,11 +361,15 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
     returns how many. Not a queue of a ``deleted`` topic that a deletion cut short left (its
     units all point below the topic's offset there)."""
     old = ConsumeQueueStore(root, config.cq_file_size, "cow")
-    old.load()
     carried = 0
     try:
-        for key, cq in old.table.items():
+        for key in old.folders():  # only the queues the rebuild left out are read: a damaged one it replaces is not
             if key in queues.table:
+                continue
+            try:
+                cq = old.load_queue(*key)
+            except CorruptStoreError as exc:
+                log.warning("rebuild: %s/%d is not carried over (its offsets start at 0 again): %s", *key, exc)
                 continue
             cq.recover()
             top = cq.max_offset_in_queue()
