@@ -542,6 +542,10 @@ def test_query_past_the_cut_recovery_makes_in_memory_says_so(tmp_path: Path) -> 
     result = run("query", root, *TINY_SETS, "--offset", results[-5].commit_log_offset)
     assert result.exit_code == 1
     assert f"(recovery ends the log at {cut}, where a record fails its checks)" in result.stderr
+    for how in (("--offset", cut), ("--msg-id", results[-10].msg_id)):  # the record at the cut: what is wrong
+        result = run("query", root, *TINY_SETS, *how)
+        assert result.exit_code == 1 and "fails its checks: commitlog/" in result.stderr, result.stderr
+        assert "body CRC" in result.stderr, result.stderr
 
 
 # -- C7/C8: recover and clean deliver no delayed message; recover says what an emptied table does --

@@ -58,8 +58,10 @@ def _at(store: MessageStore, offset: int) -> StoredMessage | None:
 
 def _damaged(store: MessageStore, offset: int) -> str | None:
     """What is wrong with a record at ``offset`` that cannot be read (None: no record starts there,
-    or it is past the end of the log as recovery leaves it)."""
-    if offset < 0 or offset >= store.max_phy_offset:
+    or it is past the end of the log as recovery leaves it, but for the bad record it ends at)."""
+    report = store.recovery
+    at_cut = report is not None and report.stopped_at_bad_record and offset == report.process_offset
+    if offset < 0 or (offset >= store.max_phy_offset and not at_cut):
         return None
     return damaged_record_at(store, offset)
 
