@@ -180,6 +180,13 @@ def test_message_fields_of_the_wrong_kind_are_refused_when_the_message_is_made(f
         Message(**args)
 
 
+@pytest.mark.parametrize("keys", [b"k", bytearray(b"k"), {"k": 1}])
+def test_keys_of_a_kind_that_is_no_list_of_keys_are_named(keys):
+    """Bytes iterate as ints and a dict as its names: the error names the value given."""
+    with pytest.raises(InvalidMessageError, match="keys are a str or a list of str, not"):
+        Message("T", b"x", keys=keys)
+
+
 @pytest.mark.parametrize(
     "fields",
     [{"tags": "t\ud800"}, {"keys": "k\udfff"}, {"properties": {"p": "v\ud800"}}, {"properties": {"p\udc80": "v"}}],

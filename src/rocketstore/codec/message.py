@@ -270,7 +270,7 @@ def _as_bytes(body: object) -> bytes:
 def join_keys(keys: Iterable[str]) -> str:
     """Keys as KEYS stores them, joined by spaces; InvalidMessageError for one that is empty or
     holds a space (it would read back as two) or that is not text."""
-    if not isinstance(keys, Iterable) or isinstance(keys, Mapping):  # a dict iterates as its keys alone
+    if not isinstance(keys, Iterable) or isinstance(keys, (Mapping, bytes, bytearray, memoryview)):  # not of keys
         raise InvalidMessageError(f"keys are a str or a list of str, not {keys!r}")
     keys = [plain_str(k) for k in keys]
     for k in keys:
