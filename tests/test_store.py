@@ -883,6 +883,17 @@ def test_sync_flush_dispatches_only_what_is_flushed(make_store, store_config):
     assert store.get_max_offset_in_queue("TopicTest", 0) == 11
 
 
+@pytest.mark.parametrize("max_nums", [0, -3])
+def test_a_pull_of_max_nums_0_or_less_takes_one_message_as_rocketmq(make_store, max_nums):
+    """isTheBatchFull is false before the first message whatever maxMsgNums says."""
+    store = make_store()
+    for i in range(3):
+        put_ok(store, Message("T", b"m%d" % i))
+    assert store.wait_for_dispatch()
+    got = store.get_message("g", "T", 0, 0, max_nums)
+    assert (got.status, [m.body for m in got.messages], got.next_begin_offset) == (GetMessageStatus.FOUND, [b"m0"], 1)
+
+
 @pytest.mark.parametrize("max_nums", [32, 20, 10, 1])
 def test_pull_size_honours_max_nums(make_store, store_config, max_nums):
     store = make_store(config=store_config.copy(mappedFileSizeConsumeQueue=2000))

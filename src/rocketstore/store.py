@@ -350,7 +350,8 @@ class MessageStore:
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_nums: int = 32, tags: str | None = None
     ) -> GetResult:
-        """Pull up to ``max_nums`` messages of a queue from ``offset`` (tags: ``"*"`` or ``"a || b"``).
+        """Pull up to ``max_nums`` messages of a queue from ``offset`` (tags: ``"*"`` or ``"a || b"``);
+        at least one, as RocketMQ's isTheBatchFull takes the first (``max_nums`` 0 or less gives one).
         StoreNotReadableError while the NOT_READABLE running flag is set."""
         self._readable()
         if self.running_flags & NOT_READABLE:
