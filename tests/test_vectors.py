@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import Message, MessageStore
+from rocketstore.codec.properties import java_map_order
 from rocketstore.errors import ReadOnlyStoreError
 from rocketstore.export import export_row, iter_log, iter_queued
 
@@ -185,6 +186,32 @@ def test_sample_crash_as_the_slave_rocketmq_opened_it_stamps_the_checkpoint_on_d
         assert store.checkpoint.logics_dispatched_timestamp == want["logicsMsgTimestamp"]
     finally:
         store.shutdown()
+
+
+def test_a_delayed_put_orders_its_properties_as_rocketmq_wrote_them(vectors, vector_config, tmp_path):
+    """4.9.8 re-serializes a delayed message's properties from a HashMap once it adds REAL_TOPIC
+    and REAL_QID: every schedule record and delivered copy of the vector has its names in that
+    map's order (java_map_order), and each delayed message put again (its names as the producer
+    gave them, without REAL_*) is written in the order RocketMQ wrote it, REAL_* placed as Java's map
+    places them, not appended."""
+    with MessageStore.open(vectors / CLEAN / "store", vector_config, read_only=True) as source:
+        rewritten = [m for m, *_ in iter_queued(source) if m is not None and "REAL_TOPIC" in m.properties]
+    units = [m for m in rewritten if m.topic == "SCHEDULE_TOPIC_XXXX" and "UNIQ_KEY" in m.properties]  # a put adds one
+    assert len(units) > 20 and len(rewritten) > len(units)  # delivered copies too
+    for stored in rewritten:
+        assert list(java_map_order(stored.properties)) == list(stored.properties), stored.commit_log_offset
+    with MessageStore.open(tmp_path / "s", vector_config) as store:
+        for stored in units:
+            props = stored.properties
+            given = {k: v for k, v in props.items() if k not in ("REAL_TOPIC", "REAL_QID")}
+            put = store.put(Message(props["REAL_TOPIC"], stored.body, properties=given), int(props["REAL_QID"]))
+            put.raise_for_status()
+            written = store.look_message_by_offset(put.commit_log_offset)
+            assert written is not None and list(written.properties) == list(props), stored.commit_log_offset
+        bare = store.put(Message("T", b"x", tags="a", properties={"DELAY": "1"}))  # a UNIQ_KEY the put makes
+        written = store.look_message_by_offset(bare.commit_log_offset)
+        assert written is not None and "UNIQ_KEY" in written.properties
+        assert list(written.properties) == list(java_map_order(written.properties))
 
 
 # ================================================================== abnormal recovery in place

@@ -11,7 +11,7 @@ import random
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import JAVA_INT, Message, StoredMessage
-from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT
+from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT, java_map_order
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, validate_group
 from rocketstore.errors import InvalidArgumentError, InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.config_files import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
@@ -72,7 +72,8 @@ def send_back_message(
     if not props.get(ORIGIN_MESSAGE_ID, "").strip():
         props[ORIGIN_MESSAGE_ID] = original.msg_id
     props[WAIT] = "false"  # RocketMQ's broker does not wait for a flush of a sent-back message
-    message = original.copy_to(topic, props, reconsume_times=original.reconsume_times + 1)
+    # written from the broker's HashMap of them (a delayed one is ordered again with REAL_* added)
+    message = original.copy_to(topic, java_map_order(props), reconsume_times=original.reconsume_times + 1)
     return message, queue_id, queue_nums
 
 

@@ -28,6 +28,7 @@ from rocketstore.codec.properties import (
     UNIQ_KEY,
     WAIT,
     encode_properties,
+    java_map_order,
 )
 from rocketstore.codec.scan import delay_of_level, java_int
 from rocketstore.codec.topic import SCHEDULE_TOPIC
@@ -154,7 +155,10 @@ class MessagePreparer:
             return _bad_properties()
         if uniq is None and new_uniq:
             uniq = self.uniq_keys.next(now)
-            text = f"{text}\x02UNIQ_KEY\x01{uniq}" if text else f"UNIQ_KEY\x01{uniq}"
+            if message._topic == SCHEDULE_TOPIC and REAL_TOPIC in props:  # delayed: the key in the map's order
+                text = encode_properties(java_map_order({**props, UNIQ_KEY: uniq}))
+            else:
+                text = f"{text}\x02UNIQ_KEY\x01{uniq}" if text else f"UNIQ_KEY\x01{uniq}"
         if extra_props:
             text = f"{text}\x02{extra_props}"
         topic = message._topic
@@ -269,7 +273,7 @@ class MessagePreparer:
             delayed[DELAY] = str(level)
         delayed[REAL_TOPIC] = message.topic
         delayed[REAL_QID] = str(queue_id)
-        return message.with_topic(SCHEDULE_TOPIC, delayed), level - 1
+        return message.with_topic(SCHEDULE_TOPIC, java_map_order(delayed)), level - 1
 
 
 class MessageWriter(MessagePreparer):

@@ -6,6 +6,8 @@ trailing separator, and drop segments without a name or a value, as RocketMQ doe
 
 from __future__ import annotations
 
+from rocketstore.codec.ids import java_hash
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -30,6 +32,22 @@ KEY_SEPARATOR = " "
 def encode_properties(props: dict[str, str]) -> str:
     """A property dict -> the stored string (4.9 form, no trailing separator)."""
     return PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in props.items()])
+
+
+def java_map_order(props: dict[str, str]) -> dict[str, str]:
+    """``props`` in the order a ``java.util.HashMap`` of them iterates, as RocketMQ 4.9.8 writes a
+    properties string it re-serializes (spec 3.4): by bucket ``(h ^ h >>> 16) & (capacity - 1)``
+    of the name's hashCode, ties in insertion order; capacity 16, doubled past three quarters full."""
+    capacity = 16
+    while len(props) > capacity * 3 // 4:
+        capacity *= 2
+    mask = capacity - 1
+
+    def bucket(name: str) -> int:
+        h = java_hash(name) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    return {name: props[name] for name in sorted(props, key=bucket)}
 
 
 def decode_properties(text: str) -> dict[str, str]:
