@@ -189,6 +189,24 @@ def test_max_message_size_is_hot_reconfigurable(make_store, store_config):
     assert r.ok and r.queue_offset == 1
 
 
+def test_index_settings_changed_while_running_take_effect(make_store, store_config):
+    """messageIndexEnable is read at each dispatch (CommitLogDispatcherBuildIndex) and
+    maxMsgsNumBatch at each query (IndexService.queryOffset), as RocketMQ reads them."""
+    store = make_store(config=store_config.copy(maxMsgsNumBatch=5))
+    for i in range(20):
+        put_ok(store, Message("T", b"m%d" % i, keys=["k"]))
+    assert store.wait_for_dispatch()
+    assert len(store.query_message("T", "k").messages) == 5
+    store.config.maxMsgsNumBatch = 64
+    assert len(store.query_message("T", "k").messages) == 20
+    store.config.messageIndexEnable = False
+    put_ok(store, Message("T", b"off", keys=["off"]))
+    assert store.wait_for_dispatch() and store.query_message("T", "off").messages == []
+    store.config.messageIndexEnable = True
+    put_ok(store, Message("T", b"on", keys=["on"]))
+    assert store.wait_for_dispatch() and [m.body for m in store.query_message("T", "on").messages] == [b"on"]
+
+
 def test_properties_size_limit(make_store, store_config):
     store = make_store(config=store_config.copy(mappedFileSizeCommitLog=65536))
     uniq = "7F0000010000000000000000000000AB"

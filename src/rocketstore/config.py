@@ -5,7 +5,8 @@ as cheaply as any attribute (``config.max_message_size``); the RocketMQ names wo
 (``config.maxMessageSize``), for reading, setting and in ``StoreConfig(...)``. ``MessageStore.open``
 takes a copy: change ``store.config`` while the store runs (RocketMQ's ``maxMessageSize`` is
 hot-reconfigurable); the store reads most values when it needs them, those that choose its
-services and files (flushDiskType, the pool, file sizes) at the open only.
+services and files (flushDiskType, the pool, file sizes, brokerRole: a SYNC_MASTER's waits and
+a SLAVE's refusals) at the open only.
 
 The defaults are RocketMQ 5.3.3's (spec section 11). Keys that belong to the broker but decide
 what the store writes (``brokerIP1``, ``listenPort``, ...) are accepted as well, so a real

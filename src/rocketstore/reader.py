@@ -331,7 +331,10 @@ class MessageReader:
         last_ts = last_phy = 0  # the index's last update, told only when it gave offsets (as RocketMQ)
         hits = -1
         for _ in range(3):
-            offsets = self.index.query_offsets(topic, key, max_num, begin, last_query_ts)
+            # at most maxMsgsNumBatch, read at each query as IndexService.queryOffset reads it
+            offsets = self.index.query_offsets(
+                topic, key, min(max_num, self.config.max_msgs_num_batch), begin, last_query_ts
+            )
             if hits < 0:
                 hits = len(offsets)
             if not offsets:

@@ -178,13 +178,10 @@ class MessageStore:
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), writable=not self.read_only)
             # loaded, queried and cleaned up whatever messageIndexEnable says: it decides only whether
             # records are indexed (RocketMQ's CommitLogDispatcherBuildIndex)
-            self.index = IndexService(
-                root, config.max_hash_slot_num, config.max_index_num, mode, self.checkpoint, config.max_msgs_num_batch
-            )
+            self.index = IndexService(root, config.max_hash_slot_num, config.max_index_num, mode, self.checkpoint)
             self.index.load(self.last_exit_ok or not recover_files)
             self.index.allocator = self.allocator
-            building = self.index if config.message_index_enable else None
-            self.dispatcher = Dispatcher(self.queues, building, self.checkpoint, slave=config.broker_role == "SLAVE")
+            self.dispatcher = Dispatcher(self.queues, self.index, self.checkpoint, config)
             self.dispatcher.set_deleted(self.deleted_topics.table)  # their old records are not dispatched again
             self.delay_millis = delay_level_millis(config.message_delay_level)
             if not self.read_only:  # recovery changes files: an open cut short recovers as after a crash
@@ -193,7 +190,7 @@ class MessageStore:
                 self.recovery = recover(
                     self.commit_log,
                     self.queues,
-                    building,
+                    self.index if config.message_index_enable else None,
                     self.checkpoint,
                     self.dispatcher,
                     last_exit_ok=self.last_exit_ok,

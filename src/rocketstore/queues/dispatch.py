@@ -32,6 +32,7 @@ from rocketstore.codec.records import (
     REQUEST_LEN,
     Records,
 )
+from rocketstore.config import StoreConfig
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -47,12 +48,13 @@ class Dispatcher:
     """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex, for batches."""
 
     def __init__(
-        self, queues: ConsumeQueueStore, index: IndexService | None, checkpoint: StoreCheckpoint, *, slave: bool = False
+        self, queues: ConsumeQueueStore, index: IndexService, checkpoint: StoreCheckpoint, config: StoreConfig
     ) -> None:
         self.queues = queues
-        self.index = index
+        self.index = index  # built while messageIndexEnable says so, read at each dispatch as RocketMQ reads it
         self.checkpoint = checkpoint
-        self.slave = slave  # a SLAVE stamps physicMsgTimestamp on dispatch too (it flushes no puts of its own)
+        self.config = config
+        self.slave = config.broker_role == "SLAVE"  # stamps physicMsgTimestamp on dispatch too (it flushes no puts)
         self.deleted: dict[str, int] = {}  # deleted topic -> the log end when it was deleted
         self.skip_below = 0  # the highest of those ends: records at or after it are never skipped
 
@@ -99,7 +101,7 @@ class Dispatcher:
             )
         if last_queued_ts:
             self._dispatched(last_queued_ts)
-        if self.index is not None:
+        if self.config.message_index_enable:
             self.index.build_index_requests(requests)
 
     def _dispatched(self, store_timestamp: int) -> None:
@@ -148,7 +150,7 @@ class Dispatcher:
                     phys[a:b], sizes[a:b], queue_offsets[a:b], data[a * CQ_STORE_UNIT_SIZE : b * CQ_STORE_UNIT_SIZE]
                 )
             self._dispatched(int(queued.store_ts[-1]))
-        if index and self.index is not None:
+        if index and self.config.message_index_enable:
             self.index.build_index(records)
 
 

@@ -157,7 +157,6 @@ class IndexService:
         index_num: int,
         mode: str,
         checkpoint: StoreCheckpoint,
-        max_msgs_num_batch: int = 64,
     ) -> None:
         if index_file_size(slot_num, index_num) > JAVA_INT[1]:  # RocketMQ's IndexFile size is an int
             raise ConfigError(
@@ -169,7 +168,6 @@ class IndexService:
         self.index_num = index_num
         self.mode = mode
         self.checkpoint = checkpoint
-        self.max_msgs_num_batch = max_msgs_num_batch
         self.files: list[IndexFile] = []
         self._lock = threading.Lock()
         self.allocator: SegmentAllocator | None = None  # faults a new file's slot table in ahead of use
@@ -390,8 +388,8 @@ class IndexService:
     # -- queries ---------------------------------------------------------------------------------
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commit-log offsets of entries whose hash matches ``topic#key`` within [begin, end], newest
-        files first, at most ``min(max_num, maxMsgsNumBatch)`` (collisions included)."""
-        max_num = max(0, min(max_num, self.max_msgs_num_batch))
+        files first, at most ``max_num`` (collisions included; the caller caps it at maxMsgsNumBatch)."""
+        max_num = max(0, max_num)
         out: list[int] = []
         key_hash = topic_key_hash(topic, key)
         for index in reversed(self.files):
