@@ -214,6 +214,28 @@ def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(make_st
     assert report.ok, report.problems
 
 
+def test_a_record_with_a_negative_queue_id_is_queued_in_its_own_topic(make_store, tmp_path, store_config) -> None:
+    """A damaged QUEUEID read as a negative int: the record is dispatched to its own topic under
+    that queue id, as Java names the folder by its int; it went to another topic's queue (the sign
+    spilt over the topic bits) under the unsigned number, where consumers of that topic got it."""
+    store = make_store()
+    phys = [store.put(Message("AB"[i % 2], b"m%d" % i), 0).commit_log_offset for i in range(20)]
+    store.shutdown()
+    damaged = phys[4]  # a record of topic A
+    with open(tmp_path / "store" / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.seek(damaged + 12)  # QUEUEID
+        f.write(struct.pack(">i", -16777216))
+    shutil.rmtree(tmp_path / "store" / "consumequeue")  # rebuilt from the log by the next open
+    store = make_store()
+    assert store.queue_ids() == {"A": [-16777216, 0], "B": [0]}
+    queue = store.queues.find("A", -16777216)
+    assert queue is not None and queue.max_physic_offset > damaged  # its unit is there, the only one
+    assert damaged not in [m.commit_log_offset for m in store.get_message("g", "B", 0, 0).messages]
+    store.shutdown()
+    reopened = make_store()  # the folder Java would name, "-16777216", loads again
+    assert reopened.queue_ids() == {"A": [-16777216, 0], "B": [0]}
+
+
 def _field_at(path: Path, record: int, field: str) -> tuple[int, str]:
     """Where a record's BODYLEN, topic length or properties length lies (IPv4 hosts, V1), with its
     struct format."""

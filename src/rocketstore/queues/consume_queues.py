@@ -40,7 +40,8 @@ class ConsumeQueueStore:
             if not os.path.isdir(topic_dir):
                 continue
             for qid in sorted(os.listdir(topic_dir)):
-                if not qid.isdigit() or not os.path.isdir(os.path.join(topic_dir, qid)):
+                java_int = qid.isdigit() or (qid[:1] == "-" and qid[1:].isdigit())  # a damaged record's id < 0
+                if not java_int or not os.path.isdir(os.path.join(topic_dir, qid)):
                     log.warning("skipping %s: not a queue folder", os.path.join(topic_dir, qid))
                     continue
                 found.append((topic, int(qid)))

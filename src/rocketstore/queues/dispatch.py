@@ -131,7 +131,7 @@ class Dispatcher:
                 if len(topic_ids) > 1
                 else np.zeros(n, dtype=np.int64)
             )
-            queue_of = (topic_of << 32) | queued.queue_ids
+            queue_of = (topic_of << 32) | (queued.queue_ids.astype(np.int64) & 0xFFFFFFFF)  # a damaged id < 0 too
             if (queue_of != queue_of[0]).any():
                 order = np.argsort(queue_of, kind="stable")
                 queue_of = queue_of[order]
@@ -142,7 +142,7 @@ class Dispatcher:
             else:
                 starts, ends = [0], [n]
             topics = list(topic_ids)
-            keys = [(topics[q >> 32], q & 0xFFFFFFFF) for q in queue_of[starts].tolist()]
+            keys = [(topics[q >> 32], ((q & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000) for q in queue_of[starts].tolist()]
             data = packed.tobytes()
             find = self.queues.find_or_create
             for key, a, b in zip(keys, starts, ends, strict=True):
