@@ -339,6 +339,8 @@ def test_a_wrong_physicaloffset_field_is_a_problem(built: Path) -> None:
     patch(path, pos + rec.PHYSICAL_OFFSET_POSITION, struct.pack(">q", target["offset"] + 1000))
     report = verify_store(built, tiny())
     assert has(report.problems, f"(offset {target['offset']})", f"PHYSICALOFFSET field says {target['offset'] + 1000}")
+    named = [p for p in report.problems if "PHYSICALOFFSET" in p]
+    assert named[0].startswith(f"commitlog/{path.name}@{pos} "), named  # as every problem names a segment
     assert report.records == N  # the record itself still reads
     agrees_with_rmqread(built, report)
 

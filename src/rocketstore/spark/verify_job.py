@@ -21,7 +21,7 @@ from rocketstore.store import MessageStore
 
 
 def _scan_group(
-    group: list[Segment], delay_millis: tuple[int, ...], max_listed: int | None, prop_crc: bool
+    group: list[Segment], delay_millis: tuple[int, ...], max_listed: int | None, prop_crc: bool, root: str
 ) -> list[v.SegmentScan]:
     """A task: each segment of the group scanned with CRC checks, as ``rocketstore verify`` does."""
     out = []
@@ -29,7 +29,7 @@ def _scan_group(
         mapped = MappedFile.open(seg.path, seg.base, seg.size, "cow")
         mapped.set_positions(seg.size)
         try:
-            out.append(v.scan_segment(mapped, delay_millis, max_listed, prop_crc=prop_crc))
+            out.append(v.scan_segment(mapped, delay_millis, max_listed, prop_crc=prop_crc, root=root))
         finally:
             mapped.mm.close()
     return out
@@ -49,10 +49,10 @@ def verify(
             segments = [seg for seg in segments if seg.base < tail]
         scans: list[v.SegmentScan] = []
         if segments:
-            delay, prop_crc = store.delay_millis, store.config.force_verify_prop_crc
+            delay, prop_crc, root = store.delay_millis, store.config.force_verify_prop_crc, report.store
             groups = group_segments(segments, spark.sparkContext.defaultParallelism)
             rdd = spark.sparkContext.parallelize(groups, len(groups))
-            found = rdd.flatMap(lambda g: _scan_group(g, delay, max_problems, prop_crc)).collect()
+            found = rdd.flatMap(lambda g: _scan_group(g, delay, max_problems, prop_crc, root)).collect()
             scans = sorted(found, key=lambda x: x.base)
             if tail is not None:
                 scans = [v.up_to(scan, tail) for scan in scans]

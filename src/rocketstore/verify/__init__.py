@@ -218,7 +218,9 @@ def _check_log(
     def scan_of(i: int) -> SegmentScan:
         path = paths[i]
         if path not in scans:
-            scan = log_checks.scan_segment(by_path[path], delay, report.max_listed, progress, prop_crc=prop_crc)
+            scan = log_checks.scan_segment(
+                by_path[path], delay, report.max_listed, progress, prop_crc=prop_crc, root=report.store
+            )
             scans[path] = scan if tail is None else up_to(scan, tail)
         return scans[path]
 

@@ -210,7 +210,7 @@ class Stop:
 def segment_label(path: str, root: str) -> str:
     """A segment's path as messages name it: relative to the store's folder when it lies in it
     (``commitlog/<segment>``, or another storePathCommitLog folder's), else in full."""
-    if is_inside(path, root):  # as recover's copy advice tells inside from outside (links resolved)
+    if root and is_inside(path, root):  # as recover's copy advice tells inside from outside (links resolved)
         return os.path.relpath(os.path.realpath(path), os.path.realpath(root))
     return os.path.abspath(path)
 
@@ -248,12 +248,14 @@ def scan_segment(
     progress: Callable[[int], None] | None = None,
     *,
     prop_crc: bool = False,
+    root: str = "",
 ) -> SegmentScan:
     """Scan a whole segment with CRC checks (``progress(n)`` as ``n`` more bytes are read): the
     body CRCs, or with ``prop_crc`` (forceVerifyPropCRC) the ``__CRC32#`` properties, as recovery.
     The scan goes on past a damaged record (by its TOTALSIZE when only its CRC fails, else at the
-    next plausible record start) and past zeros followed by records."""
-    findings = VerifyReport(store="", max_listed=max_listed)
+    next plausible record start) and past zeros followed by records. Problems name the segment
+    relative to the store's ``root`` (in full without it)."""
+    findings = VerifyReport(store=root, max_listed=max_listed)
     collector = _Collector(findings)
     base = mapped.file_from_offset
     stops: list[Stop] = []
