@@ -456,7 +456,20 @@ def test_a_unit_with_a_wrong_size_or_tags_code(built: Path) -> None:
         report.problems, "consumequeue/TopicB/1 unit 2", f"size {queue[2]['size'] + 1}, record {queue[2]['size']}"
     )
     assert has(report.problems, "consumequeue/TopicB/1 unit 3", "tags code 12345")
+    assert has(report.next_steps, "consume queues: build them again") and not has(report.next_steps, "header")
     agrees_with_rmqread(built, report)
+
+
+def test_a_record_header_saying_prepared_warns_that_a_queue_rebuild_would_shift_its_queue(built: Path) -> None:
+    """The unit is right and the record's header (no CRC covers it) is damaged: the rebuild verify
+    names for queue problems would drop the record from its queue and move every later unit down
+    one offset, so the next step says so and when to keep the queues."""
+    target = [r for r in records(built) if (r["topic"], r["queueId"]) == ("TopicA", 0)][3]
+    path, pos = segment(built, target["offset"])
+    patch(path, pos + 36, struct.pack(">i", target["sysFlag"] | 0x4))  # SYSFLAG: PREPARED
+    report = verify_store(built, tiny())
+    assert has(report.problems, "consumequeue/TopicA/0 unit 3", "the record is a prepared or rollback one")
+    assert has(report.next_steps, "consume queues: build them again", "every later unit of that queue would move")
 
 
 def test_a_unit_pointing_into_a_record(built: Path) -> None:

@@ -177,14 +177,11 @@ def _check_units(
                 f"does not give (it changed since they were written); {served}"
             )
             tags_bad &= ~other_level
-    bad = (
-        (log.sizes[r] != size[check])
-        | tags_bad
-        | (log.topic_ids[r] != tid)
-        | (log.queue_ids[r] != queue_id)
-        | (log.queue_offsets[r] != index[check])
-        | not_queued
+    elsewhere = (
+        (log.topic_ids[r] != tid) | (log.queue_ids[r] != queue_id) | (log.queue_offsets[r] != index[check]) | not_queued
     )
+    report.units_record_elsewhere += int(elsewhere.sum())  # the unit, or the record's header, is damaged
+    bad = (log.sizes[r] != size[check]) | tags_bad | elsewhere
     covered[r[~bad]] = True
     unit = (index, phy, size, tags, rows)
     problems_at(report, np.flatnonzero(check)[bad], lambda i: _unit_mismatch(log, where, tid, queue_id, unit, i))

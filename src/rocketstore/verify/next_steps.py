@@ -47,14 +47,21 @@ def in_place(store: str) -> str:
     )
 
 
-def rebuild(store: str, folder: str) -> str:
+ELSEWHERE = (
+    " (but a unit whose record says another queue, queue offset or transaction type may point at a record whose "
+    "header is damaged, which no CRC covers: a rebuild queues each record by its own fields, so that record would "
+    "leave its queue and every later unit of that queue would move one offset down, under the offsets consumers "
+    "committed; when the units around it agree with the queue, the record is what is damaged: keep the consume "
+    "queues as they are, as RocketMQ serves them)"
+)
+
+
+def rebuild(store: str, folder: str, units_record_elsewhere: int = 0) -> str:
     """The next step for consume queues (``consumequeue``) or the index (``index``) that disagree
-    with the commit log: build them again from it."""
+    with the commit log: build them again from it (with a warning when units disagree with their
+    records' own queue fields: the record's header may be the damaged part)."""
     if folder == "consumequeue":
-        what, caveat = (
-            "consume queues",
-            " (a unit that disagrees with its record's own queue fields stays: the record is damaged)",
-        )
+        what, caveat = "consume queues", ELSEWHERE if units_record_elsewhere else ""
     else:
         what, caveat = "index", ""
     return (
@@ -86,7 +93,7 @@ def add_next_steps(
     if found.get("log") and log is not None:
         steps.extend(_log_steps(report, log))
     if found.get("queues") or "queues" in kinds:
-        steps.append(rebuild(store, "consumequeue"))
+        steps.append(rebuild(store, "consumequeue", report.units_record_elsewhere))
     if found.get("index") or "index" in kinds:
         steps.append(rebuild(store, "index"))
     if found.get("config"):
