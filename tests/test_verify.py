@@ -460,6 +460,23 @@ def test_a_unit_with_a_wrong_size_or_tags_code(built: Path) -> None:
     agrees_with_rmqread(built, report)
 
 
+@pytest.mark.parametrize("name", ["topics.json", "delayOffset.json"])
+def test_a_config_file_unreadable_with_its_backup_gets_a_next_step_that_works(built: Path, tmp_path, name) -> None:
+    """Neither the file nor its backup reads: the store does not load (RocketMQ's broker does not
+    start), so recover cannot help; the step says to move both aside, and after it verify is clean."""
+    config = built / "config"
+    for path in (config / name, config / f"{name}.bak"):
+        path.write_text('{"x":')
+    report = verify_store(built, tiny())
+    assert has(report.problems, "the store cannot be loaded", name)
+    assert has(report.next_steps, f"{name} cannot be read, nor its backup", "move both out")
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for path in (config / name, config / f"{name}.bak"):
+        path.rename(aside / path.name)
+    assert verify_store(built, tiny()).ok
+
+
 def test_a_record_header_saying_prepared_warns_that_a_queue_rebuild_would_shift_its_queue(built: Path) -> None:
     """The unit is right and the record's header (no CRC covers it) is damaged: the rebuild verify
     names for queue problems would drop the record from its queue and move every later unit down

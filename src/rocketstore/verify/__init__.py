@@ -59,7 +59,7 @@ from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
 from rocketstore.verify.index import check_index
 from rocketstore.verify.layout import check_layout, check_sizes
-from rocketstore.verify.next_steps import add_next_steps
+from rocketstore.verify.next_steps import add_next_steps, unreadable_config
 from rocketstore.verify.report import VerifyReport, iter_problem_lines
 
 __all__ = [
@@ -112,6 +112,9 @@ def verify_store(
             report.problem(f"the store cannot be loaded: {exc}")
         report.note("the store could not be loaded: records, queues and index were not checked")
         add_next_steps(report, found, reported, config.commit_log_folders, log)
+        config_dir = os.path.join(root, "config")
+        if exc.path is not None and os.path.dirname(os.path.abspath(exc.path)) == os.path.abspath(config_dir):
+            report.next_steps.append(unreadable_config(exc.path))
         return report
     try:
         tail = live_tail(store) if report.lock_held_by is not None else None

@@ -70,6 +70,18 @@ def rebuild(store: str, folder: str, units_record_elsewhere: int = 0) -> str:
     )
 
 
+def unreadable_config(path: str) -> str:
+    """The next step for a config file that cannot be read, nor its backup: the store does not
+    load (as RocketMQ's broker does not start), so nothing but moving both aside gets it going."""
+    name = os.path.basename(path)
+    return (
+        f"config files: {name} cannot be read, nor its backup, so the store does not load (nor would RocketMQ's "
+        f"broker start): move both out of the store (`mv {path} {path}.bak SOMEWHERE/`); the store then starts "
+        f"with {name} empty (what was in it is lost: put back what you can by hand), and verify checks the rest"
+        + (DELAY_OFFSETS if name == "delayOffset.json" else "")
+    )
+
+
 def add_next_steps(
     report: VerifyReport,
     found: dict[str, int],
