@@ -345,6 +345,36 @@ def test_consume_commit_into_a_closed_pipe_commits_only_what_was_written(tmp_pat
         assert [r["queueOffset"] for r in jsonl(result.stdout)] == list(range(committed, count))  # none lost
 
 
+def test_consume_commit_under_python_unbuffered_commits_no_line_cut_short(tmp_path: Path) -> None:
+    """Under PYTHONUNBUFFERED stdout writes to the raw pipe, and a write the closing reader cuts
+    short came back as done (TextIOWrapper ignores a short count): the message was committed
+    though its line never arrived. The reader here closes while a line longer than the pipe is
+    being written: only the line before it is committed."""
+    import fcntl
+    import termios
+
+    root = tmp_path / "s"
+    sets = ["--set", "mappedFileSizeCommitLog=1048576", "--set", "brokerIP1=127.0.0.1"]
+    body = "x" * 60_000  # a line of ~80 kB: more than the 64 kB a pipe holds
+    assert run("produce", root, *sets, "--topic", "T", "--body", body, "--count", 3).exit_code == 0
+    args = ("consume", root, *sets, "--topic", "T", "--group", "G", "--commit", "--json")
+    proc = cli_process(*args, env={"PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["queueOffset"] == 0
+    waiting = bytearray(4)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the second line fills the pipe: the writer is in its write
+        fcntl.ioctl(proc.stdout.fileno(), termios.FIONREAD, waiting)
+        if int.from_bytes(waiting, sys.byteorder) >= 65536:
+            break
+        time.sleep(0.01)
+    proc.stdout.close()
+    proc.stderr.read()
+    assert proc.wait(timeout=120) == 0
+    with MessageStore.open(root, StoreConfig(mappedFileSizeCommitLog=1048576), read_only=True) as store:
+        assert store.query_offset("G", "T", 0) == 1  # the first line only
+
+
 # -- 5: a closed stdout ---------------------------------------------------------------------------------
 def _with_stdout_closed(*args: object) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]

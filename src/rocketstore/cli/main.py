@@ -11,6 +11,7 @@ said on stderr); a command that only reads
 
 from __future__ import annotations
 
+import io
 import signal
 import sys
 from typing import Any
@@ -103,6 +104,17 @@ for _command in (
     cli.add_command(_command)
 
 
+def _whole_writes(stream: Any) -> Any:
+    """stdout on a buffered writer when it writes straight to the raw file (``python -u``,
+    PYTHONUNBUFFERED): a pipe's reader closing mid-write cuts a raw write short, and TextIOWrapper
+    ignores the count, so a line consume --commit then committed was lost unnoticed. A buffered
+    writer writes all of it or raises BrokenPipeError. Lines still go out as they are written."""
+    raw = getattr(stream, "buffer", None)
+    if not isinstance(raw, io.RawIOBase):
+        return stream
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console-script entry point. Text that stdout's encoding cannot hold (a table on an ASCII
     terminal) is written with replacement characters; JSON output is UTF-8 whatever the encoding."""
@@ -112,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_ERROR)
     if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # loaded: Ctrl-C is the commands' now
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.stdout = _whole_writes(sys.stdout)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
         reconfigure(errors="replace")
