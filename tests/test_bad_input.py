@@ -250,6 +250,19 @@ def _line(**fields: object) -> str:
         (_line(tags="A", properties={"TAGS": "B"}), "does not agree"),
         (_line(uniqKey="AB", properties={"UNIQ_KEY": "CD"}), "does not agree"),
         ('{"topic": "T", "properties": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        # a false value of the wrong type is no empty one: it was stored as an empty body, tags...
+        (_line(body=[]), "body must be a base64 string"),
+        (_line(body={}), "body must be a base64 string"),
+        (_line(body=False), "body must be a base64 string"),
+        (_line(body=0), "body must be a base64 string"),
+        (_line(properties=False), "properties must be a JSON object"),
+        (_line(properties=[]), "properties must be a JSON object"),
+        (_line(tags=0), "tags must be a JSON string"),
+        (_line(keys=[]), "keys must be a JSON string"),
+        # numbers are JSON numbers: int("1_000") and int(" ١٢ ") took these
+        (_line(flag="1_000"), "flag must be an integer"),
+        (_line(reconsumeTimes=" \u0661\u0662 "), "reconsumeTimes must be an integer"),
+        (_line(queueId="3"), "queueId must be an integer"),
     ],
 )
 def test_an_import_line_of_the_wrong_shape_is_refused_with_its_number(make_store, line, reason):
@@ -258,6 +271,14 @@ def test_an_import_line_of_the_wrong_shape_is_refused_with_its_number(make_store
         import_jsonl(store, [_line(), line, _line()])
     assert refused.value.imported == 1
     assert store.wait_for_dispatch() and store.get_max_offset_in_queue("T", 0) == 1
+
+
+def test_an_import_file_that_starts_with_a_utf8_bom_imports(make_store):
+    """An editor's BOM before the first line is not data: the advice to resume with `tail -n +1`
+    would meet it again."""
+    store = make_store()
+    assert import_jsonl(store, ["\ufeff" + _line(), _line()]) == 2
+    assert import_jsonl(store, [("\ufeff" + _line()).encode()]) == 1
 
 
 def test_an_import_line_with_tags_keys_and_uniq_key_columns_alone_keeps_them(make_store):

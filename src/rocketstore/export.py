@@ -208,6 +208,8 @@ def import_jsonl(
             size = len(line)
             try:
                 text = line.decode("utf-8") if isinstance(line, bytes) else line
+                if number == 1 and text.startswith("\ufeff"):  # a UTF-8 BOM an editor wrote: not data
+                    text = text[1:]
                 if not text.strip():
                     resume = number + 1
                     continue

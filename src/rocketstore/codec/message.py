@@ -518,7 +518,7 @@ def check_int_fields(obj: dict[str, Any]) -> None:
         if value is None:
             continue
         try:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            if isinstance(value, (bool, str)) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
             number = int(value)
         except (ValueError, TypeError, OverflowError):
@@ -528,8 +528,11 @@ def check_int_fields(obj: dict[str, Any]) -> None:
 
 def message_from_json(obj: dict[str, Any]) -> Message:
     """An export JSON object -> a Message keeping what the store does not assign."""
+    text = obj.get("body")
+    if not isinstance(text, str):  # [], {}, false and 0 are no empty body: "" is
+        raise InvalidMessageError(f'body must be a base64 string (an empty body is ""), not {text!r}')
     try:
-        body = base64.b64decode(obj.get("body") or "", validate=True)
+        body = base64.b64decode(text, validate=True)
     except (ValueError, TypeError) as exc:
         raise InvalidMessageError(f"body is not base64: {exc}") from None
     return message_from_fields(obj, body)
@@ -540,7 +543,8 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
     Message keeping what the store does not assign, as :func:`message_from_json` builds it (the
     ``__CRC32#`` property a store appends is one such assigned field)."""
     sys_flag = int(obj.get("sysFlag") or 0) & sf.PRODUCER_BITS
-    properties = obj.get("properties") or {}
+    properties = obj.get("properties")
+    properties = {} if properties is None else properties
     if not isinstance(properties, dict):
         raise InvalidMessageError("properties must be a JSON object")
     for name, value in properties.items():
@@ -550,9 +554,11 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
     properties.pop(PROPERTY_CRC32, None)  # the source record's checksum (enabledAppendPropCRC): the store's own
     for name, field in ((TAGS, "tags"), (KEYS, "keys"), (UNIQ_KEY, "uniqKey")):  # the export's own columns, alone
         value = obj.get(field)
-        if not value or value == properties.get(name):  # "" is no tags, as Message(tags="")
+        if value is None or value == "" or value == properties.get(name):  # "" is no tags, as Message(tags="")
             continue
-        if name in properties or not isinstance(value, str):
+        if not isinstance(value, str):
+            raise InvalidMessageError(f"{field} must be a JSON string, not {value!r}")
+        if name in properties:
             raise InvalidMessageError(f"{field} {value!r} does not agree with the properties' {name}")
         properties[name] = value
     for field in ("bornHost", "storeHost"):
