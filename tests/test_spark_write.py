@@ -683,8 +683,8 @@ def test_a_delayed_message_is_checked_with_the_queue_the_driver_chooses(tmp_path
     batch is refused before the first put when only a longer queue id makes it too large."""
     from rocketstore import Message
     from rocketstore.errors import InvalidMessageError
+    from rocketstore.prepare import MessagePreparer
     from rocketstore.spark.commits import append_staged
-    from rocketstore.writer import MessagePreparer
 
     config = small_config()
     store = tmp_path / "store"

@@ -28,10 +28,10 @@ from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.export import QueuedUnit, queue_units
+from rocketstore.prepare import MessagePreparer
 from rocketstore.results import GetMessageStatus, GetResult, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.timestamps import epoch_millis
-from rocketstore.writer import MessagePreparer
 
 _SHOWN_RESULTS = 20
 _PULL_BATCH = 32

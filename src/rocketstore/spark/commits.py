@@ -75,13 +75,13 @@ from rocketstore.files.file_queue import only_zeros
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, held, lock_holder
 from rocketstore.meta.root import is_inside, require_store_or_new_folder
+from rocketstore.prepare import MessagePreparer
 from rocketstore.results import PutResult
 from rocketstore.services.wiring import no_cleanup, no_delayed_delivery
 from rocketstore.spark.schema import option, split_scheme
 from rocketstore.spark.staging import staged_batches
 from rocketstore.store import MessageStore
 from rocketstore.verify.recovery_plan import lossy_cut_guard
-from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 MARKER = os.path.join("config", "sparkSinkCommits.json")

@@ -70,12 +70,12 @@ from rocketstore.config import StoreConfig
 from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import ConfigError, InvalidArgumentError, InvalidMessageError, InvalidTopicError, RecordError
 from rocketstore.meta.root import holds_store, require_store_or_new_folder
+from rocketstore.prepare import MessagePreparer
 from rocketstore.spark import commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
 from rocketstore.spark.staging import OWNER, claim_folder, driver_tag, sweep_staging
 from rocketstore.verify.layout import check_sizes
 from rocketstore.verify.recovery_plan import cut_refused, plan_recovery
-from rocketstore.writer import MessagePreparer
 
 log = logging.getLogger(__name__)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # the local property Spark sets to the streaming query's id
