@@ -14,7 +14,7 @@ import pytest
 
 from conftest import put_ok
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import ConfigError, CorruptStoreError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 CL_SIZE = 4096
@@ -311,3 +311,29 @@ def test_verify_names_a_damaged_record_by_its_segments_folder(tmp_path: Path, st
         with open(folder / name, "r+b") as f:
             f.seek(4)
             f.write(magic)
+
+
+@pytest.mark.parametrize(
+    ("folders", "why"),
+    [
+        ("{root}/consumequeue/cl", "inside the store's consumequeue folder"),
+        ("{root}/index", "inside the store's index folder"),
+        ("{root}/config", "inside the store's config folder"),
+        ("{root}", "holds the store root"),
+        ("{tmp}", "holds the store root"),
+        ("{tmp}/a,{tmp}/a/b", "inside the commit-log folder"),
+    ],
+)
+def test_a_commit_log_folder_in_a_place_of_the_store_is_refused_before_anything_is_written(
+    tmp_path: Path, store_config: StoreConfig, folders: str, why: str
+) -> None:
+    """A commit-log folder must hold segments only: one inside the consume queues, the index or
+    the config files, one holding the root, or one inside another commit-log folder was taken, and
+    the files there made the next open fail (or a consume-queue folder was skipped as stray)."""
+    root = tmp_path / "s"
+    folders = folders.format(root=root, tmp=tmp_path)
+    with pytest.raises(ConfigError, match=why):
+        MessageStore.open(root, store_config, storePathCommitLog=folders)
+    assert not root.exists() and not (tmp_path / "a").exists()
+    with pytest.raises(ConfigError, match=why):  # nor as a read-only folder
+        MessageStore.open(root, store_config, readOnlyCommitLogStorePaths=folders)

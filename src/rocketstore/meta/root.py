@@ -11,7 +11,7 @@ import contextlib
 import os
 
 from rocketstore.config import StoreConfig
-from rocketstore.errors import CorruptStoreError, StoreNotFoundError
+from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.files.syscalls import fsync_dir
 
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
@@ -91,8 +91,31 @@ def misplaced_entries(root: str, config: StoreConfig) -> list[tuple[str, str]]:
     ]
 
 
+def misplaced_commit_log_folder(root: str, config: StoreConfig) -> str | None:
+    """Why a commit-log folder (``storePathCommitLog``, ``readOnlyCommitLogStorePaths``) cannot hold
+    segments: it holds the root, lies in the root's consume queues, index or config folder, or in
+    another commit-log folder; their files would be read as stray segments (or the segments as a
+    stray queue folder). None when every folder is a place of its own."""
+    folders = config.commit_log_folders
+    for folder in folders:
+        if is_inside(root, folder):
+            return f"the commit-log folder {folder} holds the store root {root}"
+    for folder in folders:
+        for name in ("consumequeue", "index", "config"):
+            if is_inside(folder, os.path.join(root, name)):
+                return f"the commit-log folder {folder} is inside the store's {name} folder"
+        for other in folders:
+            if other != folder and is_inside(folder, other):
+                return f"the commit-log folder {folder} is inside the commit-log folder {other}"
+    return None
+
+
 def check_entries(root: str, config: StoreConfig) -> None:
-    """CorruptStoreError naming the first store entry of the wrong kind (``misplaced_entries``)."""
+    """ConfigError for a commit-log folder in a place of the store (``misplaced_commit_log_folder``);
+    CorruptStoreError naming the first store entry of the wrong kind (``misplaced_entries``)."""
+    why = misplaced_commit_log_folder(root, config)
+    if why is not None:
+        raise ConfigError(f"{why}: segments need a folder of their own")
     for path, kind in misplaced_entries(root, config):
         raise CorruptStoreError(f"should be {kind}", path)
 
