@@ -1050,10 +1050,10 @@ def test_a_topic_deleted_twice_keeps_the_later_end(tmp_path: Path) -> None:
         assert report.ok, report.problems
 
 
-def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path: Path) -> None:
+def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path: Path, caplog) -> None:
     """A crash after deletedTopics.json was written, before every queue folder went: the open
     removes the queues left (their units all point below the deletion's end), and a read-only
-    open serves them no more either, without writing anything."""
+    open serves them no more either, without writing anything (nor saying it removed them)."""
     root, config = tmp_path / "s", StoreConfig(DELETE_GEOMETRY)
     with MessageStore.open(root, config) as store:
         put_t0_and_del(store)
@@ -1065,10 +1065,15 @@ def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path: Path) -> No
         assert "DEL" not in store.queue_ids()
     assert {p.name: p.read_bytes() for p in (root / "config").iterdir()} == config_files
     assert (root / "consumequeue" / "DEL" / "2").is_dir()
+    said = [r.getMessage() for r in caplog.records if "consumequeue/DEL/2" in r.getMessage()]
+    assert len(said) == 1 and "left out" in said[0] and "the next writable open removes it" in said[0]
+    caplog.clear()
     with MessageStore.open(root, config) as store:
         assert "DEL" not in store.queue_ids()
         assert store.put(Message("DEL", b"new"), 2).queue_offset == 0
     assert not (root / "consumequeue" / "DEL" / "0").exists()
+    said = [r.getMessage() for r in caplog.records if "consumequeue/DEL/2" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith("removed now")
     report = verify_store(root, config)
     assert report.ok, report.problems
 
@@ -1146,3 +1151,21 @@ def test_a_filtered_unit_after_a_removed_one_answers_no_matched_message(make_sto
     got = store.get_message("g", "T", 0, start, 32, tags="A")
     assert got.status == GetMessageStatus.NO_MATCHED_MESSAGE and not got.messages
     assert got.next_begin_offset == 60
+
+
+def test_delete_topics_removes_a_topic_that_has_only_its_topics_json_entry(tmp_path: Path) -> None:
+    """As RocketMQ's deleteTopic (the topic's config goes whether or not it has queues): a retry
+    topic whose only message still waits in the schedule topic was kept, and reported not deleted."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        store.put(Message("T", BODY), 0).raise_for_status()
+        assert store.wait_for_dispatch()
+        store.send_back("g", store.get_message("g", "T", 0, 0).messages[0]).raise_for_status()
+        store.commit_offset("g", "%RETRY%g", 0, 1)
+        assert store.topics.find("%RETRY%g") is not None and "%RETRY%g" not in store.queue_ids()
+        assert store.delete_topics(["%RETRY%g", "Unknown"]) == ["%RETRY%g"]
+        assert store.topics.find("%RETRY%g") is None and store.query_offset("g", "%RETRY%g", 0) == -1
+    topics = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert "%RETRY%g" not in topics and "T" in topics
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        assert store.topics.find("%RETRY%g") is None
+        assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 1  # the retry still waits

@@ -504,8 +504,9 @@ class MessageStore:
 
     def delete_topics(self, topics: Iterable[str]) -> list[str]:
         """Remove the consume queues of ``topics`` (their messages stay in the log until it is
-        cleaned), their entries in topics.json and their consumer offsets; the topics that had queues. The deletion is
-        recorded in ``config/deletedTopics.json`` (see ``clean_unused_topics``)."""
+        cleaned), their entries in topics.json and their consumer offsets; the topics that had
+        queues or an entry. The deletion is recorded in ``config/deletedTopics.json`` (see
+        ``clean_unused_topics``)."""
         self._writable()
         return topic_deletion.delete_topics(self, topics)
 

@@ -35,13 +35,15 @@ def _topic_set(call: str, topics: Iterable[str]) -> set[str]:
 
 
 def delete_topics(store: MessageStore, topics: Iterable[str]) -> list[str]:
-    """``store.delete_topics``: the topics that had queues."""
+    """``store.delete_topics``: the topics that had queues or a topics.json entry (RocketMQ's
+    deleteTopic removes a topic's config whether or not it has queues: a retry topic whose
+    messages still wait in the schedule topic has none)."""
     doomed = _topic_set("delete_topics", topics)
     if doomed & NEVER_REMOVED:
         raise InvalidTopicError(f"{', '.join(sorted(doomed & NEVER_REMOVED))}: RocketMQ never removes its queues")
     # what to keep is known only once dispatch caught up: a topic whose records are not yet in a
     # consume queue has none to list, and would go with the doomed ones
-    return _remove(store, lambda: {topic for topic in store.queues.topics() if topic not in doomed})
+    return _remove(store, lambda: {topic for topic in store.queues.topics() if topic not in doomed}, doomed)
 
 
 def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
@@ -51,9 +53,10 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
     return _remove(store, lambda: kept)
 
 
-def _remove(store: MessageStore, keeping: Callable[[], set[str]]) -> list[str]:
+def _remove(store: MessageStore, keeping: Callable[[], set[str]], named: set[str] = frozenset()) -> list[str]:
     """Remove the queues of every topic but ``keeping()``'s, asked once every record appended
-    before is dispatched (and none is appended meanwhile)."""
+    before is dispatched (and none is appended meanwhile), and the ``named`` topics that have
+    only a topics.json entry."""
     # no cleanup round reads the queues being removed; no record is appended meanwhile, and every
     # one appended before is dispatched: no unit of a removed queue comes after it, and a topic
     # that comes back starts again at offset 0
@@ -66,6 +69,7 @@ def _remove(store: MessageStore, keeping: Callable[[], set[str]]) -> list[str]:
         keep = keeping()
         with store.reput.lock:  # no dispatch round is writing into a queue being removed
             gone = store.queues.unused_topics(keep)
+            gone = sorted({*gone, *(t for t in named if store.topics.find(t) is not None)})
             if gone:
                 # the log durable up to ``end`` before ``end`` is recorded: a power loss must not end
                 # it below (records put after that recovery would land below it, skipped as deleted)

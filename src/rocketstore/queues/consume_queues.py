@@ -161,11 +161,12 @@ class ConsumeQueueStore:
             for key, cq in self.table.items()
             if key[0] in deleted and key[0] not in NEVER_REMOVED and cq.max_physic_offset <= deleted[key[0]]
         ]
+        done = "removed now" if self.mode == "rw" else "left out (read-only: the next writable open removes it)"
         for key in doomed:
             log.warning(
-                "consumequeue/%s/%d: a queue of a deleted topic that its deletion did not remove (cut short); "
-                "removed now",
+                "consumequeue/%s/%d: a queue of a deleted topic that its deletion did not remove (cut short); %s",
                 *key,
+                done,
             )
         self._remove_keys(doomed)
         return doomed
