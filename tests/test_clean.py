@@ -1067,6 +1067,11 @@ def test_a_deletion_cut_short_is_finished_at_the_next_open(tmp_path: Path, caplo
     assert (root / "consumequeue" / "DEL" / "2").is_dir()
     said = [r.getMessage() for r in caplog.records if "consumequeue/DEL/2" in r.getMessage()]
     assert len(said) == 1 and "left out" in said[0] and "the next writable open removes it" in said[0]
+    report = verify_store(root, config)
+    assert report.ok and [n for n in report.notes if "consumequeue/DEL/2" in n] == [
+        "consumequeue/DEL/2: a queue of a deleted topic that its deletion did not remove (cut short): "
+        "the next writable open removes it"
+    ]
     caplog.clear()
     with MessageStore.open(root, config) as store:
         assert "DEL" not in store.queue_ids()

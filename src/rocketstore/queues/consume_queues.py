@@ -148,19 +148,22 @@ class ConsumeQueueStore:
         self._remove(gone)
         return gone
 
+    def deleted_leftovers(self, deleted: dict[str, int]) -> list[tuple[str, int]]:
+        """The keys of the queues ``remove_deleted_leftovers`` removes: of a topic in ``deleted``
+        (``config/deletedTopics.json``), every unit pointing below the topic's offset there."""
+        return [
+            key
+            for key, cq in self.table.items()
+            if key[0] in deleted and key[0] not in NEVER_REMOVED and cq.max_physic_offset <= deleted[key[0]]
+        ]
+
     def remove_deleted_leftovers(self, deleted: dict[str, int]) -> list[tuple[str, int]]:
         """Remove the queues a deletion that was cut short left (a crash after
         ``config/deletedTopics.json`` was written, before the folders went): a queue of a topic in
         ``deleted`` whose units all point below the topic's offset there. (A queue of a topic
         written again after its deletion points at or after it.) A copy-on-write store only drops
         them from the table. Returns their keys."""
-        if not deleted:
-            return []
-        doomed = [
-            key
-            for key, cq in self.table.items()
-            if key[0] in deleted and key[0] not in NEVER_REMOVED and cq.max_physic_offset <= deleted[key[0]]
-        ]
+        doomed = self.deleted_leftovers(deleted)
         done = "removed now" if self.mode == "rw" else "left out (read-only: the next writable open removes it)"
         for key in doomed:
             log.warning(
@@ -168,7 +171,8 @@ class ConsumeQueueStore:
                 *key,
                 done,
             )
-        self._remove_keys(doomed)
+        if doomed:
+            self._remove_keys(doomed)
         return doomed
 
     def _remove(self, gone: list[str]) -> None:

@@ -27,6 +27,11 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
     queue_ends: dict[tuple[int, int], int] = {}
     queue_starts: dict[tuple[int, int], int] = {}  # where in the log each queue's first unit points
     topic_ids = {t: i for i, t in enumerate(log.topics)}
+    for topic, queue_id in store.queues.deleted_leftovers(store.deleted_topics.table):
+        report.note(
+            f"consumequeue/{topic}/{queue_id}: a queue of a deleted topic that its deletion did not remove "
+            "(cut short): the next writable open removes it"
+        )
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
         report.queues += 1
         tid = topic_ids.get(topic, -1)
