@@ -117,6 +117,16 @@ def test_host_ports_outside_0_to_65535_are_refused(make_store):
     assert format_host(bytes([1, 2, 3, 4]) + (3000000000).to_bytes(4, "big")) == "1.2.3.4:-1294967296"
 
 
+@pytest.mark.parametrize(
+    "host", ["10.0.0.1: 80", "10.0.0.1:80 ", "10.0.0.1:8_0", "10.0.0.1:+80", "10.0.0.1:\u0668\u0660"]
+)
+def test_a_host_port_is_ascii_digits_alone(host: str) -> None:
+    """A port is written as the export writes it, ASCII digits alone: Python's int() took spaces,
+    underscores, a sign and other scripts' digits."""
+    with pytest.raises(InvalidMessageError, match="not a host address"):
+        Message("T", b"x", born_host=host)
+
+
 def test_an_ipv4_mapped_ipv6_host_is_stored_as_ipv4_as_java_reads_it(make_store):
     """Java's InetAddress makes ::ffff:a.b.c.d an Inet4Address: RocketMQ stores such a host in 4
     bytes without the IPv6 sysFlag bit, and so does the store."""

@@ -29,8 +29,10 @@ def parse_host(text: str) -> bytes:
         if ip.version == 6 and ip.ipv4_mapped is not None:  # Java's InetAddress makes it an Inet4Address
             ip = ip.ipv4_mapped
         packed = ip.packed
+        if not (port.isascii() and port.isdigit()):  # int() takes " 80", "8_0", "+80", other scripts' digits
+            raise ValueError
         number = int(port)
-        if not 0 <= number <= 0xFFFF:  # a Java InetSocketAddress port
+        if number > 0xFFFF:  # a Java InetSocketAddress port
             raise ValueError
     except ValueError:
         raise InvalidMessageError(f"not a host address ip:port or [ipv6]:port (port 0..65535): {text!r}") from None

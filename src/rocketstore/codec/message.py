@@ -13,7 +13,7 @@ from typing import Any
 
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.crc import body_crc as _crc_of
-from rocketstore.codec.hosts import format_host
+from rocketstore.codec.hosts import format_host, parse_host
 from rocketstore.codec.ids import offset_msg_id
 from rocketstore.codec.properties import (
     KEYS,
@@ -141,6 +141,8 @@ class Message:
             for name, host in (("born_host", born_host), ("store_host", store_host)):
                 if host is not None and type(host) is not str:
                     raise InvalidMessageError(f"{name} is a str ip:port or [ipv6]:port, not {host!r}")
+                if host:
+                    parse_host(host)  # (cached) refused now, not at the put
             self._extra = (
                 born_timestamp,
                 born_host,
