@@ -14,6 +14,13 @@ from rocketstore.queues.consume_queue import ConsumeQueue
 log = logging.getLogger(__name__)
 
 
+def deleted_leftover(topic: str, queue_end: int, deleted: dict[str, int]) -> bool:
+    """Whether a queue of ``topic`` whose last record ends at ``queue_end`` in the log was left by
+    a deletion cut short: the topic is in ``deleted`` (``config/deletedTopics.json``) and every
+    unit points below the log end recorded there (a queue written again points at or after it)."""
+    return topic in deleted and topic not in NEVER_REMOVED and queue_end <= deleted[topic]
+
+
 class ConsumeQueueStore:
     """The ``consumequeue/`` folder: one ConsumeQueue per (topic, queueId)."""
 
@@ -148,22 +155,13 @@ class ConsumeQueueStore:
         self._remove(gone)
         return gone
 
-    def deleted_leftovers(self, deleted: dict[str, int]) -> list[tuple[str, int]]:
-        """The keys of the queues ``remove_deleted_leftovers`` removes: of a topic in ``deleted``
-        (``config/deletedTopics.json``), every unit pointing below the topic's offset there."""
-        return [
-            key
-            for key, cq in self.table.items()
-            if key[0] in deleted and key[0] not in NEVER_REMOVED and cq.max_physic_offset <= deleted[key[0]]
-        ]
-
     def remove_deleted_leftovers(self, deleted: dict[str, int]) -> list[tuple[str, int]]:
         """Remove the queues a deletion that was cut short left (a crash after
         ``config/deletedTopics.json`` was written, before the folders went): a queue of a topic in
         ``deleted`` whose units all point below the topic's offset there. (A queue of a topic
         written again after its deletion points at or after it.) A copy-on-write store only drops
         them from the table. Returns their keys."""
-        doomed = self.deleted_leftovers(deleted)
+        doomed = [key for key, cq in self.table.items() if deleted_leftover(key[0], cq.max_physic_offset, deleted)]
         done = "removed now" if self.mode == "rw" else "left out (read-only: the next writable open removes it)"
         for key in doomed:
             log.warning(

@@ -15,6 +15,7 @@ from rocketstore.codec.sysflag import (
 )
 from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
+from rocketstore.queues.consume_queues import deleted_leftover
 from rocketstore.store import MessageStore
 from rocketstore.verify.commit_log import LogColumns
 from rocketstore.verify.report import VerifyReport, past_log_end, problems_at
@@ -27,15 +28,15 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
     queue_ends: dict[tuple[int, int], int] = {}
     queue_starts: dict[tuple[int, int], int] = {}  # where in the log each queue's first unit points
     topic_ids = {t: i for i, t in enumerate(log.topics)}
-    for topic, queue_id in store.queues.deleted_leftovers(store.deleted_topics.table):
-        report.note(
-            f"consumequeue/{topic}/{queue_id}: a queue of a deleted topic that its deletion did not remove "
-            "(cut short): the next writable open removes it"
-        )
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
         report.queues += 1
         tid = topic_ids.get(topic, -1)
         end = _check_queue(cq, tid, log, covered, report, len(store.delay_millis))
+        if end >= 0 and deleted_leftover(topic, end, store.deleted_topics.table):
+            report.note(
+                f"consumequeue/{topic}/{queue_id}: a queue of a deleted topic that its deletion did not remove "
+                "(cut short): the next writable open removes it"
+            )
         if tid >= 0:
             queue_ends[(tid, queue_id)] = end
             first = cq.get_unit(0) if cq.min_offset_in_queue() == 0 else None  # written again from 0
