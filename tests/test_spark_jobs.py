@@ -497,3 +497,16 @@ def test_parquet_export_lists_a_message_it_cannot_read_and_exits_1(spark, tmp_pa
         spark, str(store), str(out), {k: str(v) for k, v in SMALL_GEOMETRY.items()}, mode="overwrite"
     )
     assert (result["messages"], result["unreadable"]) == (399, 1)
+
+
+def test_spark_export_warns_when_the_commit_log_is_gone_but_the_queues_hold_units(spark, tmp_path):  # noqa: F811
+    """As ``rocketstore export``: a commit log missing (a storePathCommitLog not given, a folder
+    moved away) leaves 0 messages, said in the warning the CLI gives; a rebuild is refused."""
+    store = make_store(tmp_path / "store", 60)
+    (store / "commitlog").rename(tmp_path / "elsewhere")
+    done = run("spark", "export", store, *SETS, "--parquet", tmp_path / "out")
+    assert done.exit_code == 0, done.stderr
+    assert f"WARNING: the commit log {store / 'commitlog'} is missing but the consume queues" in done.stderr
+    assert "every message is gone" in done.stderr
+    done = run("spark", "rebuild", store, *SETS)
+    assert done.exit_code == 2 and "a rebuild would replace every queue and the index with nothing" in done.stderr

@@ -52,10 +52,17 @@ def _no_spark(exc: ImportError) -> CommandError:
 def _check_store(opts: Common, *, writes: bool) -> None:
     """What can be checked before Spark starts (which takes seconds): STORE is a store, and where
     its commit log is, and the file sizes the settings give (every one to give named at once; for
-    a rebuild, the only job that writes, the commit log's: it replaces the queues and the index)."""
+    a rebuild, the only job that writes, the commit log's: it replaces the queues and the index).
+    A commit log missing or empty while the queues hold units is warned about, as by ``rocketstore
+    export``; a rebuild is refused."""
     require_store(opts.root, opts.rooted_config)
     check_commit_log(opts, writes=writes)
     check_sizes(opts.root, opts.rooted_config, derived=not writes)
+    lost = lost_log(opts)
+    if lost and writes:
+        raise CorruptStoreError(f"{lost}: a rebuild would replace every queue and the index with nothing")
+    if lost:
+        warn(f"WARNING: {lost}: every message is gone")
 
 
 def _session(master: str, job: str) -> Any:
@@ -129,9 +136,6 @@ def rebuild(opts: Common, master: str) -> None:
     Refused before Spark starts when another process has the store open (holds its lock), and
     when the commit log is missing or empty while consume queues hold units."""
     _check_store(opts, writes=True)
-    lost = lost_log(opts)
-    if lost:
-        raise CorruptStoreError(f"{lost}: a rebuild would replace every queue and the index with nothing")
     _check_unlocked(opts.root)
     from rocketstore.spark.jobs import rebuild as run
 
