@@ -261,6 +261,20 @@ def test_dumps_escapes_strings() -> None:
     assert json.loads(text) == {'k"\\': 'a"b\\c\n\t\x01/é'}
 
 
+def test_a_lone_surrogate_read_from_a_file_is_written_back_escaped(tmp_path) -> None:
+    """A ``\\ud800`` escape read alone (no pair) cannot be written as UTF-8: the persist at the
+    shutdown failed, the abort file stayed and every later writable open failed the same way.
+    Written as the escape it was read from, RocketMQ's fastjson reads it back as the same char."""
+    path = tmp_path / "topics.json"
+    path.write_text('{"topicConfigTable":{"X\\ud800\\ud83d\\ude00":{"perm":6}}}', encoding="utf-8")
+    manager = TopicConfigManager(str(path))
+    assert manager.load() is True
+    manager.persist()
+    text = path.read_text(encoding="utf-8")
+    assert '"X\\uD800\U0001F600"' in text
+    assert list(fastjson.loads(text)["topicConfigTable"]) == ["X\ud800\U0001F600"]
+
+
 def test_dumps_string_that_looks_like_an_int_map() -> None:
     assert fastjson.dumps({"a": "{1:2}"}) == '{\n\t"a":"{1:2}"\n}'
 

@@ -30,8 +30,10 @@ __all__ = ["dumps", "loads"]
 
 # Characters fastjson escapes inside a double-quoted string (SerializeWriter.writeStringWithDoubleQuote
 # without BrowserCompatible): the usual JSON ones, other C0 controls, DEL..0x9F and U+2028/U+2029 as
-# \uXXXX with upper-case hex digits. '/' is not escaped (WriteSlashAsSpecial is off).
-_ESCAPE_RE = re.compile('[\\x00-\\x1f"\\\\\\x7f-\\x9f\u2028\u2029]')
+# \uXXXX with upper-case hex digits. '/' is not escaped (WriteSlashAsSpecial is off). A lone
+# surrogate (read from a file as an escape without its pair) is written as the escape too: UTF-8
+# cannot hold it (fastjson writes it raw and Java's FileWriter turns it into '?').
+_ESCAPE_RE = re.compile('[\\x00-\\x1f"\\\\\\x7f-\\x9f\u2028\u2029\ud800-\udfff]')
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
