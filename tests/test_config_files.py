@@ -271,8 +271,8 @@ def test_a_lone_surrogate_read_from_a_file_is_written_back_escaped(tmp_path) -> 
     assert manager.load() is True
     manager.persist()
     text = path.read_text(encoding="utf-8")
-    assert '"X\\uD800\U0001F600"' in text
-    assert list(fastjson.loads(text)["topicConfigTable"]) == ["X\ud800\U0001F600"]
+    assert '"X\\uD800\U0001f600"' in text
+    assert list(fastjson.loads(text)["topicConfigTable"]) == ["X\ud800\U0001f600"]
 
 
 def test_dumps_string_that_looks_like_an_int_map() -> None:
@@ -1071,3 +1071,41 @@ def test_write_json_file_raises_a_typed_error_naming_the_file(tmp_path) -> None:
     with pytest.raises(StoreFileError, match=r"file/config/topics\.json") as info:
         write_json_file(blocked / "config" / "topics.json", "{}")
     assert info.value.errno == errno.ENOTDIR
+
+
+@pytest.mark.parametrize(
+    ("manager", "name", "text", "backup", "read"),
+    [
+        (
+            ConsumerOffsetManager,
+            "consumerOffset.json",
+            '{"offsetTable":{"T@G":null}}',
+            '{"offsetTable":{"T@G":{0:7}}}',
+            lambda m: m.offset_table == {"T@G": {0: 7}},
+        ),
+        (
+            TopicConfigManager,
+            "topics.json",
+            '{"topicConfigTable":{"New":null}}',
+            '{"topicConfigTable":{}}',
+            lambda m: m.find("New") is None,
+        ),
+        (
+            SubscriptionGroupManager,
+            "subscriptionGroup.json",
+            '{"subscriptionGroupTable":{"G":null}}',
+            '{"subscriptionGroupTable":{"G":{"retryMaxTimes":3}}}',
+            lambda m: m.setting("G", "retryMaxTimes") == 3,
+        ),
+    ],
+)
+def test_a_null_table_entry_makes_the_file_undecodable(tmp_path, manager, name, text, backup, read) -> None:
+    """RocketMQ's tables are ConcurrentHashMaps: fastjson's put of a null entry throws, and the
+    load falls back to the backup. It was read as an empty entry (a topic of 16 queues, a group
+    of defaults, no offsets), the backup's state ignored."""
+    path = tmp_path / name
+    _write(str(path) + ".bak", backup)
+    _write(path, text)
+    mgr = manager(path)
+    assert mgr.load() and mgr.load_problem is not None and "backup" in mgr.load_problem
+    assert read(mgr)

@@ -24,7 +24,15 @@ from rocketstore.codec.message import JAVA_INT
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import StoreClosedError, StoreFileError
 from rocketstore.meta import fastjson
-from rocketstore.meta.json_files import as_bool, as_dict, as_int, load_json_file, read_json_file, write_json_file
+from rocketstore.meta.json_files import (
+    as_bool,
+    as_dict,
+    as_entry,
+    as_int,
+    load_json_file,
+    read_json_file,
+    write_json_file,
+)
 
 __all__ = [
     "ConsumerOffsetManager",
@@ -256,7 +264,7 @@ class TopicConfigManager(ConfigFile):
         for name, raw in as_dict(obj.get("topicConfigTable"), "topicConfigTable").items():
             cfg = dict(_TOPIC_CLASS_DEFAULTS)
             cfg["topicName"] = str(name)
-            cfg.update(as_dict(raw, f"topic {name}"))
+            cfg.update(as_entry(raw, f"topic {name}"))
             for field in _TOPIC_INT_FIELDS:
                 cfg[field] = as_int(cfg[field], f"topic {name} {field}", 32)
             cfg["order"] = as_bool(cfg["order"], f"topic {name} order", False)
@@ -401,7 +409,10 @@ class ConsumerOffsetManager(ConfigFile):
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table = as_dict(obj.get("offsetTable"), "offsetTable")
-        offsets = {str(key): _decode_int_map(value, f"offsetTable[{key}]") for key, value in table.items()}
+        offsets = {
+            str(key): _decode_int_map(as_entry(value, f"offsetTable[{key}]"), f"offsetTable[{key}]")
+            for key, value in table.items()
+        }
         extra = _decode_extra(obj)
         group_topics = as_dict(extra.get("groupTopicMap"), "groupTopicMap")
         if any(not isinstance(topics, list) for topics in group_topics.values()):
@@ -539,7 +550,7 @@ class SubscriptionGroupManager(ConfigFile):
         for name, raw in as_dict(obj.get("subscriptionGroupTable"), "subscriptionGroupTable").items():
             cfg = dict(_GROUP_DEFAULTS)
             cfg["groupName"] = str(name)
-            cfg.update(as_dict(raw, f"group {name}"))
+            cfg.update(as_entry(raw, f"group {name}"))
             for field in _GROUP_INT_FIELDS:
                 cfg[field] = as_int(cfg[field], f"group {name} {field}", 32)
             for field, default in _GROUP_BOOL_FIELDS.items():

@@ -266,3 +266,11 @@ def as_dict(value: Any, what: str) -> dict[Any, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{what} is not a JSON object")
     return value
+
+
+def as_entry(value: Any, what: str) -> dict[Any, Any]:
+    """A table's entry, a JSON object: null is a ValueError (RocketMQ's tables are
+    ConcurrentHashMaps, whose put of null throws: its load falls back to the backup)."""
+    if value is None:
+        raise ValueError(f"{what} is null")
+    return as_dict(value, what)
