@@ -226,3 +226,21 @@ def test_a_config_file_that_cannot_be_read_or_holds_a_bad_setting_is_a_config_er
         ConfigError, match=r"^option mappedFileSizeCommitLog: mappedFileSizeCommitLog must be an integer"
     ):
         parse_options({"path": "store", "mappedFileSizeCommitLog": "abc"})
+
+
+def test_a_read_of_a_store_whose_commit_log_is_gone_says_so(tmp_path: Path, caplog) -> None:
+    """A commit log missing (a storePathCommitLog not given, a folder moved away) while the queues
+    hold units: the read has 0 rows, and the driver's log says why, as ``rocketstore export`` does."""
+    path = tmp_path / "store"
+    with MessageStore.open(path, StoreConfig(**GEOMETRY)) as store:
+        store.put(Message("T", b"x")).raise_for_status()
+    (path / "commitlog").rename(tmp_path / "elsewhere")
+    with Snapshot(str(path), StoreConfig(**GEOMETRY)) as snap:
+        assert snap.table == {}
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [f"{path}: the commit log holds no record but the consume queues hold units: every message is gone"]
+    caplog.clear()
+    (tmp_path / "elsewhere").rename(path / "commitlog")
+    with Snapshot(str(path), StoreConfig(**GEOMETRY)) as snap:
+        assert list(snap.table) == [("T", 0)]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

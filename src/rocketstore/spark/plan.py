@@ -98,6 +98,13 @@ class Snapshot:
         self.segments = {m.file_from_offset: m.path for m in store.commit_log.queue.files}
         self._disk_ends: dict[tuple[str, int], int] | None = None
         self._average: float | None = None
+        recovery = store.recovery
+        if recovery is not None and recovery.consume_queue_end > 0 and self.log_end <= self.log_min:
+            # (a storePathCommitLog not given, a folder moved away): the read has no row, and says why
+            log.warning(
+                "%s: the commit log holds no record but the consume queues hold units: every message is gone",
+                self.root,
+            )
 
     def close(self) -> None:
         self.store.shutdown()
