@@ -224,3 +224,20 @@ def test_retries_spread_over_the_groups_retry_queues(store: MessageStore) -> Non
     refused = store.send_back("None", original)
     assert refused.status == PutMessageStatus.MESSAGE_ILLEGAL and "retryQueueNums" in refused.detail
     assert "%RETRY%None" not in store.topics.topic_config_table
+
+
+def test_a_retry_topic_that_is_not_writeable_takes_no_send_back(store: MessageStore) -> None:
+    """As RocketMQ's consumerSendMsgBack (NO_PERMISSION for a %RETRY% topic whose perm has no
+    write bit, checked before the retry-or-dead-letter choice): nothing is stored, not even in
+    %DLQ%; a topics.json entry an operator set to read-only was written to anyway."""
+    original = store.put(Message("Orders", b"x"), 0).commit_log_offset
+    store.send_back("G", original).raise_for_status()
+    store.topics.topic_config_table["%RETRY%G"]["perm"] = 4  # PERM_READ alone
+    before = store.max_phy_offset
+    for level in (0, -1):
+        refused = store.send_back("G", original, delay_level=level)
+        assert refused.status == PutMessageStatus.MESSAGE_ILLEGAL
+        assert refused.detail == "the topic %RETRY%G is not writeable (perm 4): sending back is forbidden"
+    assert store.max_phy_offset == before and "%DLQ%G" not in store.topics.topic_config_table
+    store.topics.topic_config_table["%RETRY%G"]["perm"] = 2  # PERM_WRITE alone
+    store.send_back("G", original).raise_for_status()

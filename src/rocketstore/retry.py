@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rocketstore.store import MessageStore
 
 DLQ_NUMS_PER_GROUP = 1  # a dead-letter topic has one queue
+PERM_WRITE = 2  # PermName.PERM_WRITE: the bit of a topic's perm that lets it be written
 FIRST_RETRY_LEVEL = 3  # the first retry waits delay level 3 (10 s with the default table)
 
 
@@ -119,6 +120,10 @@ def send_back(
         groups.persist()
     retry = retry_topic(group)  # created before the retry-or-DLQ choice, as consumerSendMsgBack does
     created = store.topics.ensure(retry, 0, queue_nums=groups.setting(group, "retryQueueNums"))
+    perm = store.topics.find(retry)["perm"]
+    if not perm & PERM_WRITE:  # consumerSendMsgBack's NO_PERMISSION, before the choice (never a new topic)
+        why = f"the topic {retry} is not writeable (perm {perm}): sending back is forbidden"
+        return PutResult.refused(PutMessageStatus.MESSAGE_ILLEGAL, why)
     if store.topics.ensure(again.topic, queue_id, queue_nums=queue_nums) or created:
         store.topics.persist()
     return store.writer.put_general(again, queue_id, new_uniq=False)  # a UNIQ_KEY is the client's to give

@@ -323,8 +323,9 @@ class MessageStore:
         ``max_reconsume_times`` (None: the group's ``retryMaxTimes``, 16 unless
         ``subscriptionGroup.json`` says otherwise; -1: 16) or ``delay_level`` < 0, it goes to
         ``%DLQ%<group>``. A retry goes to one of the group's ``retryQueueNums`` queues, at
-        random; a group with none sends nothing back (refused). The group and the topics are
-        created if missing, before the put (as RocketMQ does): a refused put leaves them.
+        random; a group with none sends nothing back (refused), nor does a ``%RETRY%<group>``
+        whose perm has no write bit. The group and the topics are created if missing, before
+        the put (as RocketMQ does): a refused put leaves them.
         """
         self._writable()
         return send_back(self, group, message, delay_level, max_reconsume_times)
