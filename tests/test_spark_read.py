@@ -622,3 +622,22 @@ def test_consume_queue_files_removed_after_planning_lose_only_their_messages(tmp
     ]
     with pytest.raises(DataLossError, match=rf"^consume queue T1/0 offsets 0 to {first_kept - 1}: it was removed"):
         [batch for p in failing for batch in read_partition(p)]
+
+
+def test_a_queue_its_topic_deletion_removed_after_planning_is_not_blamed_on_retention(tmp_path):
+    """A topic deleted between a read's planning and its task: the loss names both causes a
+    consume queue can go by (the message said retention alone)."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from rocketstore import MessageStore
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.read import read_partition
+    from rocketstore.spark.source import BatchReader
+
+    store = interleaved_store(tmp_path / "store")
+    schema = StructType([StructField("queueOffset", LongType())])
+    planned = BatchReader({**SMALL_OPTIONS, "path": str(store), "topics": "T1"}, schema).partitions()
+    with MessageStore.open(store, small_config()) as s:
+        assert s.delete_topics(["T1"]) == ["T1"]
+    with pytest.raises(DataLossError, match=r"^consume queue T1/0 offsets 0 to 99: it was removed \(by retention or a"):
+        [batch for p in planned for batch in read_partition(p)]

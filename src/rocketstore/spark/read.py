@@ -72,10 +72,15 @@ class Segment:
                 self.mm.close()
 
 
-def _lost(spec: ReadSpec, text: str) -> None:
+_QUEUE_REMOVERS = "retention or a topic deletion"  # what removes consume-queue files (segments: retention)
+
+
+def _lost(spec: ReadSpec, text: str, by: str = "retention") -> None:
+    """``text`` (a consume-queue range or a segment) was removed ``by`` what removes it after the
+    read was planned: DataLossError, or a warning with failOnDataLoss=false."""
     if spec.fail_on_data_loss:
         raise DataLossError(
-            text + ": it was removed (retention) before this query read it. Set failOnDataLoss=false to skip it."
+            f"{text}: it was removed (by {by}) before this query read it. Set failOnDataLoss=false to skip it."
         )
     log.warning("%s: removed before it was read; skipped (failOnDataLoss=false)", text)
 
@@ -178,12 +183,12 @@ def _disk_units(spec: ReadSpec, s: QueueSlice, start: int, end: int) -> tuple[np
         if b <= a:
             continue
         if a > done:
-            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {done} to {a - 1}")
+            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {done} to {a - 1}", _QUEUE_REMOVERS)
         units.append(np.frombuffer(data, dtype=UNIT_DTYPE, count=b - a, offset=a * CQ_STORE_UNIT_SIZE - first))
         offsets.append(np.arange(a, b, dtype=np.int64))
         done = b
     if done < end:
-        _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {done} to {end - 1}")
+        _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {done} to {end - 1}", _QUEUE_REMOVERS)
     if not units:
         return np.zeros(0, dtype=UNIT_DTYPE), np.zeros(0, np.int64)
     return np.concatenate(units), np.concatenate(offsets)
