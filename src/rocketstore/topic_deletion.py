@@ -15,7 +15,7 @@ When topics.json cannot be written, nothing has changed, in memory or on disk (S
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names
@@ -53,7 +53,7 @@ def clean_unused_topics(store: MessageStore, keep: Iterable[str]) -> list[str]:
     return _remove(store, lambda: kept)
 
 
-def _remove(store: MessageStore, keeping: Callable[[], set[str]], named: set[str] = frozenset()) -> list[str]:
+def _remove(store: MessageStore, keeping: Callable[[], set[str]], named: Collection[str] = ()) -> list[str]:
     """Remove the queues of every topic but ``keeping()``'s, asked once every record appended
     before is dispatched (and none is appended meanwhile), and the ``named`` topics that have
     only a topics.json entry."""
