@@ -821,6 +821,18 @@ def test_consume_tags_gives_only_those_tags_when_another_tags_hash_collides(tmp_
     assert "next offset 3 (committed)" in result.stderr
 
 
+def test_tables_show_a_producers_control_characters_escaped(tmp_path: Path) -> None:
+    """Tags and keys are the producer's text: an escape sequence in them cleared or recoloured the
+    terminal of whoever consumed or queried the message (only the body column escaped them)."""
+    root = tmp_path / "store"
+    put = ("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--tags", "\x1b[2J\n", "--keys", "\x1b[31m")
+    assert run(*put).exit_code == 0
+    for args in (("consume", "--topic", "T", "--group", "g"), ("query", "--topic", "T", "--key", "\x1b[31m")):
+        result = run(args[0], root, *TINY_SETS, *args[1:])
+        assert result.exit_code == 0, result.stderr
+        assert "\x1b" not in result.stdout and "\\x1b[2J\\n" in result.stdout and "\\x1b[31m" in result.stdout
+
+
 def test_consume_from_a_time(tmp_path: Path) -> None:
     """--from-time starts each queue at its first message stored at or after the time (epoch ms or
     ISO-8601); a time past every message reads nothing and commits the queue's end."""

@@ -210,9 +210,15 @@ def _ignore(_n: int) -> None:
     return None
 
 
+def printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped (``\\x1b``, ``\\n``): a
+    producer's text (tags, keys, a body) cannot move the cursor or recolour a terminal."""
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def cell(value: Any) -> Text:
-    """A table cell holding ``value`` as plain text (no markup interpretation)."""
-    return Text("" if value is None else str(value))
+    """A table cell holding ``value`` as plain text (no markup interpretation, nothing unprintable)."""
+    return Text("" if value is None else printable(str(value)))
 
 
 def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
@@ -246,7 +252,7 @@ def body_preview(msg: StoredMessage, width: int = 40) -> str:
     except Exception:  # an unreadable compressed body: show the stored bytes
         body = msg.body
     text = body[: width * 4].decode("utf-8", "replace")
-    text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    text = printable(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
