@@ -327,3 +327,24 @@ def test_import_terminated_says_what_was_stored_and_where_to_go_on(tmp_path: Pat
     )
     assert _stored(root) == 50 and not (root / "abort").exists()  # shut down cleanly
     assert (root / "config" / "topics.json").is_file()
+
+
+def test_produce_terminated_says_what_was_stored_and_shuts_down_cleanly(tmp_path: Path) -> None:
+    """SIGTERM ends a produce as Ctrl-C does, between two messages: what was stored is what was
+    reported, the store is shut down cleanly (no abort left), exit status 143. It killed the
+    command at once, a message stored unreported, the abort file left."""
+    root = tmp_path / "s"
+    count = 2_000_000
+    proc = cli_process("produce", root, *BIG, "--topic", "T", "--body", "x", "--count", count, "--json")
+    assert proc.stdout is not None and proc.stderr is not None
+    assert json.loads(proc.stdout.readline())["queueOffset"] == 0
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["error"] == {"type": "Interrupted", "message": "terminated (SIGTERM)"}
+    reported = 1 + len([line for line in lines if "queueOffset" in line])
+    match = _STORED.search(err.decode())
+    assert match is not None, err
+    assert int(match[1]) == reported < count and err.decode().rstrip().endswith("terminated (SIGTERM)"), err
+    assert _messages(root, *BIG) == reported and not (root / "abort").exists()

@@ -161,6 +161,56 @@ class DeferInterrupts:
             raise KeyboardInterrupt
 
 
+class DeferStops(DeferInterrupts):
+    """``DeferInterrupts`` for SIGTERM too (`kill`, a service manager's stop): it lands between two
+    messages as Ctrl-C does; ``signal`` says which came. An ignored SIGTERM stays ignored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signal = signal.SIGINT
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[DeferInterrupts]:
+        with super().installed():
+            previous = None
+            with contextlib.suppress(ValueError):  # not the main thread: nothing to defer
+                if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
+                    previous = signal.signal(signal.SIGTERM, self._terminated)
+            try:
+                yield self
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+
+    def _terminated(self, signum: int, frame: object) -> None:
+        self.signal = signal.SIGTERM
+        self._handle(signum, frame)
+
+
+def stopped_by(signum: int, message: str = "") -> Interrupted:
+    """The error of a command stopped by ``signum`` (SIGINT or SIGTERM), ``message`` after what
+    stopped it, with exit status 128 + ``signum`` as a shell reports it."""
+    what = "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
+    stopped = Interrupted(f"{what}: {message}" if message else what)
+    stopped.exit_code = 128 + signum
+    return stopped
+
+
+@contextlib.contextmanager
+def shut_down_whole(store: MessageStore, guard: DeferInterrupts) -> Iterator[MessageStore]:
+    """``with store`` whose shutdown runs whole: a Ctrl-C (or a SIGTERM ``guard`` takes) during
+    it is raised once it is done, so the store is closed cleanly (its abort file removed) rather
+    than left to a recovery."""
+    try:
+        yield store
+    except BaseException as exc:
+        with guard:
+            store.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    with guard:
+        store.shutdown()
+
+
 class ProblemsFound(CommandError):
     """A command did its work but found problems it has reported (damaged records it skipped):
     ``error: ...`` on stderr and exit status 1, as ``verify`` for the problems it finds; ``details``

@@ -3,7 +3,7 @@
 Exit codes: 0 success; 1 a check found problems (``verify``), a cut that drops intact records was
 refused (``recover``), nothing was found (``query``) or messages could not be read (``export``); 2 a
 usage error or a typed store error (``RocketStoreError``: printed on stderr, no traceback); 130
-interrupted (Ctrl-C); 143 ``import`` terminated (SIGTERM); 141 stdout closed early (``| head``)
+interrupted (Ctrl-C); 143 ``import`` or ``produce`` terminated (SIGTERM); 141 stdout closed early (``| head``)
 under a command that stores (``produce``, ``import``, ``recover``, ``clean``: what was stored is
 said on stderr); a command that only reads
 (and ``consume``, which commits only what it wrote out) ends quietly with 0 then.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import signal
 from collections.abc import Iterator
 
 import click
@@ -13,7 +14,7 @@ from rich.table import Table
 from rocketstore.cli.common import (
     CommandError,
     Common,
-    DeferInterrupts,
+    DeferStops,
     ProblemsFound,
     UnreadableUnits,
     done_storing,
@@ -21,7 +22,10 @@ from rocketstore.cli.common import (
     open_store,
     open_store_checked,
     require_topics,
+    shut_down_whole,
+    stopped_by,
     store_options,
+    with_notes,
 )
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
 from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
@@ -201,9 +205,13 @@ def produce(
     shown: list[dict[str, object]] = []  # the table's rows (--json prints each as it is stored)
     last: dict[str, object] | None = None
     stored = 0
-    guard = DeferInterrupts()
+    guard = DeferStops()  # Ctrl-C and SIGTERM land between two messages, or after the shutdown
     try:
-        with guard.installed(), open_store(opts) as store, progress_bar("produce", count) as advance:
+        with (
+            guard.installed(),
+            shut_down_whole(open_store(opts), guard) as store,
+            progress_bar("produce", count) as advance,
+        ):
             where = _placement(store, _message(topic, data, tags, key_list, properties), queue_id)
             if "delayLevel" in where:
                 _say_when_delivered(where, properties[DELAY])
@@ -217,12 +225,14 @@ def produce(
                 if not opts.as_json and len(shown) < _SHOWN_RESULTS:
                     shown.append(last)
                 advance(1)
-    except BaseException:  # Ctrl-C, a closed stdout, an error: what was stored, with or without --json
+    except BaseException as exc:  # Ctrl-C, SIGTERM, a closed stdout, an error: what was stored, with or without --json
         if stored and last is not None:
             warn(
                 f"{stored} message(s) stored in {_place(last)} before this stopped (up to queue offset "
                 f"{last['queueOffset']})"
             )
+        if isinstance(exc, KeyboardInterrupt) and guard.signal == signal.SIGTERM:
+            raise with_notes(stopped_by(signal.SIGTERM), exc) from None
         raise
     done_storing()  # every message stored and the store shut down: a closed stdout now cuts only the table
     if not opts.as_json:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -15,6 +14,7 @@ import click
 from rocketstore.cli.common import (
     Common,
     DeferInterrupts,
+    DeferStops,
     Interrupted,
     ProblemsFound,
     UnreadableUnits,
@@ -24,6 +24,8 @@ from rocketstore.cli.common import (
     known_topics,
     open_store,
     require_topics,
+    shut_down_whole,
+    stopped_by,
     store_options,
     with_notes,
 )
@@ -154,47 +156,14 @@ def _resume_hint(line: int, input_path: str) -> str:
     return f"`tail -n +{line} {source}` gives the rest to import"
 
 
-class _DeferStops(DeferInterrupts):
-    """``DeferInterrupts`` for SIGTERM too (`kill`, a service manager's stop): it lands between two
-    lines as Ctrl-C does; ``signal`` says which came. An ignored SIGTERM stays ignored."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.signal = signal.SIGINT
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[DeferInterrupts]:
-        with super().installed():
-            previous = None
-            with contextlib.suppress(ValueError):  # not the main thread: nothing to defer
-                if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
-                    previous = signal.signal(signal.SIGTERM, self._terminated)
-            try:
-                yield self
-            finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
-
-    def _terminated(self, signum: int, frame: object) -> None:
-        self.signal = signal.SIGTERM
-        self._handle(signum, frame)
-
-
 def _stopped(exc: KeyboardInterrupt, signum: int, input_path: str) -> Interrupted:
-    """What an import stopped by ``signum`` (SIGINT or SIGTERM) says, with exit status 128 +
-    ``signum`` as a shell reports it: once the lines are being stored, how many are stored and
-    the `tail` to go on from."""
-    what = "interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})"
-    if isinstance(exc, ImportInterrupted):
-        stopped = Interrupted(
-            f"{what}: {exc.imported} message(s) stored, from the lines before line {exc.line}; "
-            f"{_resume_hint(exc.line, input_path)}",
-            line=exc.line,
-            imported=exc.imported,
-        )
-    else:
-        stopped = Interrupted(what)
-    stopped.exit_code = 128 + signum
+    """What an import stopped by ``signum`` (SIGINT or SIGTERM) says (``stopped_by``): once the
+    lines are being stored, how many are stored and the `tail` to go on from."""
+    if not isinstance(exc, ImportInterrupted):
+        return stopped_by(signum)
+    stored = f"{exc.imported} message(s) stored, from the lines before line {exc.line}"
+    stopped = stopped_by(signum, f"{stored}; {_resume_hint(exc.line, input_path)}")
+    stopped.details = {"line": exc.line, "imported": exc.imported}
     return stopped
 
 
@@ -256,13 +225,13 @@ def import_(opts: Common, input_path: str) -> None:
     and so is a commit log outside STORE (storePathCommitLog) without --external-commit-log.
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
-    guard = _DeferStops()
+    guard = DeferStops()
     try:
         with click.open_file(input_path, "rb") as lines, guard.installed():
             # no delivery during the import (the input may hold the delivered copies), and no cleanup
             with no_delayed_delivery(), no_cleanup():
                 store = open_store(opts)
-            with store, progress_bar("import", total, unit_bytes=True) as advance:
+            with shut_down_whole(store, guard), progress_bar("import", total, unit_bytes=True) as advance:
                 count = _import_lines(store, lines, advance, guard)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM; ImportInterrupted while the lines are stored
         raise with_notes(_stopped(exc, guard.signal, input_path), exc) from None
