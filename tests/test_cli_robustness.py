@@ -489,6 +489,34 @@ def test_produce_checks_the_message_before_it_creates_a_store(tmp_path: Path) ->
         assert not new.exists(), args  # no store left behind for a message refused
 
 
+def test_produce_reads_no_more_of_a_body_file_than_a_message_holds(tmp_path: Path) -> None:
+    """An endless --body-file (/dev/zero, a stdin that never ends) was read whole before
+    maxMessageSize was checked: memory ran out (a traceback). At most maxMessageSize + 1 bytes
+    are read now, and the body is refused as one too big, nothing stored."""
+    import resource
+
+    def one_gib_at_most() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    new = tmp_path / "new"
+    proc = cli_process(
+        "produce",
+        new,
+        *TINY_SETS,
+        "--set",
+        "maxMessageSize=1000",
+        "--topic",
+        "T",
+        "--body-file",
+        "/dev/zero",
+        preexec_fn=one_gib_at_most,
+    )
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert err.decode() == "error: MESSAGE_ILLEGAL: --body-file holds more than maxMessageSize (1000 bytes)\n"
+    assert not new.exists()
+
+
 def test_a_store_path_with_brackets_is_shown_as_it_is(tmp_path: Path) -> None:
     """Paths are shown as plain text: rich would read ``[/]`` in a title as markup (a traceback)
     and drop ``[red]`` from the path shown."""

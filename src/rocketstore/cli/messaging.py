@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 from collections.abc import Iterator
+from typing import IO
 
 import click
 from rich.table import Table
@@ -33,7 +34,7 @@ from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.export import QueuedUnit, queue_units
 from rocketstore.prepare import MessagePreparer
-from rocketstore.results import GetMessageStatus, GetResult, PutResult
+from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult
 from rocketstore.store import MessageStore
 from rocketstore.timestamps import epoch_millis
 
@@ -191,7 +192,7 @@ def produce(
     if refusal:
         raise CommandError(refusal)
     try:
-        data = body.encode("utf-8") if body is not None else body_file.read()  # type: ignore[union-attr]
+        data = body.encode("utf-8") if body is not None else _read_body(body_file, opts.config.max_message_size)
     except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped
         raise CommandError("--body is not UTF-8 text (use --body-file for bytes)") from None
     key_list = [k for item in keys for k in item.split(" ") if k]
@@ -237,6 +238,16 @@ def produce(
     done_storing()  # every message stored and the store shut down: a closed stdout now cuts only the table
     if not opts.as_json:
         _show_stored(stored, shown, last, where)
+
+
+def _read_body(body_file: IO[bytes], limit: int) -> bytes:
+    """The body in ``body_file``: at most ``limit`` (maxMessageSize) bytes are read, and one more
+    to tell a body too big (refused, MESSAGE_ILLEGAL): an endless input is not read whole."""
+    data = body_file.read(limit + 1)
+    if len(data) > limit:
+        why = f"--body-file holds more than maxMessageSize ({limit} bytes)"
+        PutResult.refused(PutMessageStatus.MESSAGE_ILLEGAL, why).raise_for_status()
+    return data
 
 
 def _show_stored(
