@@ -339,8 +339,9 @@ def test_produce_terminated_says_what_was_stored_and_shuts_down_cleanly(tmp_path
     assert proc.stdout is not None and proc.stderr is not None
     assert json.loads(proc.stdout.readline())["queueOffset"] == 0
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err
+    out = proc.stdout.read()  # through the reader that took the first line (it may hold more)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["error"] == {"type": "Interrupted", "message": "terminated (SIGTERM)"}
     reported = 1 + len([line for line in lines if "queueOffset" in line])
