@@ -22,7 +22,7 @@ import os
 import threading
 
 from rocketstore.files import syscalls
-from rocketstore.files.mapped_file import MappedFile, offset_to_file_name
+from rocketstore.files.mapped_file import LOG_FD_RESERVE, MappedFile, offset_to_file_name
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class SegmentAllocator:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if not os.path.exists(path):
-                mapped = MappedFile.create(path, offset, size)
+                mapped = MappedFile.create(path, offset, size, keep_fds=LOG_FD_RESERVE)  # commit-log segments
         except Exception as exc:  # whatever it was, the writer makes the segment itself: never wait on it
             log.warning("could not pre-create %s: %s", path, exc)
         with self._cond:

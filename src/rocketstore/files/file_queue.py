@@ -19,7 +19,14 @@ from collections.abc import Callable
 from rocketstore.errors import CorruptStoreError, RocketStoreError
 from rocketstore.files import syscalls
 from rocketstore.files.disk import distinct_folders
-from rocketstore.files.mapped_file import MappedFile, dangling_link, holds_data, offset_to_file_name, remove_leftover
+from rocketstore.files.mapped_file import (
+    FD_RESERVE,
+    MappedFile,
+    dangling_link,
+    holds_data,
+    offset_to_file_name,
+    remove_leftover,
+)
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
@@ -52,12 +59,14 @@ class MappedFileQueue:
         read_only_paths: list[str] | None = None,
         reserve: int | None = None,
         size_setting: str = "mappedFileSizeCommitLog",
+        keep_fds: int = FD_RESERVE,
     ) -> None:
         self.paths = [paths] if isinstance(paths, str) else list(paths)
         self.read_only_paths = list(read_only_paths or [])  # StoreConfig.commit_log_read_only_paths
         self._read_only = {os.path.realpath(p) for p in self.read_only_paths}
         self.file_size = file_size
         self.mode = mode
+        self.keep_fds = keep_fds  # descriptors a new file leaves to the rest (MappedFile.create)
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.committed_where = 0
@@ -218,7 +227,7 @@ class MappedFileQueue:
         if self.allocator is not None:
             mapped = self.allocator.take(path)
         if mapped is None:
-            mapped = MappedFile.create(path, offset, self.file_size, self.mode, self.reserve)
+            mapped = MappedFile.create(path, offset, self.file_size, self.mode, self.reserve, self.keep_fds)
         mapped.first_create_in_queue = first_in_queue
         if self.pool is not None:
             mapped.write_buffer = self.pool.borrow()  # None when all are in use: write straight through

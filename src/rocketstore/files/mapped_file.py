@@ -136,6 +136,41 @@ def _reserve_range(fd: int, start: int, end: int) -> None:
             raise
 
 
+# Descriptors the mapped files of this process hold: a writable one two (its own, and the one
+# its mapping dups), a copy-on-write one one (its mapping's). A new one is refused (EMFILE) when
+# fewer than FD_RESERVE would be left: a store that reached the limit of open files still writes
+# its checkpoint and config files at shutdown, and opens again under the same limit.
+# A new commit-log segment keeps twice as many back: the consume-queue and index files dispatch
+# makes for the records already in the log still get theirs after the log's last segment.
+FD_RESERVE = 64
+LOG_FD_RESERVE = 2 * FD_RESERVE
+_fds_held = 0
+_fds_lock = threading.Lock()
+
+
+def _take_fds(count: int, path: str, keep: int = FD_RESERVE) -> None:
+    """Count ``count`` descriptors for a file about to be mapped at ``path``; EMFILE, naming the
+    limit, when that would leave fewer than ``keep`` for the rest of the process."""
+    global _fds_held
+    syscalls.raise_open_file_limit()
+    limit = syscalls.open_file_limit()
+    with _fds_lock:
+        if limit is not None and _fds_held + count + keep > limit:
+            raise OSError(
+                errno.EMFILE,
+                f"Too many open files: the mapped files hold {_fds_held} of the {limit} the process may open "
+                f"(two a writable file; {keep} kept for the rest): raise the limit (ulimit -Hn)",
+                path,
+            )
+        _fds_held += count
+
+
+def _give_fds(count: int) -> None:
+    global _fds_held
+    with _fds_lock:
+        _fds_held -= count
+
+
 RESERVE_STEP = 256 << 10  # a file made sparse gets disk this far ahead of its writes
 
 
@@ -180,11 +215,18 @@ class MappedFile:
         self.unlinked = False  # rw: the file's name was removed (it was doomed); never removed twice
         self._lock = threading.Lock()
         self.flush_error: FlushError | None = None  # the first failed flush: every later one fails too
+        self._fds = 0  # the descriptors it holds, counted in _fds_held (given back at the cleanup)
 
     # -- creation ------------------------------------------------------------------------------
     @classmethod
     def create(
-        cls, path: str, file_from_offset: int, file_size: int, mode: str = "rw", reserve: int | None = None
+        cls,
+        path: str,
+        file_from_offset: int,
+        file_size: int,
+        mode: str = "rw",
+        reserve: int | None = None,
+        keep_fds: int = FD_RESERVE,
     ) -> MappedFile:
         """A new, zero-filled segment of ``file_size`` bytes (OSError, e.g. ENOSPC, on failure).
 
@@ -198,14 +240,25 @@ class MappedFile:
         linked in when complete, so a crash leaves nothing in the segment's folder (RocketMQ fails
         to load a folder holding any file that is not a full-size segment); where the file
         system has no unnamed files, under a temporary name (``*.creating``, removed by the next
-        open) renamed when complete.
+        open) renamed when complete. EMFILE when fewer than ``keep_fds`` descriptors would be
+        left to the process (``_take_fds``).
         """
         if mode == "cow":
             mm = mmap.mmap(-1, file_size)
             return cls(path, file_from_offset, file_size, mm, -1, mode)
         if os.path.exists(path):
             raise FileExistsError(errno.EEXIST, "the segment already exists", path)
-        syscalls.raise_open_file_limit()
+        _take_fds(2, path, keep_fds)
+        try:
+            mapped = cls._create(path, file_from_offset, file_size, mode, reserve)
+        except BaseException:
+            _give_fds(2)
+            raise
+        mapped._fds = 2
+        return mapped
+
+    @classmethod
+    def _create(cls, path: str, file_from_offset: int, file_size: int, mode: str, reserve: int | None) -> MappedFile:
         fd = _unnamed_file(os.path.dirname(path))
         if fd is not None:
             try:
@@ -256,8 +309,13 @@ class MappedFile:
         A file of another size is a CorruptStoreError naming ``size_setting`` when given, or, when
         ``odd_one()`` says the other segments have the size, calling it damaged."""
         flags = os.O_RDONLY if mode == "cow" else os.O_RDWR
-        syscalls.raise_open_file_limit()
-        fd = os.open(path, flags | os.O_CLOEXEC)
+        fds = 1 if mode == "cow" else 2  # a private mapping needs no descriptor of its own
+        _take_fds(fds, path)
+        try:
+            fd = os.open(path, flags | os.O_CLOEXEC)
+        except BaseException:
+            _give_fds(fds)
+            raise
         try:
             actual = os.fstat(fd).st_size
             if actual != file_size and odd_one is not None and odd_one():  # the others have the size: damage
@@ -282,11 +340,13 @@ class MappedFile:
                 mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
+            _give_fds(fds)
             raise
         if mode == "cow":  # the mapping is private: the descriptor is not needed any more
             os.close(fd)
             fd = -1
         mapped = cls(path, file_from_offset, file_size, mm, fd, mode)
+        mapped._fds = fds
         mapped.wrote_position = mapped.committed_position = mapped.flushed_position = file_size
         if mode == "rw":  # it may be sparse (RocketMQ makes its files so): writes reserve first
             mapped.allocated = 0
@@ -512,6 +572,8 @@ class MappedFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        _give_fds(self._fds)
+        self._fds = 0
         self._cleanup_over = True
 
     def destroy(self, interval_forcibly_ms: int = 0) -> bool:

@@ -128,3 +128,13 @@ def raise_open_file_limit() -> None:
     if soft != resource.RLIM_INFINITY and soft < target:
         with contextlib.suppress(OSError, ValueError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def open_file_limit() -> int | None:
+    """The soft limit of open files (None: none, or not POSIX)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft

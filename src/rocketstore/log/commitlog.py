@@ -24,7 +24,7 @@ from rocketstore.codec.scan import batch_request
 from rocketstore.errors import RecordError
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.file_queue import MappedFileQueue
-from rocketstore.files.mapped_file import MappedFile
+from rocketstore.files.mapped_file import LOG_FD_RESERVE, MappedFile
 from rocketstore.results import PutMessageStatus
 
 _INT = rec._INT
@@ -97,6 +97,7 @@ class CommitLog:
             path_is_full=path_is_full,
             pool=pool,
             read_only_paths=read_only_paths,
+            keep_fds=LOG_FD_RESERVE,
         )
         self.allocator = allocator
         self.put_lock = threading.Lock()
