@@ -23,6 +23,7 @@ from rocketstore.errors import (
     InvalidTopicError,
     ReadOnlyStoreError,
     RocketStoreError,
+    StoreClosedError,
 )
 from rocketstore.export import import_jsonl
 from rocketstore.running_flags import NOT_READABLE
@@ -678,3 +679,32 @@ def test_help_on_an_open_store_s_put_shows_the_put_doc(make_store) -> None:
     assert store.put is not MessageStore.put and store.put.__name__ == "put"
     assert inspect.getdoc(store.put) == inspect.getdoc(MessageStore.put).split(" (")[0]
     assert "Store one message in ``queue_id`` of its topic." in pydoc.render_doc(store.put)
+
+
+def test_a_shut_down_store_refuses_a_with_block(make_store) -> None:
+    """As every other call: ``with store:`` on a store already shut down ran the block."""
+    store = make_store()
+    store.shutdown()
+    with pytest.raises(StoreClosedError, match="is shut down"), store:
+        pytest.fail("the block ran")
+
+
+def test_send_back_of_a_message_never_stored_names_what_it_takes(make_store) -> None:
+    """A Message (not yet stored) given to send_back: the error said an integer was wanted, while
+    a stored message is what it takes first."""
+    store = make_store()
+    with pytest.raises(InvalidArgumentError) as raised:
+        store.send_back("g", Message("T", b"x" * 100_000))
+    assert str(raised.value) == (
+        "send_back: message is a StoredMessage (as a pull or a lookup gives it) or its commit-log offset, not Message"
+    )
+
+
+def test_a_queue_id_without_its_topic_is_refused(make_store) -> None:
+    """get_earliest_message_time(queue_id=1) gave the whole log's earliest time, the queue ignored."""
+    store = make_store()
+    store.put(Message("T", b"x"), 1).raise_for_status()
+    assert store.wait_for_dispatch()
+    with pytest.raises(InvalidArgumentError, match="queue_id needs its topic"):
+        store.get_earliest_message_time(queue_id=1)
+    assert store.get_earliest_message_time("T", 1) == store.get_earliest_message_time() > 0

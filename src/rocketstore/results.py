@@ -113,8 +113,9 @@ class PutResult(tuple):
         return ",".join(ids) if ids else None
 
     @property
-    def uniq_keys(self) -> list[str]:
-        """The UNIQ_KEY of every stored message (the ids RocketMQ's clients call msgId)."""
+    def uniq_keys(self) -> list[str | None]:
+        """The UNIQ_KEY of every stored message (the ids RocketMQ's clients call msgId); None for
+        one stored without (``put_as_is``)."""
         keys = self[8]
         return [keys] if type(keys) is str else list(keys or ())
 

@@ -92,7 +92,13 @@ def send_back(
     leaves the group and ``%RETRY%<group>`` created and written."""
     validate_group(group)
     if not isinstance(message, StoredMessage):
-        (offset,) = check_arguments("send_back", message=(message, int))
+        try:
+            (offset,) = check_arguments("send_back", message=(message, int))
+        except InvalidArgumentError:
+            raise InvalidArgumentError(
+                "send_back: message is a StoredMessage (as a pull or a lookup gives it) or its commit-log "
+                f"offset, not {type(message).__name__}"
+            ) from None
         message = store.look_message_by_offset(offset)
         if message is None:
             raise MessageNotFoundError(f"no message at commit-log offset {offset}")

@@ -244,6 +244,7 @@ class MessageStore:
         self.topics.ensure(*key)
 
     def __enter__(self) -> MessageStore:
+        self._readable()  # a store shut down: StoreClosedError, as from every call
         return self
 
     def __exit__(self, _type: object, error: BaseException | None, _tb: object) -> None:
@@ -385,8 +386,11 @@ class MessageStore:
         return self.reader.get_message_store_timestamp(topic, queue_id, offset)
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
-        """The store time of the log's oldest message, or a topic's queue's (queue 0 unless given); -1 if none."""
+        """The store time of the log's oldest message, or a topic's queue's (queue 0 unless given); -1 if none.
+        A ``queue_id`` without its ``topic`` is an InvalidArgumentError."""
         self._readable()
+        if topic is None and queue_id is not None:
+            raise InvalidArgumentError(f"get_earliest_message_time: queue_id needs its topic (queue_id={queue_id!r})")
         return self.reader.get_earliest_message_time(topic, queue_id)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
