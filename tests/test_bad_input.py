@@ -708,3 +708,20 @@ def test_a_queue_id_without_its_topic_is_refused(make_store) -> None:
     with pytest.raises(InvalidArgumentError, match="queue_id needs its topic"):
         store.get_earliest_message_time(queue_id=1)
     assert store.get_earliest_message_time("T", 1) == store.get_earliest_message_time() > 0
+
+
+def test_an_error_shows_a_huge_value_cut_short(make_store) -> None:
+    """A value of megabytes given by mistake was repeated whole in the error (4 MiB messages)."""
+    store = make_store()
+    huge = "x" * (4 << 20)
+    calls = [
+        lambda: StoreConfig(flushDiskType=huge),
+        lambda: StoreConfig(**{huge: 1}),
+        lambda: store.get_message("g", "T", 0, huge),
+        lambda: store.wait_for_dispatch(huge),
+        lambda: MessageStore.open(huge.encode()),
+    ]
+    for call in calls:
+        with pytest.raises(RocketStoreError) as raised:
+            call()
+        assert len(str(raised.value)) < 300 and "xxx...xxx" in str(raised.value), str(raised.value)[:300]

@@ -34,7 +34,7 @@ from rocketstore.config_values import (
     resolve_broker_ip,
     untrimmed,
 )
-from rocketstore.errors import ConfigError
+from rocketstore.errors import ConfigError, shown
 from rocketstore.files.disk import distinct_folders
 
 log = logging.getLogger(__name__)
@@ -333,37 +333,37 @@ def _coerce(snake: str, value: Any) -> Any:
             return value
         if isinstance(value, str) and java_trim(value).lower() in ("true", "false"):
             return java_trim(value).lower() == "true"
-        raise ConfigError(f"{name} must be true or false, not {value!r}")
+        raise ConfigError(f"{name} must be true or false, not {shown(value)}")
     if kind is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{name} must be an integer, not {value!r}")
+            raise ConfigError(f"{name} must be an integer, not {shown(value)}")
         try:  # a string as Java's Integer.parseInt reads it: no 1_024, 0x100 or 1024L
             number = java_int(value) if isinstance(value, str) else int(value)
         except (TypeError, ValueError, OverflowError):
             number = None
         if number is None:
-            raise ConfigError(f"{name} must be an integer, not {value!r}")
+            raise ConfigError(f"{name} must be an integer, not {shown(value)}")
         if not isinstance(value, str) and number != value:  # 0.5 hours is not 0 hours
-            raise ConfigError(f"{name} must be a whole number, not {value!r}")
+            raise ConfigError(f"{name} must be a whole number, not {shown(value)}")
         minimum, what = _MINIMUM_SNAKE.get(snake, (None, ""))
         if minimum is not None and number < minimum:
-            raise ConfigError(f"{name} must be {what}, not {value!r}")
+            raise ConfigError(f"{name} must be {what}, not {shown(value)}")
         low, high = _RANGE_SNAKE.get(snake) or (_LONG_RANGE if snake in _LONG_SNAKE else _INT_RANGE)
         if not low <= number <= high:
             java = "a TCP port" if snake in _RANGE_SNAKE else f"a Java {'long' if snake in _LONG_SNAKE else 'int'}"
-            raise ConfigError(f"{name} is {java}: it must be from {low} to {high}, not {value!r}")
+            raise ConfigError(f"{name} is {java}: it must be from {low} to {high}, not {shown(value)}")
         return number
     if kind is float:
         return finite_double(name, value)
     value = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(value, str | int | float):  # a list of paths is "a;b", as in broker.conf
-        raise ConfigError(f"{name} is text, not {type(value).__name__} {value!r}")
+        raise ConfigError(f"{name} is text, not {type(value).__name__} {shown(value)}")
     value = java_trim(str(value))  # String.trim, as MixAll.properties2Object trims a String
     if "\0" in value:  # no path nor name holds one (os calls raise a bare ValueError)
-        raise ConfigError(f"{name} holds a NUL character: {value!r}")
+        raise ConfigError(f"{name} holds a NUL character: {shown(value)}")
     allowed = _ENUM_BY_SNAKE.get(snake)
     if allowed and value not in allowed:
-        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {shown(value)}")
     if snake == "broker_ip1" and value:
         check_broker_ip(value)  # a host name is looked up only when the store host is needed
     elif snake == "message_delay_level":
@@ -375,14 +375,14 @@ def _coerce(snake: str, value: Any) -> Any:
 
 def _resolve(name: str) -> str:
     if not isinstance(name, str):  # difflib would raise a TypeError matching it
-        raise ConfigError(f"a MessageStoreConfig key is a str, not {name!r}")
+        raise ConfigError(f"a MessageStoreConfig key is a str, not {shown(name)}")
     snake = _BY_ANY_NAME.get(name)
     if snake is None and name in OBSOLETE_KEYS:
         raise ConfigError(obsolete_key(name))
     if snake is None:
         close = difflib.get_close_matches(name, list(_BY_ANY_NAME), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ConfigError(f"unknown MessageStoreConfig key {name!r}{hint}")
+        raise ConfigError(f"unknown MessageStoreConfig key {shown(name)}{hint}")
     return snake
 
 
@@ -418,7 +418,7 @@ def _apply_conf_entry(config: StoreConfig, key: str, value: str, strict: bool, i
     elif key not in BROKER_KEYS:
         close = _close_store_key(key, _TYPO_CUTOFF)
         if close:
-            raise ConfigError(f"unknown key {key!r} (did you mean {close}?)")
+            raise ConfigError(f"unknown key {shown(key)} (did you mean {close}?)")
         ignored.append(key)
     return None
 

@@ -20,7 +20,7 @@ import re
 import socket
 from typing import TYPE_CHECKING
 
-from rocketstore.errors import ConfigError
+from rocketstore.errors import ConfigError, shown
 
 if TYPE_CHECKING:  # config imports this module
     from rocketstore.config import StoreConfig
@@ -75,7 +75,7 @@ def finite_double(name: str, value: object) -> float:
     """A double key's value: Java's syntax, and a finite number (NaN or Infinity mean nothing as
     a ratio or threshold)."""
     if isinstance(value, bool):
-        raise ConfigError(f"{name} must be a number, not {value!r}")
+        raise ConfigError(f"{name} must be a number, not {shown(value)}")
     if isinstance(value, str):
         number = java_double(value)
     elif isinstance(value, int | float):
@@ -83,9 +83,9 @@ def finite_double(name: str, value: object) -> float:
     else:
         number = None
     if number is None:
-        raise ConfigError(f"{name} must be a number (as Java's Double.parseDouble reads it), not {value!r}")
+        raise ConfigError(f"{name} must be a number (as Java's Double.parseDouble reads it), not {shown(value)}")
     if not math.isfinite(number):
-        raise ConfigError(f"{name} must be a finite number, not {value!r}")
+        raise ConfigError(f"{name} must be a finite number, not {shown(value)}")
     return number
 
 
@@ -151,7 +151,7 @@ def _ip_literal(text: str) -> str | None:
             return str(address.ipv4_mapped)
         return str(address)
     if not _HOST_NAME.fullmatch(text) or text.replace(".", "").isdecimal():
-        raise ConfigError(f"brokerIP1 must be an IP address or a host name (the store host), not {text!r}")
+        raise ConfigError(f"brokerIP1 must be an IP address or a host name (the store host), not {shown(text)}")
     try:  # a name the C resolver reads as a number (0x7f.1, 0177.1) that Java would look up by name
         socket.inet_aton(text)
     except OSError:

@@ -6,6 +6,17 @@ catch one type. Errors that describe bad arguments also derive from :class:`Valu
 
 from __future__ import annotations
 
+import reprlib
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut to about 80 characters, for an error message: a value of megabytes
+    given by mistake is not repeated whole."""
+    return _SHOWN.repr(value)
+
 
 class RocketStoreError(Exception):
     """Base class of every rocketstore error."""

@@ -28,7 +28,7 @@ from rocketstore.codec.properties import (
 from rocketstore.codec.scan import delay_of_level, java_int
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig, delay_level_millis
-from rocketstore.errors import InvalidMessageError, RecordError
+from rocketstore.errors import InvalidMessageError, RecordError, shown
 from rocketstore.log.commitlog import DELIVER_AFTER, too_big_for_segment
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.services.schedule import real_destination
@@ -51,7 +51,7 @@ def checked_queue_id(queue_id: object) -> int:
     if type(queue_id) is not int:
         queue_id = as_int("a queue id", queue_id)
     if not 0 <= queue_id <= 0x7FFFFFFF:
-        raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {queue_id!r}")
+        raise InvalidMessageError(f"a queue id is an int from 0 to 2**31-1, not {shown(queue_id)}")
     return queue_id
 
 
@@ -62,7 +62,7 @@ def _bad_properties() -> PutResult:
 
 def not_a_level(text: str) -> PutResult:
     """The refusal of a DELAY that Java's Integer.parseInt does not read."""
-    return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {text!r}")
+    return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {shown(text)}")
 
 
 def waits(properties: dict[str, str] | None) -> bool:

@@ -17,7 +17,7 @@ from rocketstore.codec.message import JAVA_LONG, StoredMessage, as_int, plain_st
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import java_trim
-from rocketstore.errors import InvalidArgumentError
+from rocketstore.errors import InvalidArgumentError, shown
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -52,7 +52,7 @@ def check_arguments(call: str, **given: tuple[object, type | tuple[type, ...]]) 
             out.append(float(value))  # type: ignore[arg-type]
         else:
             what = "finite number" if float in kinds else kinds[0].__name__
-            raise InvalidArgumentError(f"{call}: {name} must be a {what}, not {value!r}")
+            raise InvalidArgumentError(f"{call}: {name} must be a {what}, not {shown(value)}")
     return out
 
 

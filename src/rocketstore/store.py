@@ -27,6 +27,7 @@ from rocketstore.errors import (
     StoreClosedError,
     StoreFileError,
     StoreNotReadableError,
+    shown,
 )
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
@@ -111,9 +112,9 @@ class MessageStore:
         if not read_only and (not recover or last_exit_ok is not None):
             raise InvalidArgumentError("recover=False and last_exit_ok are only for read-only opens")
         if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str) or not os.fspath(path):
-            raise InvalidArgumentError(f"a store path is a non-empty str or os.PathLike (of a str), not {path!r}")
+            raise InvalidArgumentError(f"a store path is a non-empty str or os.PathLike (of a str), not {shown(path)}")
         if "\0" in os.fspath(path):
-            raise InvalidArgumentError(f"a store path holds no NUL character: {path!r}")
+            raise InvalidArgumentError(f"a store path holds no NUL character: {shown(path)}")
         root = os.path.abspath(os.fspath(path))
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
@@ -468,7 +469,7 @@ class MessageStore:
         try:  # checked as shutdown's wait_for_dispatch (None and any timeout past a lock's wait: none)
             timeout = StoreServices.shutdown_wait(timeout)
         except InvalidArgumentError:
-            raise InvalidArgumentError(f"wait_for_dispatch: timeout is seconds or None, not {timeout!r}") from None
+            raise InvalidArgumentError(f"wait_for_dispatch: timeout is seconds or None, not {shown(timeout)}") from None
         if self.read_only or not self.reput.running:
             self.reput.run_once()
             return self.reput.behind() == 0

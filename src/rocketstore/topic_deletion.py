@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.topic import NEVER_REMOVED, topic_names
-from rocketstore.errors import InvalidArgumentError, InvalidTopicError, RocketStoreError, StoreFileError
+from rocketstore.errors import InvalidArgumentError, InvalidTopicError, RocketStoreError, StoreFileError, shown
 from rocketstore.reader import check_arguments
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _topic_set(call: str, topics: Iterable[str]) -> set[str]:
     """``topics``, a collection of topic names (not one str: ``topic_names``), as plain strs;
     InvalidArgumentError for anything else."""
     if not isinstance(topics, Iterable):
-        raise InvalidArgumentError(f"{call} takes a collection of topic names, not {topics!r}")
+        raise InvalidArgumentError(f"{call} takes a collection of topic names, not {shown(topics)}")
     return {check_arguments(call, topic=(topic, str))[0] for topic in topic_names(call, topics)}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 
-from rocketstore.errors import InvalidMessageError
+from rocketstore.errors import InvalidMessageError, shown
 
 
 @lru_cache(maxsize=4096)
@@ -17,7 +17,7 @@ def parse_host(text: str) -> bytes:
     """``"10.0.0.1:5000"`` or ``"[2001:db8::1]:5000"`` -> 8 or 20 bytes (address + port); an
     IPv4-mapped IPv6 address (``[::ffff:10.0.0.1]``) is the IPv4 address, as Java reads it."""
     if type(text) is not str:
-        raise InvalidMessageError(f"a host address is a str ip:port or [ipv6]:port, not {text!r}")
+        raise InvalidMessageError(f"a host address is a str ip:port or [ipv6]:port, not {shown(text)}")
     try:
         if text.startswith("["):
             addr, _, port = text[1:].partition("]:")

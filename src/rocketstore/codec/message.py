@@ -26,7 +26,7 @@ from rocketstore.codec.properties import (
 from rocketstore.codec.topic import known_topics as _known_topics
 from rocketstore.codec.topic import topic_text as _topic_text
 from rocketstore.codec.topic import validate_topic
-from rocketstore.errors import InvalidMessageError
+from rocketstore.errors import InvalidMessageError, shown
 
 # the (lowest, highest) of Java's int and long: the record's 4- and 8-byte number fields
 JAVA_INT = (-(2**31), 2**31 - 1)
@@ -42,7 +42,7 @@ def as_int(name: str, value: object, error: type[Exception] = InvalidMessageErro
             return operator.index(value)  # type: ignore[arg-type]
         except TypeError:
             pass
-    raise error(f"{name} must be an integer, not {value!r}")
+    raise error(f"{name} must be an integer, not {shown(value)}")
 
 
 def plain_str(value: object) -> object:
@@ -140,7 +140,7 @@ class Message:
             born_host, store_host = plain_str(born_host), plain_str(store_host)
             for name, host in (("born_host", born_host), ("store_host", store_host)):
                 if host is not None and type(host) is not str:
-                    raise InvalidMessageError(f"{name} is a str ip:port or [ipv6]:port, not {host!r}")
+                    raise InvalidMessageError(f"{name} is a str ip:port or [ipv6]:port, not {shown(host)}")
                 if host:
                     parse_host(host)  # (cached) refused now, not at the put
             self._extra = (
@@ -239,7 +239,7 @@ def _checked_tags(tags: object) -> str:
     if type(tags) is not str:
         tags = plain_str(tags)
     if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
-        raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {tags!r}")
+        raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {shown(tags)}")
     if len(_good_tags) < _GOOD_TAGS_MAX:
         _good_tags.add(tags)
     return tags
@@ -273,11 +273,11 @@ def join_keys(keys: Iterable[str]) -> str:
     """Keys as KEYS stores them, joined by spaces; InvalidMessageError for one that is empty or
     holds a space (it would read back as two) or that is not text."""
     if not isinstance(keys, Iterable) or isinstance(keys, (Mapping, bytes, bytearray, memoryview)):  # not of keys
-        raise InvalidMessageError(f"keys are a str or a list of str, not {keys!r}")
+        raise InvalidMessageError(f"keys are a str or a list of str, not {shown(keys)}")
     keys = [plain_str(k) for k in keys]
     for k in keys:
         if type(k) is not str or not k or " " in k:
-            raise InvalidMessageError(f"each key is a non-empty str without spaces, not {k!r}")
+            raise InvalidMessageError(f"each key is a non-empty str without spaces, not {shown(k)}")
     return " ".join(keys)
 
 
@@ -524,7 +524,7 @@ def check_int_fields(obj: dict[str, Any]) -> None:
                 raise ValueError
             number = int(value)
         except (ValueError, TypeError, OverflowError):
-            raise InvalidMessageError(f"{name} must be an integer, not {value!r}") from None
+            raise InvalidMessageError(f"{name} must be an integer, not {shown(value)}") from None
         check_range(name, number, bounds, value)
 
 
@@ -532,7 +532,7 @@ def message_from_json(obj: dict[str, Any]) -> Message:
     """An export JSON object -> a Message keeping what the store does not assign."""
     text = obj.get("body")
     if not isinstance(text, str):  # [], {}, false and 0 are no empty body: "" is
-        raise InvalidMessageError(f'body must be a base64 string (an empty body is ""), not {text!r}')
+        raise InvalidMessageError(f'body must be a base64 string (an empty body is ""), not {shown(text)}')
     try:
         body = base64.b64decode(text, validate=True)
     except (ValueError, TypeError) as exc:
@@ -551,7 +551,7 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
         raise InvalidMessageError("properties must be a JSON object")
     for name, value in properties.items():
         if not isinstance(value, str):
-            raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {value!r}")
+            raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {shown(value)}")
     properties = dict(properties)
     properties.pop(PROPERTY_CRC32, None)  # the source record's checksum (enabledAppendPropCRC): the store's own
     for name, field in ((TAGS, "tags"), (KEYS, "keys"), (UNIQ_KEY, "uniqKey")):  # the export's own columns, alone
@@ -559,9 +559,9 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
         if value is None or value == "" or value == properties.get(name):  # "" is no tags, as Message(tags="")
             continue
         if not isinstance(value, str):
-            raise InvalidMessageError(f"{field} must be a JSON string, not {value!r}")
+            raise InvalidMessageError(f"{field} must be a JSON string, not {shown(value)}")
         if name in properties:
-            raise InvalidMessageError(f"{field} {value!r} does not agree with the properties' {name}")
+            raise InvalidMessageError(f"{field} {shown(value)} does not agree with the properties' {name}")
         properties[name] = value
     for field in ("bornHost", "storeHost"):
         if obj.get(field) is not None and (not isinstance(obj[field], str) or not obj[field]):

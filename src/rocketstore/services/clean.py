@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import delete_hours as parse_delete_when
-from rocketstore.errors import InvalidArgumentError, StoreClosedError
+from rocketstore.errors import InvalidArgumentError, StoreClosedError, shown
 from rocketstore.files.disk import used_ratio
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -313,7 +313,7 @@ def checked_now(call: str, now: object) -> float | None:
     as a float; InvalidArgumentError else."""
     (now,) = check_arguments(call, now=(now, (float, type(None))))
     if now is not None and not 0 <= now <= _LAST_SECOND:
-        raise InvalidArgumentError(f"{call}: now must be epoch seconds from 0 to {_LAST_SECOND}, not {now!r}")
+        raise InvalidArgumentError(f"{call}: now must be epoch seconds from 0 to {_LAST_SECOND}, not {shown(now)}")
     return now
 
 

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import Message
-from rocketstore.errors import FlushError, InvalidArgumentError
+from rocketstore.errors import FlushError, InvalidArgumentError, shown
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
 from rocketstore.services.base import Service
@@ -220,7 +220,7 @@ class StoreServices:
                 return math.inf
             if not math.isnan(value):
                 return value
-        raise InvalidArgumentError(f"shutdown: wait_for_dispatch must be seconds or None, not {seconds!r}")
+        raise InvalidArgumentError(f"shutdown: wait_for_dispatch must be seconds or None, not {shown(seconds)}")
 
     def _wait_for_dispatch(self, seconds: float) -> None:
         """Wait up to ``seconds`` for dispatch to catch up; not at all when it cannot: the reput

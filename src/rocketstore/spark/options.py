@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidArgumentError
+from rocketstore.errors import InvalidArgumentError, shown
 from rocketstore.reader import subscription_tags
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
 from rocketstore.timestamps import epoch_millis
@@ -216,7 +216,9 @@ def parse_offsets(
             )
         return text.lower()
     if not text.startswith("{"):
-        raise InvalidArgumentError(f"option {name} must be {allowed} or a JSON object like {example}, not {text!r}")
+        raise InvalidArgumentError(
+            f"option {name} must be {allowed} or a JSON object like {example}, not {shown(text)}"
+        )
     obj = _json(text, name)
     out: dict[str, dict[int, int]] = {}
     for topic, queues in obj.items():
@@ -290,7 +292,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     """Every option of a read (batch or stream), checked."""
     mode = (option(options, "mode", "consumequeue") or "consumequeue").strip().lower()
     if mode not in MODES:
-        raise InvalidArgumentError(f"option mode must be consumequeue or commitlog, not {mode!r}")
+        raise InvalidArgumentError(f"option mode must be consumequeue or commitlog, not {shown(mode)}")
     names, patterns = parse_topics(option(options, "topics") or option(options, "topic"))
     queues, by_topic = parse_queues(option(options, "queues"))
     tags_text = option(options, "tags")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from rocketstore.config import OBSOLETE_KEYS, StoreConfig, snake_case
-from rocketstore.errors import ConfigError, InvalidArgumentError
+from rocketstore.errors import ConfigError, InvalidArgumentError, shown
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def flag_option(options: Mapping[str, str], name: str, default: bool) -> bool:
         return default
     text = str(value).strip().lower()
     if text not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, not {value!r}")
+        raise InvalidArgumentError(f"option {name} must be true or false, not {shown(value)}")
     return text == "true"
 
 
@@ -112,7 +112,7 @@ def int_option(options: Mapping[str, str], name: str, default: int | None) -> in
     try:
         return int(str(value).strip())
     except ValueError:
-        raise InvalidArgumentError(f"option {name} must be an integer, not {value!r}") from None
+        raise InvalidArgumentError(f"option {name} must be an integer, not {shown(value)}") from None
 
 
 _LOWER_KEYS = {k.lower(): k for name, _ in StoreConfig().items() for k in (name, snake_case(name))}
