@@ -725,3 +725,7 @@ def test_an_error_shows_a_huge_value_cut_short(make_store) -> None:
         with pytest.raises(RocketStoreError) as raised:
             call()
         assert len(str(raised.value)) < 300 and "xxx...xxx" in str(raised.value), str(raised.value)[:300]
+    cut = f"'{'x' * 37}...{'x' * 38}'"
+    assert repr(Message("T", b"", tags=huge, properties={"p": "v"})) == (
+        f"Message(topic='T', body=<0 bytes>, properties={{'p': 'v', 'TAGS': {cut}}})"
+    )

@@ -222,7 +222,9 @@ class Message:
         return copy
 
     def __repr__(self) -> str:
-        return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={self.properties!r})"
+        # in their order, each name and value cut short (tags of megabytes are not repeated whole)
+        props = "{" + ", ".join(f"{shown(k)}: {shown(v)}" for k, v in self.properties.items()) + "}"
+        return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={props})"
 
 
 def _utf8_text(text: str) -> bool:
