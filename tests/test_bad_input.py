@@ -729,3 +729,15 @@ def test_an_error_shows_a_huge_value_cut_short(make_store) -> None:
     assert repr(Message("T", b"", tags=huge, properties={"p": "v"})) == (
         f"Message(topic='T', body=<0 bytes>, properties={{'p': 'v', 'TAGS': {cut}}})"
     )
+
+
+def test_the_results_type_hints_resolve_at_runtime() -> None:
+    """Tools that read hints at runtime (autodoc, typeguard) met a NameError: StoredMessage was
+    imported for type checkers only."""
+    import typing
+
+    from rocketstore.codec.message import StoredMessage
+    from rocketstore.results import GetResult, QueryResult
+
+    for result in (GetResult, QueryResult):
+        assert typing.get_type_hints(result.__init__)["messages"] == list[StoredMessage]

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import enum
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
 from rocketstore.codec.ids import offset_msg_id
+from rocketstore.codec.message import StoredMessage
 from rocketstore.errors import PutMessageError
-
-if TYPE_CHECKING:
-    from rocketstore.codec.message import StoredMessage
 
 
 class PutMessageStatus(enum.StrEnum):
