@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from pathlib import Path
@@ -641,3 +642,31 @@ def test_a_queue_its_topic_deletion_removed_after_planning_is_not_blamed_on_rete
         assert s.delete_topics(["T1"]) == ["T1"]
     with pytest.raises(DataLossError, match=r"^consume queue T1/0 offsets 0 to 99: it was removed \(by retention or a"):
         [batch for p in planned for batch in read_partition(p)]
+
+
+def test_a_born_time_outside_the_years_a_timestamp_holds_reads_as_null(spark, tmp_path):  # noqa: F811
+    """bornTimestamp is any Java long (an import keeps it): one past what a microsecond TIMESTAMP
+    holds wrapped around silently (Long.MAX read as 1969-12-31), and one outside years 1-9999
+    made collect() fail (year 0 is out of range). Such a time (outside 0001-01-03 to 9999-12-29,
+    which a local datetime holds in any time zone) reads as null."""
+    from rocketstore import Message, MessageStore
+
+    born = [-(2**63), -62135424000001, -62135424000000, 0, 253402127999999, 253402128000000, 9300000000000000]
+    store = tmp_path / "store"
+    with MessageStore.open(store, small_config()) as s:
+        for i, ms in enumerate(born):
+            s.put_as_is(Message("B", b"%d" % i, born_timestamp=ms)).raise_for_status()
+        s.put_as_is(Message("B", b"last", born_timestamp=2**63 - 1)).raise_for_status()
+    for mode in ("consumequeue", "commitlog"):
+        rows = reader(spark, mode=mode).load(str(store)).select("body", "bornTimestamp").collect()
+        got = {bytes(r.body): r.bornTimestamp for r in rows}
+        assert got == {
+            b"0": None,
+            b"1": None,
+            b"2": datetime.datetime(1, 1, 3),
+            b"3": datetime.datetime(1970, 1, 1),
+            b"4": datetime.datetime(9999, 12, 29, 23, 59, 59, 999000),
+            b"5": None,
+            b"6": None,
+            b"last": None,
+        }, mode

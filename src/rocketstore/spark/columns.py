@@ -30,6 +30,21 @@ _INT = struct.Struct(">i")
 _AR = {w: np.arange(w, dtype=np.int64) for w in (1, 2, 4, 8, 12)}
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _TS = pa.timestamp("us", tz="UTC")
+# the epoch milliseconds of 0001-01-03 and of the last one of 9999-12-29 (UTC): what a TIMESTAMP
+# holds for Python in any time zone (collect() makes local datetimes, within years 1-9999, and
+# CPython looks a day around); a time outside (an imported bornTimestamp may be any Java long)
+# reads as null rather than wrapping round or failing the collect
+_FIRST_MS, _LAST_MS = -62135424000000, 253402127999999
+
+
+def timestamps(ms: np.ndarray) -> pa.Array:
+    """Epoch milliseconds as a TIMESTAMP column (microseconds, UTC); null outside 0001-01-03 to 9999-12-29."""
+    ms = np.asarray(ms, dtype=np.int64)
+    outside = (ms < _FIRST_MS) | (ms > _LAST_MS)
+    us = np.where(outside, 0, ms) * 1000
+    return pa.array(us, type=pa.int64(), mask=outside if outside.any() else None).cast(_TS)
+
+
 _MAP = pa.map_(pa.string(), pa.string())
 
 
@@ -403,7 +418,7 @@ def build_batch(
             out[name] = binary_ranges(data, buffer, h.body_at, f["body_len"])
         elif name in ("bornTimestamp", "storeTimestamp"):
             ms = f["born_ts" if name == "bornTimestamp" else "store_ts"]
-            out[name] = pa.array(ms * 1000, type=pa.int64()).view(_TS)
+            out[name] = timestamps(ms)
         elif name == "bornHost":
             out[name] = hosts(h.born_host, h.born_v6)
         elif name == "storeHost":
@@ -451,8 +466,8 @@ def _python_batch(
             "properties": list(props.items()),
             "body": msg.body,
             "bodyCRC": msg.body_crc,
-            "bornTimestamp": msg.born_timestamp * 1000,
-            "storeTimestamp": msg.store_timestamp * 1000,
+            "bornTimestamp": msg.born_timestamp,
+            "storeTimestamp": msg.store_timestamp,
             "bornHost": msg.born_host,
             "storeHost": msg.store_host,
             "reconsumeTimes": msg.reconsume_times,
@@ -462,7 +477,13 @@ def _python_batch(
         }
         for c in columns:
             rows[c].append(values[c])
-    return pa.RecordBatch.from_arrays([pa.array(rows[c], type=schema.field(c).type) for c in columns], schema=schema)
+    arrays = [
+        timestamps(np.array(rows[c], dtype=np.int64))
+        if c in ("bornTimestamp", "storeTimestamp")
+        else pa.array(rows[c], type=schema.field(c).type)
+        for c in columns
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def decode_window(
