@@ -21,6 +21,24 @@ import pytest
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once, saying why, when the disk the tests' stores go to is nearly at
+    diskSpaceCleanForciblyRatio (85%): past it every store the tests open deletes young
+    segments, as RocketMQ's forced cleanup does, and dozens of tests fail for no fault of theirs."""
+    import tempfile
+
+    from rocketstore.files.disk import used_ratio
+
+    folder = tempfile.gettempdir()
+    ratio, limit = used_ratio(folder), StoreConfig().disk_space_clean_forcibly_ratio_clamped
+    if ratio > limit - 0.02:
+        pytest.exit(
+            f"the disk holding {folder} is {ratio:.0%} used, near diskSpaceCleanForciblyRatio ({limit:.0%}), "
+            "past which stores delete young segments: free some space first",
+            returncode=3,
+        )
+
+
 def _shared() -> Path:
     """The reference material: $ROCKETSTORE_SHARED, else ../shared beside the checkout, else /work/shared."""
     if os.environ.get("ROCKETSTORE_SHARED"):
