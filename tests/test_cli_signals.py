@@ -13,7 +13,9 @@ import subprocess
 from pathlib import Path
 
 from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.cli.common import DeferInterrupts
+from rocketstore.cli.stops import (
+    DeferInterrupts,
+)
 from rocketstore.files.disk import used_ratio
 from rocketstore.results import PutMessageStatus
 from rocketstore.running_flags import DISK_FULL

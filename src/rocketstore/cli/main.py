@@ -29,8 +29,17 @@ from rocketstore.cli import (
     spark_cmd,
     transfer,
 )
-from rocketstore.cli.common import Interrupted, PipeClosed, echo_error, silence_stdout, storing, with_notes
+from rocketstore.cli.common import (
+    echo_error,
+    with_notes,
+)
 from rocketstore.cli.output import print_json_error
+from rocketstore.cli.stops import (
+    Interrupted,
+    PipeClosed,
+    silence_stdout,
+    storing,
+)
 from rocketstore.errors import RocketStoreError
 
 EXIT_PROBLEMS = 1

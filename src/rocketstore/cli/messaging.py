@@ -15,20 +15,22 @@ from rich.table import Table
 from rocketstore.cli.common import (
     CommandError,
     Common,
-    DeferStops,
     ProblemsFound,
     UnreadableUnits,
-    done_storing,
     known_topics,
     open_store,
     open_store_checked,
     require_topics,
-    shut_down_whole,
-    stopped_by,
     store_options,
     with_notes,
 )
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
+from rocketstore.cli.stops import (
+    DeferStops,
+    done_storing,
+    shut_down_whole,
+    stopped_by,
+)
 from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal

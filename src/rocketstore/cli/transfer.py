@@ -13,23 +13,25 @@ import click
 
 from rocketstore.cli.common import (
     Common,
-    DeferInterrupts,
-    DeferStops,
-    Interrupted,
     ProblemsFound,
     UnreadableUnits,
     check_output_file,
-    done_storing,
     is_inside,
     known_topics,
     open_store,
     require_topics,
-    shut_down_whole,
-    stopped_by,
     store_options,
     with_notes,
 )
 from rocketstore.cli.output import print_json, progress_bar, replacing_file, say, utf8_stdout, warn
+from rocketstore.cli.stops import (
+    DeferInterrupts,
+    DeferStops,
+    Interrupted,
+    done_storing,
+    shut_down_whole,
+    stopped_by,
+)
 from rocketstore.errors import ImportLineError
 from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
 from rocketstore.results import PutMessageStatus
