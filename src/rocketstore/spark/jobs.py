@@ -122,7 +122,7 @@ def _scan_for_rebuild(
         try:
             stop, reason = walk_segment(mapped, 0, seg.size, found.append, check_crc=False, delay_millis=delay_millis)
         finally:
-            mapped.mm.close()
+            mapped.close()  # (gives its descriptor count back, as every unmapping)
         topics: dict[str, int] = {}
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("tid", "qid", "qoff", "phy", "size", "tags", "ts")}
         idx: dict[str, list[np.ndarray]] = {"hash": [], "phy": [], "ts": []}

@@ -31,7 +31,7 @@ def _scan_group(
         try:
             out.append(v.scan_segment(mapped, delay_millis, max_listed, prop_crc=prop_crc, root=root))
         finally:
-            mapped.mm.close()
+            mapped.close()  # (gives its descriptor count back, as every unmapping)
     return out
 
 
