@@ -408,12 +408,21 @@ def check_store(
         if os.path.exists(path) and not os.path.isdir(path):
             raise CorruptStoreError("the commit log is not a folder", path)
     check_sizes(opts.root, opts.rooted_config)
-    lost = None if allow_lost_log else lost_log(opts)
-    if lost and writes:
-        raise CorruptStoreError(
-            f"{lost}: recovering it (as any open for writing does) would delete every consume queue "
-            f"and index entry; {lost_log_advice}"
+    if not allow_lost_log:
+        guard_lost_log(
+            opts,
+            writes=writes,
+            why="recovering it (as any open for writing does) would delete every consume queue and index "
+            f"entry; {lost_log_advice}",
         )
+
+
+def guard_lost_log(opts: Common, *, writes: bool, why: str) -> None:
+    """A commit log gone while the queues hold units (``lost_log``): refused for a command that
+    writes (CorruptStoreError ``<lost>: <why>``), warned about for one that reads."""
+    lost = lost_log(opts)
+    if lost and writes:
+        raise CorruptStoreError(f"{lost}: {why}")
     if lost:
         warn(f"WARNING: {lost}: every message is gone")
 

@@ -21,14 +21,14 @@ from rocketstore.cli.common import (
     Common,
     ProblemsFound,
     check_commit_log,
-    lost_log,
+    guard_lost_log,
     max_problems_option,
     queue_topics,
     require_topics,
     store_options,
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, say, warn
-from rocketstore.errors import CorruptStoreError, StoreLockedError
+from rocketstore.errors import StoreLockedError
 from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
 from rocketstore.meta.root import overlapping_store_folder, require_store
 from rocketstore.verify.layout import check_sizes
@@ -58,11 +58,7 @@ def _check_store(opts: Common, *, writes: bool) -> None:
     require_store(opts.root, opts.rooted_config)
     check_commit_log(opts, writes=writes)
     check_sizes(opts.root, opts.rooted_config, derived=not writes)
-    lost = lost_log(opts)
-    if lost and writes:
-        raise CorruptStoreError(f"{lost}: a rebuild would replace every queue and the index with nothing")
-    if lost:
-        warn(f"WARNING: {lost}: every message is gone")
+    guard_lost_log(opts, writes=writes, why="a rebuild would replace every queue and the index with nothing")
 
 
 def _session(master: str, job: str) -> Any:

@@ -35,7 +35,7 @@ def parse_host(text: str) -> bytes:
         if number > 0xFFFF:  # a Java InetSocketAddress port
             raise ValueError
     except ValueError:
-        raise InvalidMessageError(f"not a host address ip:port or [ipv6]:port (port 0..65535): {text!r}") from None
+        raise InvalidMessageError(f"not a host address ip:port or [ipv6]:port (port 0..65535): {shown(text)}") from None
     return packed + number.to_bytes(4, "big")
 
 

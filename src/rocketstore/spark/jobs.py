@@ -43,7 +43,7 @@ from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import overlapping_store_folder, require_store
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, PRE_BLANK, UNIT_DTYPE
-from rocketstore.queues.consume_queues import ConsumeQueueStore
+from rocketstore.queues.consume_queues import ConsumeQueueStore, deleted_leftover
 from rocketstore.queues.dispatch import drop_deleted
 from rocketstore.queues.index_service import IndexService, index_entries
 
@@ -373,7 +373,7 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
                 continue
             cq.recover()
             top = cq.max_offset_in_queue()
-            if top <= 0 or (key[0] in deleted and cq.max_physic_offset <= deleted[key[0]]):
+            if top <= 0 or deleted_leftover(key[0], cq.max_physic_offset, deleted):
                 continue
             new = queues.find_or_create(*key)
             expect = top * CQ_STORE_UNIT_SIZE
