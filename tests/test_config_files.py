@@ -12,14 +12,10 @@ import pytest
 import conftest
 from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.meta import fastjson
-from rocketstore.meta.config_files import (
-    ConsumerOffsetManager,
-    DelayOffsetManager,
-    SubscriptionGroupManager,
-    TopicConfigManager,
-    load_json_file,
-    write_json_file,
-)
+from rocketstore.meta.json_files import load_json_file, write_json_file
+from rocketstore.meta.offset_files import ConsumerOffsetManager, DelayOffsetManager
+from rocketstore.meta.subscription_groups import SubscriptionGroupManager
+from rocketstore.meta.topic_config import TopicConfigManager
 
 SAMPLE_DELAY_OFFSET = str(conftest.VECTORS / "sample-clean" / "store" / "config" / "delayOffset.json")
 TS = 1700000000000

@@ -19,9 +19,9 @@ import pytest
 
 from rocketstore import GetMessageStatus, Message, MessageStore, PutMessageStatus
 from rocketstore.errors import StoreFileError
-from rocketstore.meta import config_files, fastjson
-from rocketstore.meta.config_files import ConsumerOffsetManager
+from rocketstore.meta import config_file, fastjson
 from rocketstore.meta.lockfile import StoreLock, held
+from rocketstore.meta.offset_files import ConsumerOffsetManager
 
 GUARD_S = 5.0  # a guard against a hang, not a timing assertion: the old code blocks until released
 HOLD_S = 6 * GUARD_S  # a held step outlasts every guard: it ends when the test releases it
@@ -124,7 +124,7 @@ def test_two_persists_write_one_after_the_other_newest_last(offsets, monkeypatch
     first_writing = threading.Event()
     release = threading.Event()
     calls: list[str] = []
-    real = config_files.write_json_file
+    real = config_file.write_json_file
 
     def write(path: Any, text: str, *args: Any, **kwargs: Any) -> None:
         calls.append("start")
@@ -134,7 +134,7 @@ def test_two_persists_write_one_after_the_other_newest_last(offsets, monkeypatch
         real(path, text, *args, **kwargs)
         calls.append("end")
 
-    monkeypatch.setattr(config_files, "write_json_file", write)
+    monkeypatch.setattr(config_file, "write_json_file", write)
     offsets.commit("G2", "Topic2", 1, 50)
     first, _ = _in_thread(offsets.persist)
     try:
@@ -186,7 +186,7 @@ def _tmp_is_a_directory(store: MessageStore) -> Callable[[], None]:
 def _write_is_refused(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """topics.json cannot be written as a config folder without write permission refuses it (root
     is not refused by the mode bits, so the refusal is the one a non-root user gets)."""
-    real = config_files.write_json_file
+    real = config_file.write_json_file
 
     def refuse(path: Any, *args: Any, **kwargs: Any) -> None:
         if os.fspath(path) == store.topics.path:
@@ -194,8 +194,8 @@ def _write_is_refused(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> C
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), tmp)
         real(path, *args, **kwargs)
 
-    monkeypatch.setattr(config_files, "write_json_file", refuse)
-    return lambda: monkeypatch.setattr(config_files, "write_json_file", real)
+    monkeypatch.setattr(config_file, "write_json_file", refuse)
+    return lambda: monkeypatch.setattr(config_file, "write_json_file", real)
 
 
 @pytest.mark.parametrize("fault", ["tmp_is_a_directory", "permission_denied"])
@@ -260,7 +260,7 @@ def test_delete_topics_that_cannot_write_deleted_topics_json_removes_nothing(mak
     store = _store_with_topics(make_store)
     root = Path(store.root)
     topics_json = Path(store.topics.path).read_bytes()
-    real = config_files.write_json_file
+    real = config_file.write_json_file
     deleted_path = os.fspath(root / "config" / "deletedTopics.json")
 
     def refuse(path: Any, *args: Any, **kwargs: Any) -> None:
@@ -268,7 +268,7 @@ def test_delete_topics_that_cannot_write_deleted_topics_json_removes_nothing(mak
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), deleted_path + ".tmp")
         real(path, *args, **kwargs)
 
-    monkeypatch.setattr(config_files, "write_json_file", refuse)
+    monkeypatch.setattr(config_file, "write_json_file", refuse)
     with pytest.raises(StoreFileError, match="no topic was removed") as raised:
         store.delete_topics(["Doomed"])
     assert raised.value.errno == errno.EACCES
@@ -276,7 +276,7 @@ def test_delete_topics_that_cannot_write_deleted_topics_json_removes_nothing(mak
     assert Path(store.topics.path).read_bytes() == topics_json
     assert not (root / "config" / "deletedTopics.json").exists()
     assert store.get_max_offset_in_queue("Doomed", 1) == 3
-    monkeypatch.setattr(config_files, "write_json_file", real)
+    monkeypatch.setattr(config_file, "write_json_file", real)
     store.topics.persist()
     store.deleted_topics.persist()  # a later write of either file finishes nothing
     assert store.topics.find("Doomed") is not None and "Doomed" not in store.deleted_topics.table

@@ -30,7 +30,8 @@ from rocketstore.errors import (
     StoreClosedError,
     StoreFileError,
 )
-from rocketstore.meta.config_files import ConsumerOffsetManager, TopicConfigManager
+from rocketstore.meta.offset_files import ConsumerOffsetManager
+from rocketstore.meta.topic_config import TopicConfigManager
 from rocketstore.running_flags import WRITE_LOGICS_QUEUE_ERROR
 
 

@@ -675,7 +675,7 @@ def test_a_broken_config_file_is_logged_when_loaded(built: Path, caplog: pytest.
     _committed(built, {0: 3})
     (built / "config" / "consumerOffset.json").write_bytes(b"\xff\xfe not text")
     with (
-        caplog.at_level(logging.ERROR, logger="rocketstore.meta.config_files"),
+        caplog.at_level(logging.ERROR, logger="rocketstore.meta.json_files"),
         MessageStore.open(built, tiny(), read_only=True) as store,
     ):
         assert store.query_offset("g", "TopicA", 0) == 3  # the backup's

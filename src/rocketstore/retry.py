@@ -14,7 +14,7 @@ from rocketstore.codec.message import JAVA_INT, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT, java_map_order
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, validate_group
 from rocketstore.errors import InvalidArgumentError, InvalidTopicError, MessageNotFoundError
-from rocketstore.meta.config_files import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
+from rocketstore.meta.subscription_groups import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
 from rocketstore.reader import check_arguments
 from rocketstore.results import PutMessageStatus, PutResult
 

@@ -34,16 +34,13 @@ from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.recovery import ConfirmCut, RecoveryReport, recover
 from rocketstore.meta.checkpoint import StoreCheckpoint
-from rocketstore.meta.config_files import (
-    ConsumerOffsetManager,
-    DelayOffsetManager,
-    SubscriptionGroupManager,
-    TopicConfigManager,
-)
 from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
+from rocketstore.meta.offset_files import ConsumerOffsetManager, DelayOffsetManager
 from rocketstore.meta.root import check_entries, remove_abort, require_store, write_abort
+from rocketstore.meta.subscription_groups import SubscriptionGroupManager
+from rocketstore.meta.topic_config import TopicConfigManager
 from rocketstore.open_stores import OPEN
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher

@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from rocketstore.meta import fastjson
-from rocketstore.meta.config_files import ConfigFile
+from rocketstore.meta.config_file import ConfigFile
 
 FILE_NAME = "deletedTopics.json"
 

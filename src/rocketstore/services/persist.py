@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rocketstore.meta.config_files import ConfigFile
+from rocketstore.meta.config_file import ConfigFile
 from rocketstore.services.base import Service
 
 

@@ -35,7 +35,7 @@ from rocketstore.codec.scan import java_int
 from rocketstore.codec.topic import HALF_TOPIC, SCHEDULE_TOPIC, validate_topic
 from rocketstore.errors import FlushError, InvalidMessageError, InvalidTopicError, RocketStoreError, StoreClosedError
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.meta.config_files import DelayOffsetManager
+from rocketstore.meta.offset_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.reader import check_arguments
