@@ -170,20 +170,50 @@ def test_body_over_max_message_size_is_illegal_and_moves_nothing(make_store, sto
     assert store.get_max_offset_in_queue("TopicTest", 0) == 1
 
 
-def test_batch_over_max_message_size_in_all_is_illegal_and_moves_nothing(make_store, store_config):
-    """RocketMQ's batch encoder refuses a batch whose records together pass the record limit
-    (maxMessageSize + 64 KiB, as for one record), though each message alone is within it."""
+def _sent_size(messages: list[Message]) -> int:
+    """The batch a RocketMQ producer sends for ``messages`` (``MessageDecoder.encodeMessages``): per
+    message 20 bytes of fields, the body, a 2-byte length and its own properties (UNIQ_KEY included)."""
+    return sum(
+        22 + len(m.body) + len("\x02".join(f"{k}\x01{v}" for k, v in m.properties.items()).encode()) for m in messages
+    )
+
+
+def test_batch_over_max_message_size_as_sent_is_illegal_and_moves_nothing(make_store, store_config):
+    """RocketMQ's ``putMessages`` refuses a batch whose encoded body (what the producer sends) is
+    over maxMessageSize ("PutMessages body length too long"), though each message alone is within it."""
     store = make_store(config=store_config.copy(maxMessageSize=1024, mappedFileSizeCommitLog=1 << 20))
-    limit = 1024 + 64 * 1024
-    plain = [Message("TopicTest", b"x" * 1000, tags="TagA", keys="k") for _ in range(70)]
-    general = [Message("TopicTest", b"x" * 1000, properties={"a": "b"}) for _ in range(70)]
-    for batch in (plain, general):
-        r = store.put_batch(batch)
+    uniq = {"UNIQ_KEY": "0" * 32}  # the key the store would give each message, the same length
+    for props in (None, {"a": "b"}):  # the plain path (tags and keys) and the general one
+        for size in (1024, 1025):  # at maxMessageSize, and one byte over
+            batch = [Message("TopicTest", b"x" * 300, tags="TagA", keys="k", properties=props) for _ in range(3)]
+            sent = _sent_size([Message(m.topic, m.body, m.tags, m.keys, {**(props or {}), **uniq}) for m in batch])
+            batch[0] = Message("TopicTest", b"x" * (300 + size - sent), tags="TagA", keys="k", properties=props)
+            before = store.max_phy_offset
+            r = store.put_batch(batch, properties={"CLUSTER": "c" * 200})  # common ones are not sent per message
+            if size == 1024:
+                assert r.ok, r
+                continue
+            assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "1025" in r.detail and "1024" in r.detail, r
+            assert store.max_phy_offset == before
+    assert store.wait_for_dispatch()
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 6
+    store.config.maxMessageSize = 4096  # hot: the same batch goes in
+    assert store.put_batch([Message("TopicTest", b"x" * 1000) for _ in range(3)]).ok
+
+
+def test_batch_over_the_record_limit_in_all_is_illegal_and_moves_nothing(make_store, store_config):
+    """RocketMQ's batch encoder refuses a batch whose records together pass the record limit
+    (maxMessageSize + 64 KiB, as for one record), though what the producer sends is within
+    maxMessageSize: the batch's common properties go into every record."""
+    store = make_store(config=store_config.copy(maxMessageSize=1024, mappedFileSizeCommitLog=1 << 20))
+    common = {"CLUSTER": "c" * 8000}
+    for props in (None, {"a": "b"}):
+        batch = [Message("TopicTest", b"x", tags="TagA", keys="k", properties=props) for _ in range(9)]
+        r = store.put_batch(batch, properties=common)
         assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "64 KiB" in r.detail, r
         assert store.max_phy_offset == 0
-    fits = store.put_batch(plain[:50])
-    assert fits.ok and store.max_phy_offset <= limit
-    assert store.get_max_offset_in_queue("TopicTest", 0) in (0, 50)
+    fits = store.put_batch(batch[:7], properties=common)
+    assert fits.ok and 7 * 8000 < store.max_phy_offset <= 1024 + 64 * 1024
 
 
 def test_max_message_size_is_hot_reconfigurable(make_store, store_config):

@@ -34,6 +34,7 @@ from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.services.schedule import real_destination
 
 MAX_RECORD_EXTRA = 64 * 1024  # a record may be up to maxMessageSize + 64 KiB
+SENT_FIELDS = 22  # per message of a batch as a producer sends it (MessageDecoder.encodeMessage)
 _ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 _time_ns = time.time_ns
 _NO_EXTRA = (None, None, None, 0, 0, 0)
@@ -231,6 +232,16 @@ class MessagePreparer:
         batch encoder holds to the same limit) pass maxMessageSize + 64 KiB; None when within it."""
         if total > self.config.max_message_size + MAX_RECORD_EXTRA:
             return PutResult.refused(_ILLEGAL, f"{what} would be {total} bytes, over maxMessageSize + 64 KiB")
+        return None
+
+    def _over_batch_limit(self, sent: int) -> PutResult | None:
+        """MESSAGE_ILLEGAL when the batch as a producer sends it is over maxMessageSize, as RocketMQ's
+        ``putMessages`` checks it ("PutMessages body length too long"): ``sent`` bytes, per message
+        :data:`SENT_FIELDS`, its body and its own properties (not the batch's common ones); None when
+        within it."""
+        if sent > self.config.max_message_size:
+            limit = self.config.max_message_size
+            return PutResult.refused(_ILLEGAL, f"the batch as sent is {sent} bytes; maxMessageSize is {limit}")
         return None
 
     def _tags_code(self, topic: str, props: dict[str, str]) -> int | tuple[str, int]:

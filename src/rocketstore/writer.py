@@ -22,7 +22,7 @@ from rocketstore.codec.scan import java_int
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.log.commitlog import AppendResult, CommitLog, too_big_for_segment
-from rocketstore.prepare import MessagePreparer, checked_queue_id, not_a_level, plain_properties, waits
+from rocketstore.prepare import SENT_FIELDS, MessagePreparer, checked_queue_id, not_a_level, plain_properties, waits
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.running_flags import DISK_FULL, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
@@ -230,7 +230,14 @@ class MessageWriter(MessagePreparer):
             if type(prepared) is PutResult:
                 return prepared
             items.append(prepared)
-        too_big = self._over_record_limit(sum([p[1] for p in items]), "the batch")
+        # a prepared record's tail is the topic's length and name, the properties' length, then its
+        # own properties, the common ones after a separator, and one before the CRC the store appends
+        prefix = len(topic.encode()) + 2 + (2 if items[0][2] == rec.MESSAGE_MAGIC_CODE_V2 else 1)
+        common = len(extra.encode()) + 1 if extra else 0
+        sent = sum([SENT_FIELDS + len(p[12]) + len(p[13]) - prefix - common - p[14] for p in items])
+        too_big = self._over_batch_limit(sent)  # (a refused PutResult is falsy)
+        if too_big is None:
+            too_big = self._over_record_limit(sum([p[1] for p in items]), "the batch")
         if too_big is not None:
             return too_big
         return self._append(topic, queue_id, items, messages, waits(properties))
@@ -263,7 +270,11 @@ class MessageWriter(MessagePreparer):
         short = rec._SHORT.pack
         tails = [head + short(len(p)) + p for p in props]
         sizes = [88 + len(body) + len(tail) for body, tail in zip(bodies, tails, strict=True)]
-        too_big = self._over_record_limit(sum(sizes), "the batch")
+        common = len(extra.encode()) + 1 if extra else 0
+        sent = sum(map(len, bodies)) + sum(map(len, props)) + (SENT_FIELDS - common) * len(props)
+        too_big = self._over_batch_limit(sent)  # (a refused PutResult is falsy)
+        if too_big is None:
+            too_big = self._over_record_limit(sum(sizes), "the batch")
         if too_big is not None:
             return too_big
         crcs = [crc32(body) & 0x7FFFFFFF for body in bodies]
