@@ -793,3 +793,18 @@ def test_a_store_written_without_an_index_gets_the_hint(tmp_path: Path) -> None:
     assert report.problem_count == 1
     assert has(report.problems, "no index files", "--set messageIndexEnable=false")
     assert verify_store(root, config).ok
+
+
+@pytest.mark.parametrize("name", ["99999999999999999999", "2147483648", "-2147483649", "007", "+1", "\u0663"])
+def test_a_queue_folder_not_named_by_a_java_int_is_skipped(built: Path, name: str) -> None:
+    """RocketMQ names a queue folder by its int queue id (Integer.toString): a name past the int
+    range, with a leading zero or sign, or of other scripts' digits, names no queue (int() takes
+    some of them, and its queue would be read from another folder than the one its files are in)."""
+    topic_dir = next(p for p in (built / "consumequeue").iterdir() if (p / "1").is_dir())
+    (topic_dir / "1").rename(topic_dir / name)
+    report = verify_store(built, tiny())
+    assert has(report.notes, f"consumequeue/{topic_dir.name}/{name}", "not a queue folder, skipped")
+    assert not report.ok and has(report.problems, "not in its consume queue")  # queue 1 has none now
+    with MessageStore.open(built, tiny(), read_only=True) as store:  # queue 1 is built again from the log
+        assert store.get_max_offset_in_queue(topic_dir.name, 1) == N // 6
+        assert all(os.path.basename(cq.path) != name for cq in store.queues.table.values())

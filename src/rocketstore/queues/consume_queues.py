@@ -7,11 +7,24 @@ import os
 import shutil
 import threading
 
+from rocketstore.codec.message import JAVA_INT
 from rocketstore.codec.topic import NEVER_REMOVED
 from rocketstore.files.mapped_file import flush_each
 from rocketstore.queues.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
+
+
+def queue_id_of(name: str) -> int | None:
+    """The queue id a ``consumequeue/<topic>/`` entry named ``name`` is the folder of, or None: a
+    Java int as ``Integer.toString`` writes it (a damaged record's id may be negative). ``int()``
+    also takes a leading zero or sign, other scripts' digits and ids past the range: such a queue
+    would not be read from the folder its files are in."""
+    digits = name[1:] if name[:1] == "-" else name
+    if not (digits.isascii() and digits.isdigit()) or str(int(name)) != name:
+        return None
+    queue_id = int(name)
+    return queue_id if JAVA_INT[0] <= queue_id <= JAVA_INT[1] else None
 
 
 def deleted_leftover(topic: str, queue_end: int, deleted: dict[str, int]) -> bool:
@@ -47,11 +60,11 @@ class ConsumeQueueStore:
             if not os.path.isdir(topic_dir):
                 continue
             for qid in sorted(os.listdir(topic_dir)):
-                java_int = qid.isdigit() or (qid[:1] == "-" and qid[1:].isdigit())  # a damaged record's id < 0
-                if not java_int or not os.path.isdir(os.path.join(topic_dir, qid)):
+                queue_id = queue_id_of(qid)
+                if queue_id is None or not os.path.isdir(os.path.join(topic_dir, qid)):
                     log.warning("skipping %s: not a queue folder", os.path.join(topic_dir, qid))
                     continue
-                found.append((topic, int(qid)))
+                found.append((topic, queue_id))
         return found
 
     def load_queue(self, topic: str, queue_id: int) -> ConsumeQueue:

@@ -14,6 +14,7 @@ from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import dangling_link
 from rocketstore.meta.root import misplaced_entries
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
+from rocketstore.queues.consume_queues import queue_id_of
 from rocketstore.queues.index_file import INDEX_HEADER_SIZE, index_file_size
 from rocketstore.verify.report import VerifyReport
 
@@ -42,7 +43,7 @@ def check_sizes(root: str, config: StoreConfig, *, derived: bool = True) -> None
         topic_dir = os.path.join(cq_root, topic)
         for qid in sorted(os.listdir(topic_dir)) if os.path.isdir(topic_dir) else []:
             queue_dir = os.path.join(topic_dir, qid)
-            if qid.isdigit() and os.path.isdir(queue_dir):
+            if queue_id_of(qid) is not None and os.path.isdir(queue_dir):
                 queues.append({n: os.path.join(queue_dir, n) for n in os.listdir(queue_dir)})
     # one file alone of another size may as well be a file cut short: it takes two to say so
     size = _common_size(queues, config.cq_file_size, segments=True) if sum(map(len, queues)) > 1 else None
@@ -130,7 +131,7 @@ def check_layout(root: str, config: StoreConfig, report: VerifyReport) -> set[st
             continue
         for qid in sorted(os.listdir(topic_dir)):
             queue_dir = os.path.join(topic_dir, qid)
-            if not qid.isdigit() or not os.path.isdir(queue_dir):
+            if queue_id_of(qid) is None or not os.path.isdir(queue_dir):
                 report.note(f"consumequeue/{topic}/{qid}: not a queue folder, skipped")
                 continue
             files = {name: os.path.join(queue_dir, name) for name in os.listdir(queue_dir)}
