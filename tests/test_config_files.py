@@ -1105,3 +1105,28 @@ def test_a_null_table_entry_makes_the_file_undecodable(tmp_path, manager, name, 
     mgr = manager(path)
     assert mgr.load() and mgr.load_problem is not None and "backup" in mgr.load_problem
     assert read(mgr)
+
+
+@pytest.mark.parametrize(
+    ("manager", "good", "table"),
+    [
+        (TopicConfigManager, TOPICS_498, "topicConfigTable"),
+        (ConsumerOffsetManager, CONSUMER_OFFSET_498, "offsetTable"),
+        (DelayOffsetManager, DELAY_OFFSET_498, "offsetTable"),
+        (SubscriptionGroupManager, SUBSCRIPTION_GROUP_498, "subscriptionGroupTable"),
+    ],
+)
+def test_a_file_without_its_table_is_undecodable(tmp_path, manager: type, good: str, table: str) -> None:
+    """RocketMQ's decode of a file without its table (putAll(null): a NullPointerException) falls back
+    to the backup; read as an empty table it would lose every topic, offset or group silently."""
+    path = tmp_path / "config.json"
+    other = "subscriptionGroupTable" if table != "subscriptionGroupTable" else "offsetTable"
+    for bad in ("{}", f'{{"{other}":{{}}}}', f'{{"{table}":null}}', '{"dataVersion":{"counter":1,"timestamp":1}}'):
+        _write(path, bad)
+        mgr = manager(path)
+        assert mgr.load() is False and table in str(mgr.load_problem), (bad, mgr.load_problem)
+        _write(str(path) + ".bak", good)
+        mgr = manager(path)
+        backup = manager(str(path) + ".bak")
+        assert mgr.load() is True and backup.load() is True and mgr.encode() == backup.encode()
+        os.remove(str(path) + ".bak")

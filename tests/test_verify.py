@@ -808,3 +808,11 @@ def test_a_queue_folder_not_named_by_a_java_int_is_skipped(built: Path, name: st
     with MessageStore.open(built, tiny(), read_only=True) as store:  # queue 1 is built again from the log
         assert store.get_max_offset_in_queue(topic_dir.name, 1) == N // 6
         assert all(os.path.basename(cq.path) != name for cq in store.queues.table.values())
+
+
+def test_a_config_file_without_its_table_is_a_problem(built: Path) -> None:
+    for name in ("topics.json", "topics.json.bak"):
+        (built / "config" / name).unlink(missing_ok=True)
+    (built / "config" / "topics.json").write_text('{"offsetTable":{"TopicA@g1":{0:3}}}')
+    report = verify_store(built, tiny())
+    assert has(report.problems, "topics.json", "no topicConfigTable"), report.problems

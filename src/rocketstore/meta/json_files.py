@@ -268,6 +268,15 @@ def as_dict(value: Any, what: str) -> dict[Any, Any]:
     return value
 
 
+def as_table(obj: dict[Any, Any], key: str) -> dict[Any, Any]:
+    """A config file's table ``key``, a JSON object: a file without it (or with null) is a
+    ValueError, as RocketMQ's decode of it throws (``putAll(null)``) and its load falls back to the
+    backup; read as empty, every topic, offset or group in it would be lost without a word."""
+    if obj.get(key) is None:
+        raise ValueError(f"no {key}")
+    return as_dict(obj[key], key)
+
+
 def as_entry(value: Any, what: str) -> dict[Any, Any]:
     """A table's entry, a JSON object: null is a ValueError (RocketMQ's tables are
     ConcurrentHashMaps, whose put of null throws: its load falls back to the backup)."""

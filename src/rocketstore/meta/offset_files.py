@@ -10,7 +10,7 @@ from typing import Any
 from rocketstore.errors import StoreClosedError
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_file import ConfigFile, decode_data_version, sorted_bean
-from rocketstore.meta.json_files import as_dict, as_entry, as_int
+from rocketstore.meta.json_files import as_dict, as_entry, as_int, as_table
 
 __all__ = ["ConsumerOffsetManager", "DelayOffsetManager"]
 
@@ -62,7 +62,7 @@ class ConsumerOffsetManager(ConfigFile):
         self._extra = {}
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
-        table = as_dict(obj.get("offsetTable"), "offsetTable")
+        table = as_table(obj, "offsetTable")
         offsets = {
             str(key): _decode_int_map(as_entry(value, f"offsetTable[{key}]"), f"offsetTable[{key}]")
             for key, value in table.items()
@@ -158,7 +158,7 @@ class DelayOffsetManager(ConfigFile):
         self._extra = {}
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
-        return _decode_int_map(obj.get("offsetTable"), "offsetTable"), _decode_extra(obj)
+        return _decode_int_map(as_table(obj, "offsetTable"), "offsetTable"), _decode_extra(obj)
 
     def _apply(self, state: Any) -> None:
         self.offset_table, self._extra = state

@@ -8,7 +8,7 @@ from typing import Any
 
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_file import ConfigFile, decode_data_version, new_data_version, next_version, sorted_bean
-from rocketstore.meta.json_files import as_bool, as_dict, as_entry, as_int
+from rocketstore.meta.json_files import as_bool, as_entry, as_int, as_table
 
 __all__ = ["DEFAULT_RETRY_MAX_TIMES", "SubscriptionGroupManager"]
 
@@ -51,7 +51,7 @@ class SubscriptionGroupManager(ConfigFile):
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table: dict[str, dict[str, Any]] = {}
-        for name, raw in as_dict(obj.get("subscriptionGroupTable"), "subscriptionGroupTable").items():
+        for name, raw in as_table(obj, "subscriptionGroupTable").items():
             cfg = dict(_GROUP_DEFAULTS)
             cfg["groupName"] = str(name)
             cfg.update(as_entry(raw, f"group {name}"))

@@ -13,7 +13,7 @@ from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import StoreFileError
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_file import ConfigFile, decode_data_version, new_data_version, next_version, sorted_bean
-from rocketstore.meta.json_files import as_bool, as_dict, as_entry, as_int
+from rocketstore.meta.json_files import as_bool, as_entry, as_int, as_table
 
 __all__ = ["DEFAULT_TOPIC_QUEUE_NUMS", "TopicConfigManager"]
 
@@ -63,7 +63,7 @@ class TopicConfigManager(ConfigFile):
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table: dict[str, dict[str, Any]] = {}
-        for name, raw in as_dict(obj.get("topicConfigTable"), "topicConfigTable").items():
+        for name, raw in as_table(obj, "topicConfigTable").items():
             cfg = dict(_TOPIC_CLASS_DEFAULTS)
             cfg["topicName"] = str(name)
             cfg.update(as_entry(raw, f"topic {name}"))
