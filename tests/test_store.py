@@ -2253,6 +2253,27 @@ def test_folders_and_files_that_are_not_queues_or_index_files_are_skipped(make_s
     assert [m.commit_log_offset for m in store.query_message("T", "k").messages] == [r.commit_log_offset]
 
 
+@pytest.mark.parametrize("gone", ["consumequeue/RecTopic/1", "consumequeue/RecTopic", "consumequeue", "index"])
+def test_read_only_open_dispatching_a_missing_queue_makes_no_folder(
+    make_store, tmp_path, store_config, hash_tree, gone
+):
+    """A queue (or all of them) the read-only open builds again in memory from the log gets no
+    folder on disk: nothing on disk changes."""
+    root = tmp_path / "store"
+    store = make_store()
+    results = _put_many(store, 40)
+    store.shutdown()
+    shutil.rmtree(root / gone)
+    before = hash_tree(root)
+    with MessageStore.open(root, store_config, read_only=True) as view:
+        got = view.get_message("g", "RecTopic", 1, 0, 32)
+        assert [m.commit_log_offset for m in got.messages] == [r.commit_log_offset for r in results[1::4]]
+        assert [m.commit_log_offset for m in view.query_message("RecTopic", "rk5").messages] == [
+            results[5].commit_log_offset
+        ]
+    assert hash_tree(root) == before, "a read-only open changed the store's folders"
+
+
 def test_read_only_open_of_a_store_needing_recovery_changes_nothing(make_store, tmp_path, store_config, hash_tree):
     root = tmp_path / "store"
     store = make_store()

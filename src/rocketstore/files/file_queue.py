@@ -219,7 +219,8 @@ class MappedFileQueue:
             raise OSError("no free buffer in the transient store pool (fastFailIfNoBufferInStorePool)")
         index = offset // self.file_size
         folder = self._folder_for(index)
-        os.makedirs(folder, exist_ok=True)
+        if self.mode != "cow":  # a read-only view's new files live in memory only: no folder for them either
+            os.makedirs(folder, exist_ok=True)
         if os.path.realpath(folder) not in {os.path.realpath(p) for p in self.paths}:
             self.paths = [*self.paths, folder]  # a folder configured while running: its segments are ours too
         path = os.path.join(folder, offset_to_file_name(offset))
