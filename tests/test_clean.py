@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
-from rocketstore.errors import InvalidTopicError
+from rocketstore.errors import InvalidTopicError, StoreFileError
 from rocketstore.files.disk import used_ratio
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.meta.fastjson import loads as fastjson_loads
@@ -523,9 +523,9 @@ def test_a_deleted_topic_s_consumer_offsets_go_with_it(tmp_path: Path) -> None:
     assert sorted(table) == ["KeepMe@g", "KeepMe@h"]
 
 
-def test_an_open_drops_the_offsets_a_deletion_cut_short_left(tmp_path: Path) -> None:
-    """A crash after the deletion was recorded, before consumerOffset.json was written again: the
-    next open drops the offsets of a deleted topic that has neither queue nor topics.json entry."""
+def test_an_open_drops_the_offsets_a_deletion_cut_short_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deletion whose consumerOffset.json write did not happen (a crash, or here a failed write,
+    then the crash's file as it was): the next open drops the deleted topic's offsets, once."""
     offsets = tmp_path / "s" / "config" / "consumerOffset.json"
     with MessageStore.open(tmp_path / "s", clean_config()) as store:
         for topic in ("KeepMe", "DropMe"):
@@ -534,13 +534,33 @@ def test_an_open_drops_the_offsets_a_deletion_cut_short_left(tmp_path: Path) -> 
         store.consumer_offsets.persist()
         before = offsets.read_bytes()
         assert store.wait_for_dispatch()
-        store.delete_topics(["DropMe"])
+        with monkeypatch.context() as patch:
+            patch.setattr(store.consumer_offsets, "persist", lambda **_: (_ for _ in ()).throw(OSError(5, "EIO")))
+            with pytest.raises(StoreFileError, match="consumer offsets not"):
+                store.delete_topics(["DropMe"])
     offsets.write_bytes(before)  # as the crash left it
     with MessageStore.open(tmp_path / "s", clean_config(), read_only=True) as store:
         assert store.query_offset("g", "DropMe", 1) == 1  # a read-only open changes nothing
     with MessageStore.open(tmp_path / "s", clean_config()) as store:
         assert store.query_offset("g", "DropMe", 1) == -1 and store.query_offset("g", "KeepMe", 1) == 1
-    assert sorted(fastjson_loads(offsets.read_text())["offsetTable"]) == ["KeepMe@g"]
+        store.commit_offset("g", "DropMe", 1, 7)  # committed after the deletion: it stays
+    assert sorted(fastjson_loads(offsets.read_text())["offsetTable"]) == ["DropMe@g", "KeepMe@g"]
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        assert store.query_offset("g", "DropMe", 1) == 7
+
+
+def test_an_offset_committed_to_a_deleted_topic_stays(tmp_path: Path) -> None:
+    """A group that commits an offset of a topic after its deletion (before it comes back) keeps
+    it across a reopen, as it keeps one of a topic that never existed."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        store.put(Message("T0", BODY), 0).raise_for_status()
+        assert store.wait_for_dispatch()
+        store.delete_topics(["T0"])
+        store.commit_offset("g1", "T0", 0, 41)
+        store.commit_offset("g1", "Never", 0, 7)
+    for _ in range(2):
+        with MessageStore.open(tmp_path / "s", clean_config()) as store:
+            assert (store.query_offset("g1", "T0", 0), store.query_offset("g1", "Never", 0)) == (41, 7)
 
 
 def test_delete_topics_keeps_a_topic_not_yet_dispatched(tmp_path: Path) -> None:

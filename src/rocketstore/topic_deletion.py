@@ -8,7 +8,8 @@ records below that end as deleted: a reopen does not dispatch them again (it fin
 crash cut short), and a topic that comes back starts again at queue offset 0 with only its new
 records. A recovery lowers an end past the recovered log's end to it (``DeletedTopics.lower_to``).
 Last, the topics' consumer offsets go from ``consumerOffset.json`` (after a crash just before, the
-next writable open drops them: ``drop_leftover_offsets``).
+next writable open drops them: ``drop_leftover_offsets``, for the topics ``deletedTopics.json``
+still lists as ``offsetsPending``).
 When topics.json cannot be written, nothing has changed, in memory or on disk (StoreFileError).
 """
 
@@ -99,17 +100,19 @@ def _remove(store: MessageStore, keeping: Callable[[], set[str]], named: Collect
 
 
 def drop_leftover_offsets(store: MessageStore) -> None:
-    """At a writable open: the offsets of deleted topics that have neither a queue nor a topics.json
-    entry go (a crash cut their deletion short before consumerOffset.json was written again)."""
-    queued = store.queues.topics()
-    gone = [t for t in store.deleted_topics.table if t not in queued and store.topics.find(t) is None]
-    if gone:
-        _drop_offsets(store, gone)
+    """At a writable open: the offsets of the deleted topics whose deletion a crash cut short before
+    consumerOffset.json was written again (``offsets_pending``) go, unless the topic has a queue or a
+    topics.json entry again; an offset committed to a deleted topic after its deletion stays."""
+    pending = sorted(store.deleted_topics.offsets_pending)
+    if pending:
+        queued = store.queues.topics()
+        _drop_offsets(store, [t for t in pending if t not in queued and store.topics.find(t) is None], pending)
 
 
-def _drop_offsets(store: MessageStore, gone: list[str]) -> None:
+def _drop_offsets(store: MessageStore, gone: list[str], pending: list[str] | None = None) -> None:
     """The removed topics' consumer offsets go too (RocketMQ's deleteTopic cleans them by topic):
-    a topic that comes back starts at queue offset 0, and its groups read it from there."""
+    a topic that comes back starts at queue offset 0, and its groups read it from there. Once
+    consumerOffset.json is written without them, ``pending`` (default ``gone``) are pending no more."""
     offsets = store.consumer_offsets
     if offsets.remove_topics(set(gone)):
         try:
@@ -118,3 +121,4 @@ def _drop_offsets(store: MessageStore, gone: list[str]) -> None:
             if isinstance(exc, RocketStoreError):
                 raise
             raise StoreFileError.of(exc, f"{', '.join(gone)} removed, their consumer offsets not") from exc
+    store.deleted_topics.offsets_dropped(gone if pending is None else pending)

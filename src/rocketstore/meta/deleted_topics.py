@@ -19,11 +19,18 @@ record) is dropped when the file is next written. A store without the file has n
 The log is flushed up to ``X`` before ``X`` is recorded; still, an entry above the log's end after
 a recovery is lowered to that end (``lower_to``): no record of the topic is past it, and every
 record put after the recovery is at or above it (a lost tail would otherwise hide new records).
+
+``offsetsPending`` (written only when not empty) lists the deleted topics whose consumer offsets
+``consumerOffset.json`` may still hold: a topic goes in with its deletion's entry, and out once
+the offsets file is written without it. The next writable open drops the offsets of the topics
+still listed (a crash cut their deletion short) and nothing else: an offset a group commits to a
+deleted topic afterwards stays, as one of a topic that never existed.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from rocketstore.meta import fastjson
@@ -38,11 +45,19 @@ class DeletedTopics(ConfigFile):
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
         super().__init__(path, writable=writable)
         self.table: dict[str, int] = {}  # replaced, never changed in place (dispatch reads it unlocked)
+        self.offsets_pending: frozenset[str] = frozenset()  # deleted topics whose offsets may be left
 
     def _reset(self) -> None:
         self.table = {}
+        self.offsets_pending = frozenset()
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
+        pending = obj.get("offsetsPending", [])
+        if not isinstance(pending, list) or not all(isinstance(topic, str) for topic in pending):
+            raise ValueError("offsetsPending is not a JSON array of topic names")
+        return self._decode_table(obj), frozenset(pending)
+
+    def _decode_table(self, obj: dict[Any, Any]) -> dict[str, int]:
         raw = obj.get("deletedTopicTable")
         if raw is None:
             return {}
@@ -56,30 +71,43 @@ class DeletedTopics(ConfigFile):
         return table
 
     def _apply(self, state: Any) -> None:
-        self.table = state
+        self.table, self.offsets_pending = state
 
     def encode(self) -> str:
         with self._lock:
-            return fastjson.dumps({"deletedTopicTable": dict(sorted(self.table.items()))})
+            top: dict[str, Any] = {"deletedTopicTable": dict(sorted(self.table.items()))}
+            if self.offsets_pending:
+                top["offsetsPending"] = sorted(self.offsets_pending)
+            return fastjson.dumps(top)
 
     def record(self, topics: list[str], end: int, min_offset: int) -> dict[str, int]:
         """``topics`` were removed when the log ended at ``end``: each one's offset becomes ``end``
         (a topic deleted again keeps the highest), entries at or below ``min_offset`` (the log's
         first offset: no record of theirs is left) are dropped, and the file is written (when
-        writable); when the write fails the table is as it was. Returns the new table."""
+        writable); when the write fails the table is as it was. Returns the new table. The topics'
+        consumer offsets are pending until :meth:`offsets_dropped`."""
         with self._lock:
-            before = self.table
-            table = dict(before)
+            before = self.table, self.offsets_pending
+            table = dict(before[0])
             for topic in topics:
                 table[topic] = max(end, table.get(topic, 0))
             self.table = {t: x for t, x in table.items() if x > max(min_offset, 0)}
-        if self.table or self._written is not None:  # no empty file where there was none
-            try:
-                self.persist()
-            except BaseException:  # not written: not recorded (a later write must not finish it)
-                self.table = before
-                raise
+            self.offsets_pending = self.offsets_pending | set(topics)
+        try:
+            self.persist()
+        except BaseException:  # not written: not recorded (a later write must not finish it)
+            self.table, self.offsets_pending = before
+            raise
         return self.table
+
+    def offsets_dropped(self, topics: Iterable[str]) -> None:
+        """``consumerOffset.json`` was written without ``topics``' offsets: they are pending no more
+        (the file is written when that changes something)."""
+        with self._lock:
+            if not self.offsets_pending & set(topics):
+                return
+            self.offsets_pending = self.offsets_pending - set(topics)
+        self.persist()
 
     def lower_to(self, end: int) -> dict[str, int]:
         """After a recovery that ended the log at ``end``: every entry above ``end`` becomes
