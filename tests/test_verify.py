@@ -816,3 +816,29 @@ def test_a_config_file_without_its_table_is_a_problem(built: Path) -> None:
     (built / "config" / "topics.json").write_text('{"offsetTable":{"TopicA@g1":{0:3}}}')
     report = verify_store(built, tiny())
     assert has(report.problems, "topics.json", "no topicConfigTable"), report.problems
+
+
+def test_checkpoint_times_before_1970_are_noted(built: Path) -> None:
+    """No store writes a negative time (an all-0xff checkpoint reads -1): a note, as abnormal
+    recovery then walks the log from its first segment, which loses nothing."""
+    path = built / "checkpoint"
+    patch(path, 0, b"\xff" * 24)
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    for name in ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp"):
+        assert has(report.notes, "checkpoint:", name, "-1", "before 1970")
+
+
+def test_topics_with_queues_but_no_topics_json_entry_are_noted(built: Path) -> None:
+    """A RocketMQ broker answers pulls of a topic it has no config of with TOPIC_NOT_EXIST; the next
+    writable open adds the entries (as after puts a crash cut short). A store without the file (as
+    RocketMQ's store writes alone, without a broker) gets no note."""
+    for name in ("topics.json", "topics.json.bak"):
+        (built / "config" / name).unlink(missing_ok=True)
+    assert not has(verify_store(built, tiny()).notes, "topics.json")
+    (built / "config" / "topics.json").write_text('{"topicConfigTable":{}}')
+    report = verify_store(built, tiny())
+    assert report.ok, report.problems
+    assert has(report.notes, "topics.json", "no entry", "TopicA", "TopicB", "TOPIC_NOT_EXIST")
+    MessageStore.open(built, tiny()).shutdown()
+    assert not has(verify_store(built, tiny()).notes, "topics.json")

@@ -15,6 +15,13 @@ def check_checkpoint(store: MessageStore, log: LogColumns, report: VerifyReport)
     power cut can take data the checkpoint already named; recovery then walks from the log)."""
     flag = report.note if report.abort_file else report.problem
     checkpoint = store.checkpoint
+    for name, value in (
+        ("physicMsgTimestamp", checkpoint.physic_msg_timestamp),
+        ("logicsMsgTimestamp", checkpoint.logics_msg_timestamp),
+        ("indexMsgTimestamp", checkpoint.index_msg_timestamp),
+    ):
+        if value < 0:  # no store writes one; an abnormal recovery walks the log from its first segment
+            report.note(f"checkpoint: {name} {value} is before 1970 (recovery after a crash walks the whole log)")
     newest = int(log.store_ts.max()) if len(log.store_ts) else 0
     for name, value in (
         ("physicMsgTimestamp", checkpoint.physic_msg_timestamp),

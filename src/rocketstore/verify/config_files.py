@@ -16,3 +16,12 @@ def check_config_files(store: MessageStore, report: VerifyReport) -> None:
     for manager in (*managers, store.deleted_topics):
         if manager.load_problem is not None:
             report.problem(f"{os.path.relpath(manager.path, store.root)}: {manager.load_problem}")
+    # a store without the file is the bare store RocketMQ's DefaultMessageStore writes alone (no broker)
+    listing = os.path.exists(store.topics.path) or os.path.exists(store.topics.path + ".bak")
+    unlisted = [topic for topic in store.queues.topics() if store.topics.find(topic) is None]
+    if listing and unlisted:
+        shown = ", ".join(unlisted[:10]) + (f", ... ({len(unlisted)} in all)" if len(unlisted) > 10 else "")
+        report.note(
+            f"config/topics.json: no entry for {shown}, which have consume queues (a RocketMQ broker answers "
+            "their pulls TOPIC_NOT_EXIST; the next open for writing adds them)"
+        )
