@@ -941,6 +941,20 @@ def test_sync_flush_dispatches_only_what_is_flushed(make_store, store_config):
     assert store.get_max_offset_in_queue("TopicTest", 0) == 11
 
 
+def test_async_flush_dispatches_what_is_not_flushed_yet(make_store, store_config):
+    """ReputMessageServiceTest, its ASYNC half: with the flush service stopped, consumers still see
+    every message put (dispatch follows what the log holds, not what is on disk)."""
+    store = make_store(config=store_config.copy(flushDiskType="ASYNC_FLUSH", flushIntervalCommitLog=600_000))
+    _stop_flushing(store)
+    flushed = store.commit_log.flushed_where
+    for i in range(10):
+        put_ok(store, Message("TopicTest", b"m%d" % i, tags="TagA"))
+    assert store.wait_for_dispatch()
+    assert store.commit_log.flushed_where == flushed < store.max_phy_offset
+    got = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert got.status == GetMessageStatus.FOUND and [m.body for m in got.messages] == [b"m%d" % i for i in range(10)]
+
+
 @pytest.mark.parametrize("max_nums", [0, -3])
 def test_a_pull_of_max_nums_0_or_less_takes_one_message_as_rocketmq(make_store, max_nums):
     """isTheBatchFull is false before the first message whatever maxMsgNums says."""
@@ -1819,6 +1833,29 @@ def test_force_verify_prop_crc_checks_the_appended_property(make_store, store_co
     else:
         assert store.max_phy_offset == last.commit_log_offset + last.wrote_bytes
         assert store.look_message_by_offset(last.commit_log_offset).tags == "SagA"
+
+
+@pytest.mark.parametrize("props", [None, {"a": "b"}], ids=["plain", "general"])
+def test_a_batch_gets_a_crc_property_per_record(make_store, store_config, tmp_path, props):
+    """AppendPropCRCTest for putMessages: each record of a batch ends with its own __CRC32# after the
+    batch's common properties, and recovery checking them (forceVerifyPropCRC) keeps every one."""
+    from rocketstore.verify import verify_store
+
+    config = store_config.copy(enabledAppendPropCRC=True, forceVerifyPropCRC=True, checkCRCOnRecover=True)
+    store = make_store(config=config)
+    batch = [Message("T", b"body-%d" % i, tags="TagA", keys=f"k{i}", properties=props) for i in range(5)]
+    sent = store.put_batch(batch, properties={"CLUSTER": "c"})
+    assert sent.ok
+    offsets = list(sent.commit_log_offsets)
+    for at in offsets:
+        raw = store.look_message_by_offset(at).properties_raw
+        assert raw.count(b"__CRC32#") == 1 and raw.index(b"CLUSTER") < raw.index(b"__CRC32#")
+    store.shutdown()
+    (tmp_path / "store" / "abort").touch()  # recovery walks every record again, CRCs checked
+    assert verify_store(tmp_path / "store", config).ok
+    store = make_store(config=config)
+    assert store.wait_for_dispatch() and store.get_max_offset_in_queue("T", 0) == 5
+    assert [m.commit_log_offset for m in store.get_message("g", "T", 0, 0).messages] == offsets
 
 
 def test_an_incoming_crc_property_is_replaced_by_the_stores_own(make_store, store_config):
