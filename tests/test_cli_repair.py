@@ -89,6 +89,54 @@ def test_recover_refuses_a_cut_that_drops_intact_records_and_force_cuts(tmp_path
     assert _exported(root) == bad
 
 
+BLANK_MAGIC = struct.pack(">I", 0xCBD43194)
+
+
+def test_recover_refuses_to_end_the_log_at_a_blank_marker_that_intact_records_follow(tmp_path: Path) -> None:
+    """A record whose magic code became the BLANK marker's in the last segment: RocketMQ's recovery
+    ends the log there (a BLANK ends the last file), which drops the records after it: recover
+    counts them and refuses without --force, as for any other damage."""
+    root = tmp_path / "s"
+    results = _store(root)
+    size = TINY["mappedFileSizeCommitLog"]
+    last = [r for r in results if r.commit_log_offset // size == results[-1].commit_log_offset // size]
+    bad = results.index(last[len(last) // 2])
+    phy = results[bad].commit_log_offset
+    _patch(root, phy + 4, BLANK_MAGIC)
+    after = results[bad + 1 :]
+    before = hashes(root)
+    problems = json.loads(run("verify", root, *TINY_SETS, "--json").stdout)["problems"]
+    assert any("after the BLANK marker (recovery ends the log at it and drops them)" in p for p in problems)
+    result = run("recover", root, *TINY_SETS)
+    assert result.exit_code == 1, result.output
+    text = result.stderr + result.stdout
+    assert "BLANK marker" in text and f"drop the {len(after)} intact record(s)" in text
+    assert hashes(root) == before
+    info = json.loads(run("recover", root, *TINY_SETS, "--force", "--json").stdout)
+    assert info["droppedRecords"] == len(after) and info["maxOffset"] == phy
+    assert _exported(root) == bad
+
+
+def test_recover_names_the_records_a_blank_marker_mid_segment_leaves_unchecked(tmp_path: Path) -> None:
+    """A BLANK marker inside a segment recovery checks, records after it: recovery goes on in the
+    next file (RocketMQ's), so the rest of that segment is neither checked nor cut; recover says so."""
+    root = tmp_path / "s"
+    results = _store(root)
+    size = TINY["mappedFileSizeCommitLog"]
+    segments = sorted({r.commit_log_offset // size for r in results})
+    checked = [r for r in results if r.commit_log_offset // size == segments[-2]]
+    phy = checked[len(checked) // 2].commit_log_offset
+    _patch(root, phy + 4, BLANK_MAGIC)
+    problems = json.loads(run("verify", root, *TINY_SETS, "--json").stdout)["problems"]
+    assert any("neither checked nor dispatched" in p for p in problems), problems
+    result = run("recover", root, *TINY_SETS, "--json")
+    assert result.exit_code == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["droppedRecords"] == 0 and info["recovery"]["keptBadRecords"] == [phy]
+    (step,) = info["nextSteps"]
+    assert f"(at offset {phy})" in step and "BLANK marker" in step
+
+
 def test_recover_keeps_a_body_crc_damaged_record_with_check_crc_off(tmp_path: Path) -> None:
     root = tmp_path / "s"
     results = _store(root)

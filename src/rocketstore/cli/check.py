@@ -235,8 +235,9 @@ def _left(plan: RecoveryPlan, kept: list[int]) -> list[str]:
         return []
     shown = ", ".join(map(str, kept[:5])) + (f", ... ({len(kept)} in all)" if len(kept) > 5 else "")
     return [
-        f"{len(kept)} record(s) before the segments recovery checks fail their checks (at offset {shown}); "
-        f"recovery keeps them, as RocketMQ does. {in_place(plan.root)}"
+        f"{len(kept)} record(s) fail their checks where recovery does not cut the log (at offset {shown}): "
+        "before the segments it checks, or a BLANK marker inside a segment, after which it goes on in the next "
+        f"file; recovery keeps them, as RocketMQ does. {in_place(plan.root)}"
     ]
 
 

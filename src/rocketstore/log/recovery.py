@@ -41,7 +41,7 @@ from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, mismatched_size
-from rocketstore.files.mapped_file import MappedFile
+from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
 from rocketstore.meta.checkpoint import StoreCheckpoint
@@ -72,7 +72,8 @@ class RecoveryReport:
     stopped_at_bad_record: bool = False
     bytes_checked: int = 0
     dropped_files: list[str] = field(default_factory=list)
-    kept_bad_records: list[int] = field(default_factory=list)  # before the checked segments: not cut
+    # bad records not cut: before the checked segments, or a BLANK marker with data after it mid-file
+    kept_bad_records: list[int] = field(default_factory=list)
     reindexed_from: int = -1  # index files held entries past the cut: records from here were indexed again
     # each queue's end as its files held it, less what recovery cut: the units below it were not
     # written by this recovery (a copy-on-write open leaves the files as they were)
@@ -197,6 +198,20 @@ def recover(
         report.bytes_checked += pos - begin
         begin = 0
         if reason == STOP_BLANK and i + 1 < len(files):
+            said = int.from_bytes(mapped.mm[pos : pos + 4], "big", signed=True)
+            if said != mapped.file_size - pos and holds_data(
+                mapped.mm, pos + 8
+            ):  # a damaged record, not the file's end
+                log.error(
+                    "commit log: a BLANK marker at %d (%s) says %d bytes where %d are left and data follows it; "
+                    "recovery goes on in the next file, as RocketMQ's, so the rest of the segment is neither "
+                    "checked nor dispatched",
+                    process_offset,
+                    mapped.file_name,
+                    said,
+                    mapped.file_size - pos,
+                )
+                report.kept_bad_records.append(process_offset)
             i += 1
             continue
         if early and reason != STOP_BLANK:  # flushed long ago: kept, not cut (verify names it)

@@ -201,6 +201,11 @@ class Stop:
     resume: int = -1  # where the scan went on in this segment (-1: it did not)
     dirty_after: int = 0  # non-zero bytes after the stop (past the BLANK header or the bad record)
 
+    def ends_file(self, file_size: int) -> bool:
+        """A BLANK marker that says what is left of its file, as RocketMQ writes one (any other is
+        a damaged record: RocketMQ's recovery takes it for the file's end all the same)."""
+        return self.reason == STOP_BLANK and self.blank_size == file_size - self.pos
+
     @property
     def skipped(self) -> bool:
         """A damaged record skipped by its own (trusted) TOTALSIZE."""
@@ -305,9 +310,12 @@ def _stop_at(mapped: MappedFile, pos: int, reason: int, prop_crc: bool, *, first
     is its CRC (its TOTALSIZE is then trusted), else at the next plausible record start; not when
     only zeros follow (non-zero bytes after the segment's first stop are counted for the report)."""
     if reason == STOP_BLANK:
-        return Stop(
+        stop = Stop(
             pos, reason, blank_size=_INT.unpack(mapped.read(pos, 4))[0], dirty_after=nonzero_bytes(mapped, pos + 8)
         )
+        if stop.dirty_after and not stop.ends_file(mapped.file_size):  # a damaged record: records may follow
+            stop.resume = _resync(mapped, pos + 8)
+        return stop
     if reason != STOP_BAD:  # zeros, or the file's end
         stop = Stop(pos, reason, dirty_after=nonzero_bytes(mapped, pos))
         stop.resume = _resync(mapped, pos) if stop.dirty_after else -1
@@ -450,12 +458,20 @@ def join_segments(
             where = f"{name}@{pos} (offset {at})"
             if stop.reason == STOP_BLANK:
                 room = scan.size - pos
-                if stop.blank_size != room:
+                if not stop.ends_file(scan.size):
                     report.problem(
                         f"{name}@{pos}: the BLANK marker says {stop.blank_size} bytes, {room} are left in the file"
                     )
                 if stop.dirty_after:
-                    report.problem(f"{name}@{pos}: {stop.dirty_after} non-zero bytes after the BLANK marker")
+                    report.problem(
+                        f"{name}@{pos}: {stop.dirty_after} non-zero bytes after the BLANK marker ("
+                        + (
+                            "recovery ends the log at it and drops them)"
+                            if i == len(paths) - 1
+                            else "recovery goes on in the next file: they are neither checked nor dispatched)"
+                        )
+                        + (f"; {_went_on(scan, stop, i < last)}" if stop.resume >= 0 else "")
+                    )
                 if i == len(paths) - 1:
                     end = scan.base + scan.size
                     report.log_end_reason = report.log_end_reason or "BLANK marker in the last file"

@@ -77,7 +77,7 @@ class RecoveryPlan:
     stale_bytes: int = 0
     maybe_stale: int = 0  # of the intact records, those stored before the newest record kept
     crc_keeps_all: bool = False  # with checkCRCOnRecover=false recovery would drop no intact record
-    kept_bad: list[int] = field(default_factory=list)  # bad records before the checked segments: kept
+    kept_bad: list[int] = field(default_factory=list)  # bad records recovery does not cut at: kept
 
     @property
     def loses_data(self) -> bool:
@@ -233,10 +233,15 @@ def _look_past_end(
         why, _claimed, trusted = diagnose(holder, pos, prop_crc)
         plan.bad = BadRecord(segment_label(holder.path, plan.root), pos, end, why, trusted and not prop_crc)
     else:
-        follow = "data follows them" if plan.intact_records else "only stale records of an earlier cut follow them"
-        plan.bad = BadRecord(
-            segment_label(holder.path, plan.root), pos, end, f"zeros where a record should start ({follow})"
+        blank = next((s for s in scans[0].stops if s.pos == pos and s.reason == STOP_BLANK), None)
+        follow = "data follows" if plan.intact_records else "only stale records of an earlier cut follow"
+        what = (
+            f"zeros where a record should start ({follow} them)"
+            if blank is None
+            else f"a BLANK marker that says {blank.blank_size} bytes where {holder.file_size - pos} are left, in "
+            f"the last segment, where RocketMQ's recovery ends the log ({follow} it)"
         )
+        plan.bad = BadRecord(segment_label(holder.path, plan.root), pos, end, what)
     plan.crc_keeps_all = plan.bad.body_crc_only and _intact_after_other_damage(scans, live, end) == 0
 
 
