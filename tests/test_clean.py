@@ -524,28 +524,31 @@ def test_a_deleted_topic_s_consumer_offsets_go_with_it(tmp_path: Path) -> None:
 
 
 def test_an_open_drops_the_offsets_a_deletion_cut_short_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A deletion whose consumerOffset.json write did not happen (a crash, or here a failed write,
-    then the crash's file as it was): the next open drops the deleted topic's offsets, once."""
-    offsets = tmp_path / "s" / "config" / "consumerOffset.json"
+    """A deletion whose consumerOffset.json write did not happen before a crash (here a failed write,
+    and the store's files copied as the crash leaves them): the next open drops the deleted topic's
+    offsets, once."""
+    crashed = tmp_path / "crashed"
+    offsets = crashed / "config" / "consumerOffset.json"
     with MessageStore.open(tmp_path / "s", clean_config()) as store:
         for topic in ("KeepMe", "DropMe"):
             store.put(Message(topic, BODY), 1).raise_for_status()
             store.commit_offset("g", topic, 1, 1)
         store.consumer_offsets.persist()
-        before = offsets.read_bytes()
         assert store.wait_for_dispatch()
         with monkeypatch.context() as patch:
-            patch.setattr(store.consumer_offsets, "persist", lambda **_: (_ for _ in ()).throw(OSError(5, "EIO")))
+            patch.setattr(store.consumer_offsets, "_write", lambda text: (_ for _ in ()).throw(OSError(5, "EIO")))
             with pytest.raises(StoreFileError, match="consumer offsets not"):
                 store.delete_topics(["DropMe"])
-    offsets.write_bytes(before)  # as the crash left it
-    with MessageStore.open(tmp_path / "s", clean_config(), read_only=True) as store:
+        store.flush()
+        shutil.copytree(tmp_path / "s", crashed)  # what a crash now leaves (abort included)
+    (crashed / "lock").unlink(missing_ok=True)
+    with MessageStore.open(crashed, clean_config(), read_only=True) as store:
         assert store.query_offset("g", "DropMe", 1) == 1  # a read-only open changes nothing
-    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+    with MessageStore.open(crashed, clean_config()) as store:
         assert store.query_offset("g", "DropMe", 1) == -1 and store.query_offset("g", "KeepMe", 1) == 1
         store.commit_offset("g", "DropMe", 1, 7)  # committed after the deletion: it stays
     assert sorted(fastjson_loads(offsets.read_text())["offsetTable"]) == ["DropMe@g", "KeepMe@g"]
-    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+    with MessageStore.open(crashed, clean_config()) as store:
         assert store.query_offset("g", "DropMe", 1) == 7
 
 
@@ -1195,3 +1198,40 @@ def test_delete_topics_removes_a_topic_that_has_only_its_topics_json_entry(tmp_p
     with MessageStore.open(tmp_path / "s", clean_config()) as store:
         assert store.topics.find("%RETRY%g") is None
         assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 1  # the retry still waits
+
+
+def test_a_deleted_topic_is_pending_until_its_offsets_are_written_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The deletion's consumerOffset.json write failed: the next write of that file (the shutdown's)
+    takes the topic off offsetsPending, so an offset committed after the deletion survives the
+    reopen; a failed deletedTopics.json write after the deletion is logged, not raised."""
+    root = tmp_path / "s"
+    deleted = root / "config" / "deletedTopics.json"
+    with MessageStore.open(root, clean_config()) as store:
+        store.put(Message("T0", BODY), 0).raise_for_status()
+        store.commit_offset("g", "T0", 0, 1)
+        assert store.wait_for_dispatch()
+        with monkeypatch.context() as patch:
+            patch.setattr(store.consumer_offsets, "_write", lambda text: (_ for _ in ()).throw(OSError(5, "EIO")))
+            with pytest.raises(StoreFileError, match="consumer offsets not"):
+                store.delete_topics(["T0"])
+        assert fastjson_loads(deleted.read_text())["offsetsPending"] == ["T0"]
+        store.commit_offset("g", "T0", 0, 41)
+    assert "offsetsPending" not in fastjson_loads(deleted.read_text())
+    with MessageStore.open(root, clean_config()) as store:
+        assert store.query_offset("g", "T0", 0) == 41
+        store.put(Message("T1", BODY), 0).raise_for_status()
+        assert store.wait_for_dispatch()
+        real, writes = store.deleted_topics._write, []
+
+        def second_fails(text: str) -> None:  # the deletion's record goes through, the pending's end not
+            writes.append(text)
+            if len(writes) == 2:
+                raise OSError(5, "EIO")
+            real(text)
+
+        with monkeypatch.context() as patch, caplog.at_level(logging.WARNING, "rocketstore.meta.deleted_topics"):
+            patch.setattr(store.deleted_topics, "_write", second_fails)
+            assert store.delete_topics(["T1"]) == ["T1"]
+        assert len(writes) == 2 and "the next open drops the offsets" in caplog.text

@@ -153,6 +153,7 @@ class MessageStore:
             )
             # rocketstore's own: the topics delete_topics removed, and where the log ended then
             self.deleted_topics = DeletedTopics(os.path.join(conf, DELETED_TOPICS_FILE), writable=writable)
+            self.consumer_offsets.on_dropped = self.deleted_topics.offsets_dropped
             managers = (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups)
             for manager in (*managers, self.deleted_topics):
                 manager.load()

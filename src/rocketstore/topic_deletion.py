@@ -103,22 +103,26 @@ def drop_leftover_offsets(store: MessageStore) -> None:
     """At a writable open: the offsets of the deleted topics whose deletion a crash cut short before
     consumerOffset.json was written again (``offsets_pending``) go, unless the topic has a queue or a
     topics.json entry again; an offset committed to a deleted topic after its deletion stays."""
-    pending = sorted(store.deleted_topics.offsets_pending)
+    pending = store.deleted_topics.offsets_pending
     if pending:
         queued = store.queues.topics()
-        _drop_offsets(store, [t for t in pending if t not in queued and store.topics.find(t) is None], pending)
+        back = {t for t in pending if t in queued or store.topics.find(t) is not None}
+        store.deleted_topics.offsets_dropped(back)
+        _drop_offsets(store, sorted(pending - back))
 
 
-def _drop_offsets(store: MessageStore, gone: list[str], pending: list[str] | None = None) -> None:
+def _drop_offsets(store: MessageStore, gone: list[str]) -> None:
     """The removed topics' consumer offsets go too (RocketMQ's deleteTopic cleans them by topic):
     a topic that comes back starts at queue offset 0, and its groups read it from there. Once
-    consumerOffset.json is written without them, ``pending`` (default ``gone``) are pending no more."""
+    consumerOffset.json is written without them (now, or by a later write when this one fails),
+    they are pending no more in deletedTopics.json (``on_dropped``, wired by the store)."""
+    if not gone:
+        return
     offsets = store.consumer_offsets
-    if offsets.remove_topics(set(gone)):
-        try:
-            offsets.persist()
-        except OSError as exc:  # the topics are gone; the file keeps their offsets until it is written
-            if isinstance(exc, RocketStoreError):
-                raise
-            raise StoreFileError.of(exc, f"{', '.join(gone)} removed, their consumer offsets not") from exc
-    store.deleted_topics.offsets_dropped(gone if pending is None else pending)
+    offsets.remove_topics(set(gone))
+    try:
+        offsets.persist_if_changed()
+    except OSError as exc:  # the topics are gone; the file keeps their offsets until it is written
+        if isinstance(exc, RocketStoreError):
+            raise
+        raise StoreFileError.of(exc, f"{', '.join(gone)} removed, their consumer offsets not") from exc

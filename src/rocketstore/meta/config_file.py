@@ -116,6 +116,7 @@ class ConfigFile(abc.ABC):
                 snapshot = self._snapshot()
                 self.sealed = self.sealed or last
             self._write(self._render(snapshot))
+            self._on_disk(snapshot)
 
     def persist_if_changed(self) -> bool:
         """``persist`` when the state differs from what was last loaded or written; True if written
@@ -128,9 +129,14 @@ class ConfigFile(abc.ABC):
                 snapshot = self._snapshot()
             text = self._render(snapshot)
             if text == self._written:
+                self._on_disk(snapshot)
                 return False
             self._write(text)
+            self._on_disk(snapshot)
             return True
+
+    def _on_disk(self, snapshot: Any) -> None:  # noqa: B027 (a hook: most files need none)
+        """The file holds the state of ``snapshot`` now (written, or found so)."""
 
     def _write(self, text: str) -> None:
         write_json_file(self.path, text, self._decode, known=self._written)

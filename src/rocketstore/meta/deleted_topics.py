@@ -29,6 +29,7 @@ deleted topic afterwards stays, as one of a topic that never existed.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -37,6 +38,8 @@ from rocketstore.meta import fastjson
 from rocketstore.meta.config_file import ConfigFile
 
 FILE_NAME = "deletedTopics.json"
+
+log = logging.getLogger(__name__)
 
 
 class DeletedTopics(ConfigFile):
@@ -102,12 +105,16 @@ class DeletedTopics(ConfigFile):
 
     def offsets_dropped(self, topics: Iterable[str]) -> None:
         """``consumerOffset.json`` was written without ``topics``' offsets: they are pending no more
-        (the file is written when that changes something)."""
+        (the file is written when that changes something). A failed write is logged, not raised:
+        the deletion is done, and the next open only drops those topics' offsets again."""
         with self._lock:
             if not self.offsets_pending & set(topics):
                 return
             self.offsets_pending = self.offsets_pending - set(topics)
-        self.persist()
+        try:
+            self.persist()
+        except OSError as exc:
+            log.warning("%s not written (%s): the next open drops the offsets of %s again", self.path, exc, topics)
 
     def lower_to(self, end: int) -> dict[str, int]:
         """After a recovery that ended the log at ``end``: every entry above ``end`` becomes

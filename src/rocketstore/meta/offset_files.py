@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from rocketstore.errors import StoreClosedError
@@ -56,10 +56,14 @@ class ConsumerOffsetManager(ConfigFile):
         super().__init__(path, writable=writable)
         self.offset_table: dict[str, dict[int, int]] = {}
         self._extra: dict[str, Any] = {}
+        self._dropping: frozenset[str] = frozenset()  # topics removed here, maybe not yet from the file
+        # called with topics whose offsets the file holds no more (deletedTopics.json's offsetsPending)
+        self.on_dropped: Callable[[frozenset[str]], None] | None = None
 
     def _reset(self) -> None:
         self.offset_table = {}
         self._extra = {}
+        self._dropping = frozenset()
 
     def _decode(self, obj: dict[Any, Any]) -> Any:
         table = as_table(obj, "offsetTable")
@@ -83,13 +87,13 @@ class ConsumerOffsetManager(ConfigFile):
             snapshot = self._snapshot()
         return self._render(snapshot)
 
-    def _snapshot(self) -> tuple[dict[str, Any], dict[str, dict[int, int]]]:
+    def _snapshot(self) -> tuple[dict[str, Any], dict[str, dict[int, int]], frozenset[str]]:
         # commits change the queue dicts in place and add keys: both levels are copied (the
-        # ``_extra`` values are replaced on load, never changed in place)
-        return dict(self._extra), {key: dict(queues) for key, queues in self.offset_table.items()}
+        # ``_extra`` values are replaced on load, never changed in place); with the topics removed
+        return dict(self._extra), {key: dict(queues) for key, queues in self.offset_table.items()}, self._dropping
 
-    def _render(self, snapshot: tuple[dict[str, Any], dict[str, dict[int, int]]]) -> str:
-        extra, offset_table = snapshot
+    def _render(self, snapshot: tuple[dict[str, Any], dict[str, dict[int, int]], frozenset[str]]) -> str:
+        extra, offset_table, _ = snapshot
         top: dict[str, Any] = dict(extra)
         if "groupTopicMap" in top:
             top["groupTopicMap"] = _group_topic_map(top["groupTopicMap"], offset_table)
@@ -123,12 +127,22 @@ class ConsumerOffsetManager(ConfigFile):
 
     def remove_topics(self, topics: Collection[str]) -> list[str]:
         """RocketMQ's ``cleanOffsetByTopic`` for each of ``topics``: every group's offsets of them
-        go; the ``topic@group`` keys removed (persist to make it last)."""
+        go; the ``topic@group`` keys removed (persist to make it last: ``on_dropped`` is called with
+        ``topics`` once the file is written without them)."""
         with self._lock:
             gone = [key for key in self.offset_table if key.split(TOPIC_GROUP_SEPARATOR)[0] in topics]
             for key in gone:
                 del self.offset_table[key]
+            self._dropping = self._dropping | set(topics)
             return gone
+
+    def _on_disk(self, snapshot: tuple[dict[str, Any], dict[str, dict[int, int]], frozenset[str]]) -> None:
+        dropped = snapshot[2]
+        if dropped:
+            with self._lock:
+                self._dropping = self._dropping - dropped
+            if self.on_dropped is not None:
+                self.on_dropped(dropped)
 
     def groups(self) -> list[str]:
         """Distinct consumer groups with offsets, in table order."""
