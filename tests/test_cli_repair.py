@@ -792,3 +792,24 @@ def test_maybe_stale_counts_records_older_than_any_record_kept(tmp_path: Path, f
     info = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json").stdout)
     after = len(in_last) - cut - 1
     assert (info["plan"]["intactRecordsAfter"], info["plan"]["maybeStaleOfIntact"]) == (after, after)
+
+
+@pytest.mark.parametrize("next_file", [False, True], ids=["last-file", "empty-file-after"])
+def test_verify_ends_the_log_where_recovery_does_at_a_blank_marker(tmp_path: Path, next_file: bool) -> None:
+    """A BLANK marker inside the last segment that holds data: with no file after it, recovery ends
+    the log at the marker (verify says so, and that the units past it are cut); with an empty
+    pre-allocated file after it (as a crash leaves one), recovery goes on there and keeps the rest."""
+    root = tmp_path / "s"
+    results = _store(root)
+    size = TINY["mappedFileSizeCommitLog"]
+    segment = results[-1].commit_log_offset // size
+    last = [r for r in results if r.commit_log_offset // size == segment]
+    phy = last[len(last) // 2].commit_log_offset
+    _patch(root, phy + 4, BLANK_MAGIC)
+    if next_file:
+        (root / "commitlog" / f"{(segment + 1) * size:020d}").write_bytes(bytes(size))
+    report = json.loads(run("verify", root, *TINY_SETS, "--json").stdout)
+    plan = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json").stdout)["plan"]
+    assert report["logEnd"] == plan["logEnd"] == ((segment + 1) * size if next_file else phy)
+    assert ("BLANK" in report["logEndReason"]) is not next_file, report["logEndReason"]
+    assert any("point at or past offset" in p for p in report["problems"]) is not next_file

@@ -441,7 +441,7 @@ def join_segments(
         return LogColumns(min_offset=0, end=0)
     scans = [scan_of(i) for i in range(len(paths))]
     last = max((i for i, scan in enumerate(scans) if not scan.empty), default=0)
-    if scans[last].stops[-1].reason == STOP_BLANK and last + 1 < len(scans):
+    if any(stop.reason == STOP_BLANK for stop in scans[last].stops) and last + 1 < len(scans):
         last += 1  # the log goes on in the next file, which holds nothing yet
     cut: int | None = None
     torn_at: int | None = None
@@ -452,11 +452,17 @@ def join_segments(
     crc_kept: list[int] = []
     for i, scan in enumerate(scans[: last + 1]):
         name = segment_label(scan.path, report.store)
+        past_blank = False  # recovery reads nothing of a segment after a BLANK marker
         for stop in scan.stops:
             pos = stop.pos
             at = scan.base + pos
             where = f"{name}@{pos} (offset {at})"
+            if past_blank:
+                if stop.reason == STOP_BAD:
+                    report.problem(f"{where}: {stop.why}; after a BLANK marker; {_went_on(scan, stop, i < last)}")
+                continue
             if stop.reason == STOP_BLANK:
+                past_blank = True
                 room = scan.size - pos
                 if not stop.ends_file(scan.size):
                     report.problem(
@@ -472,7 +478,10 @@ def join_segments(
                         )
                         + (f"; {_went_on(scan, stop, i < last)}" if stop.resume >= 0 else "")
                     )
-                if i == len(paths) - 1:
+                if i == len(paths) - 1 and stop.resume >= 0 and cut is None:  # the records after it are cut
+                    cut = at
+                    report.log_end_reason = f"a BLANK marker at {at} that does not end its file"
+                elif i == len(paths) - 1:
                     end = scan.base + scan.size
                     report.log_end_reason = report.log_end_reason or "BLANK marker in the last file"
                 continue
