@@ -1117,8 +1117,9 @@ def test_a_null_table_entry_makes_the_file_undecodable(tmp_path, manager, name, 
     ],
 )
 def test_a_file_without_its_table_is_undecodable(tmp_path, manager: type, good: str, table: str) -> None:
-    """RocketMQ's decode of a file without its table (putAll(null): a NullPointerException) falls back
-    to the backup; read as an empty table it would lose every topic, offset or group silently."""
+    """A file without its table, or with a null one, is taken for a damaged file: its backup is read.
+    RocketMQ falls back so for a null table (putAll(null) throws) and reads a missing one as empty,
+    which would lose every topic, offset or group without a word; it never writes either."""
     path = tmp_path / "config.json"
     other = "subscriptionGroupTable" if table != "subscriptionGroupTable" else "offsetTable"
     for bad in ("{}", f'{{"{other}":{{}}}}', f'{{"{table}":null}}', '{"dataVersion":{"counter":1,"timestamp":1}}'):

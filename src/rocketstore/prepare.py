@@ -237,8 +237,8 @@ class MessagePreparer:
     def _over_batch_limit(self, sent: int) -> PutResult | None:
         """MESSAGE_ILLEGAL when the batch as a producer sends it is over maxMessageSize, as RocketMQ's
         ``putMessages`` checks it ("PutMessages body length too long"): ``sent`` bytes, per message
-        :data:`SENT_FIELDS`, its body and its own properties (not the batch's common ones); None when
-        within it."""
+        :data:`SENT_FIELDS`, its body and its own properties (not the batch's common ones), as a 4.9
+        producer writes them (a 5.x one ends them with one more separator); None when within it."""
         if sent > self.config.max_message_size:
             limit = self.config.max_message_size
             return PutResult.refused(_ILLEGAL, f"the batch as sent is {sent} bytes; maxMessageSize is {limit}")

@@ -23,7 +23,16 @@ from rocketstore.errors import CorruptStoreError, RocketStoreError, StoreFileErr
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta import fastjson
 
-__all__ = ["as_bool", "as_dict", "as_int", "load_json_file", "read_json_file", "write_json_file"]
+__all__ = [
+    "as_bool",
+    "as_dict",
+    "as_entry",
+    "as_int",
+    "as_table",
+    "load_json_file",
+    "read_json_file",
+    "write_json_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +278,11 @@ def as_dict(value: Any, what: str) -> dict[Any, Any]:
 
 
 def as_table(obj: dict[Any, Any], key: str) -> dict[Any, Any]:
-    """A config file's table ``key``, a JSON object: a file without it (or with null) is a
-    ValueError, as RocketMQ's decode of it throws (``putAll(null)``) and its load falls back to the
-    backup; read as empty, every topic, offset or group in it would be lost without a word."""
+    """A config file's table ``key``, a JSON object; a file without it (or with null) is a
+    ValueError: its load falls back to the backup. RocketMQ's decode throws on a null table
+    (``putAll(null)``) and falls back too, but reads a file without the key as an empty table (the
+    field keeps its initial map); RocketMQ never writes one, so rocketstore takes it for a damaged
+    file rather than lose every topic, offset or group in it without a word."""
     if obj.get(key) is None:
         raise ValueError(f"no {key}")
     return as_dict(obj[key], key)

@@ -7,7 +7,7 @@ import os
 import shutil
 import threading
 
-from rocketstore.codec.message import JAVA_INT
+from rocketstore.codec.scan import java_int
 from rocketstore.codec.topic import NEVER_REMOVED
 from rocketstore.files.mapped_file import flush_each
 from rocketstore.queues.consume_queue import ConsumeQueue
@@ -20,11 +20,8 @@ def queue_id_of(name: str) -> int | None:
     Java int as ``Integer.toString`` writes it (a damaged record's id may be negative). ``int()``
     also takes a leading zero or sign, other scripts' digits and ids past the range: such a queue
     would not be read from the folder its files are in."""
-    digits = name[1:] if name[:1] == "-" else name
-    if not (digits.isascii() and digits.isdigit()) or str(int(name)) != name:
-        return None
-    queue_id = int(name)
-    return queue_id if JAVA_INT[0] <= queue_id <= JAVA_INT[1] else None
+    queue_id = java_int(name)
+    return queue_id if queue_id is not None and str(queue_id) == name else None
 
 
 def deleted_leftover(topic: str, queue_end: int, deleted: dict[str, int]) -> bool:
