@@ -167,7 +167,14 @@ def test_bad_values_are_refused(name, value):
 
 @pytest.mark.parametrize(
     "name",
-    ["mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "maxMessageSize"],
+    [
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "maxHashSlotNum",
+        "maxIndexNum",
+        "maxMessageSize",
+        "maxMsgsNumBatch",  # a key query's cap: 0 or less would give one message, or none, of many
+    ],
 )
 @pytest.mark.parametrize("value", [0, -65536, "0", " -1 "])
 def test_sizes_and_index_dimensions_must_be_positive(name, value):

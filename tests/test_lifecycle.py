@@ -484,10 +484,12 @@ def test_a_read_only_open_tries_again_when_a_file_vanishes_under_it(tmp_path: Pa
     assert done.stdout.split() == ["1", "1"]
 
 
-def test_a_service_that_keeps_failing_backs_off_and_logs_less(caplog) -> None:
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyError("bug")], ids=["os", "bug"])
+def test_a_service_that_keeps_failing_backs_off_and_logs_less(caplog, error: Exception) -> None:
     """A round that fails at once (a full disk, say) must neither spin nor flood the log: the
-    pause doubles from the service's interval, and the failure is logged with its traceback the
-    first time, then at 2, 4, 8, ... in a row."""
+    pause doubles from the service's interval, and the failure is logged the first time (with its
+    traceback unless the system refused something: an OSError names its cause), then at 2, 4, 8,
+    ... in a row."""
     import logging
     import time
 
@@ -505,7 +507,7 @@ def test_a_service_that_keeps_failing_backs_off_and_logs_less(caplog) -> None:
             self.started.append(time.monotonic())
             if len(self.started) == 9:
                 self.ninth.set()
-            raise OSError(28, "No space left on device")
+            raise error
 
     service = Failing()
     with caplog.at_level(logging.ERROR, logger="rocketstore.services.base"):
@@ -517,7 +519,8 @@ def test_a_service_that_keeps_failing_backs_off_and_logs_less(caplog) -> None:
     gaps = [b - a for a, b in itertools.pairwise(service.started)]
     assert gaps[-1] >= 0.005 * 2**6  # the 8th pause is 64 intervals, not one
     lines = [r for r in caplog.records if "failing failed" in r.getMessage()]
-    assert [r.exc_info is not None for r in lines][:1] == [True]
+    assert [r.exc_info is not None for r in lines][:1] == [not isinstance(error, OSError)]
+    assert isinstance(error, OSError) is (str(error) in lines[0].getMessage())  # else in the traceback
     assert [r.getMessage().split(" times")[0].rsplit(" ", 1)[-1] for r in lines[1:]][:3] == ["2", "4", "8"]
 
 

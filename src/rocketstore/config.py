@@ -273,6 +273,7 @@ _POSITIVE = (
     "maxHashSlotNum",
     "maxIndexNum",
     "maxMessageSize",
+    "maxMsgsNumBatch",  # a key query's cap: 0 or less would give one message, or none, of many
 )
 
 # Every integer key is a Java int (no file size may pass 2**31-1: RocketMQ maps files with int

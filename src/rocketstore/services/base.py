@@ -71,8 +71,11 @@ class Service(abc.ABC):
         return 0.0
 
     def on_failure(self, exc: BaseException) -> None:
-        """Log a failure: the first of a run with its traceback, then at 2, 4, 8, ... in a row."""
-        if self.failures == 1:
+        """Log a failure: the first of a run (with its traceback, unless an OSError says what the
+        system refused: a full disk, no descriptor left), then at 2, 4, 8, ... in a row."""
+        if self.failures == 1 and isinstance(exc, OSError):
+            log.error("%s failed: %s", self.name, exc)
+        elif self.failures == 1:
             log.exception("%s failed", self.name, exc_info=exc)
         elif self.failures & (self.failures - 1) == 0:
             log.error("%s failed %d times in a row: %s", self.name, self.failures, exc)
