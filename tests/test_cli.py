@@ -969,6 +969,8 @@ def test_spark_export_checks_its_arguments_before_spark(tmp_path: Path, small_st
         (["--parquet", out, "--topics", "["], "neither a topic name nor a pattern"),
         (["--parquet", out, "--topics", "NoSuch"], "no topic of"),
         (["--parquet", out, "--begin", 5, "--end", 4], "must be before --end"),
+        (["--parquet", out, "--begin", 2**64], "--begin"),  # no store time: past a Java long
+        (["--parquet", out, "--end", -(2**63) - 1], "--end"),
     ]
     for args, message in cases:
         result = run_without_java("spark", "export", small_store, *TINY_SETS, *args)
@@ -977,6 +979,9 @@ def test_spark_export_checks_its_arguments_before_spark(tmp_path: Path, small_st
     assert not out.exists() and os.listdir(tmp_path / "exists") == []
     result = run_without_java("spark", "rebuild", small_store, *TINY_SETS, "--set", f"storePathCommitLog={tmp_path}")
     assert result.exit_code == 2 and "--external-commit-log" in result.stderr
+    for option in ("--begin", "--end"):  # query's key-query time bounds too
+        result = run("query", small_store, *TINY_SETS, "--topic", "T", "--key", "k", option, 2**64)
+        assert result.exit_code == 2 and option in result.stderr and "range" in result.stderr, result.stderr
 
 
 def _spark_subprocess(*args: object) -> subprocess.CompletedProcess:

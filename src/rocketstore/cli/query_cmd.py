@@ -123,10 +123,17 @@ def _more_match(max_num: int, cap: int) -> str:
 @click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
 @click.option("--offset", type=click.IntRange(0, JAVA_LONG[1]), help="A commit-log offset where a record starts.")
 @click.option(
-    "--begin", type=int, default=0, show_default=True, help="Key queries: earliest store time (ms, inclusive)."
+    "--begin",
+    type=click.IntRange(*JAVA_LONG),
+    default=0,
+    show_default=True,
+    help="Key queries: earliest store time (ms, inclusive).",
 )
 @click.option(
-    "--end", type=int, default=None, help="Key queries: latest store time (ms, inclusive; default: no limit)."
+    "--end",
+    type=click.IntRange(*JAVA_LONG),
+    default=None,
+    help="Key queries: latest store time (ms, inclusive; default: no limit).",
 )
 @click.option(
     "--max",

@@ -28,6 +28,7 @@ from rocketstore.cli.common import (
     store_options,
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, say, warn
+from rocketstore.codec.message import JAVA_LONG
 from rocketstore.errors import StoreLockedError
 from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
 from rocketstore.meta.root import overlapping_store_folder, require_store
@@ -202,8 +203,8 @@ def _check_export(
 @store_options()
 @_spark_options
 @click.option("--parquet", "out", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--begin", type=int, help="First store time, epoch ms (inclusive).")
-@click.option("--end", type=int, help="Last store time, epoch ms (exclusive).")
+@click.option("--begin", type=click.IntRange(*JAVA_LONG), help="First store time, epoch ms (inclusive).")
+@click.option("--end", type=click.IntRange(*JAVA_LONG), help="Last store time, epoch ms (exclusive).")
 @click.option("--topics", help="Topic names or patterns, comma separated.")
 @click.option("--overwrite", is_flag=True, help="Replace the output folder if it exists (once the export is whole).")
 def export(
