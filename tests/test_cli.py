@@ -959,6 +959,17 @@ def test_spark_commands_check_the_store_before_spark(tmp_path: Path) -> None:
     assert "List at most N problems" in run("spark", "verify", "--help").stdout
 
 
+def test_a_store_path_root_dir_other_than_store_is_named_in_a_warning(tmp_path: Path, small_store: Path) -> None:
+    """STORE is the store's folder (a broker.conf's storePathRootDir is not): another one given is
+    said to be ignored, not silently."""
+    result = run("inspect", small_store, *TINY_SETS, "--set", f"storePathRootDir={tmp_path / 'elsewhere'}")
+    assert result.exit_code == 0
+    assert "storePathRootDir" in result.stderr and str(tmp_path / "elsewhere") in result.stderr
+    assert "ignored" in result.stderr and not (tmp_path / "elsewhere").exists()
+    result = run("inspect", small_store, *TINY_SETS, "--set", f"storePathRootDir={small_store}")
+    assert "storePathRootDir" not in result.stderr
+
+
 def test_spark_export_checks_its_arguments_before_spark(tmp_path: Path, small_store: Path) -> None:
     (tmp_path / "exists").mkdir()
     out = tmp_path / "out"

@@ -201,7 +201,11 @@ def store_options(
         ) -> Any:
             external = bool(kwargs.pop("external_commit_log", False))
             try:
-                return func(Common(store, build_config(config_file, settings), as_json, external), **kwargs)
+                opts = Common(store, build_config(config_file, settings), as_json, external)
+                given = opts.config.store_path_root_dir
+                if "storePathRootDir" in opts.config.changed() and os.path.realpath(given) != os.path.realpath(store):
+                    warn(f"warning: storePathRootDir {given} is ignored: STORE ({opts.root}) is the store's folder")
+                return func(opts, **kwargs)
             except BaseException as exc:
                 if as_json:
                     print_json_error(exc)
