@@ -199,9 +199,8 @@ def recover(
         begin = 0
         if reason == STOP_BLANK and i + 1 < len(files):
             said = int.from_bytes(mapped.mm[pos : pos + 4], "big", signed=True)
-            if said != mapped.file_size - pos and holds_data(
-                mapped.mm, pos + 8
-            ):  # a damaged record, not the file's end
+            damaged = said != mapped.file_size - pos and holds_data(mapped.mm, pos + 8)  # not the file's end
+            if damaged:
                 log.error(
                     "commit log: a BLANK marker at %d (%s) says %d bytes where %d are left and data follows it; "
                     "recovery goes on in the next file, as RocketMQ's, so the rest of the segment is neither "
