@@ -250,6 +250,7 @@ def _check_log(
     report.commit_log_files = len(files) - len(removed)
     report.records, report.log_min_offset = part.records, part.log_min_offset
     report.log_end, report.log_end_reason = part.log_end, part.log_end_reason
+    report.blanks_inside = part.blanks_inside
     if tail is not None:
         note_live_tail(report, tail)
     return log

@@ -478,6 +478,8 @@ def join_segments(
                         )
                         + (f"; {_went_on(scan, stop, i < last)}" if stop.resume >= 0 else "")
                     )
+                if i < len(paths) - 1 and stop.dirty_after and not stop.ends_file(scan.size):
+                    report.blanks_inside += 1
                 if i == len(paths) - 1 and stop.resume >= 0 and cut is None:  # the records after it are cut
                     cut = at
                     report.log_end_reason = f"a BLANK marker at {at} that does not end its file"

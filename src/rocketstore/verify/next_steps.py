@@ -56,14 +56,25 @@ ELSEWHERE = (
 )
 
 
-def rebuild(store: str, folder: str, units_record_elsewhere: int = 0) -> str:
+BLANK_INSIDE = (
+    " (but not while a BLANK marker inside a segment, above, has records after it: a rebuild, as RocketMQ's "
+    "dispatch, reads nothing of that segment past the marker, so those records would leave their queues and "
+    "every later unit of those queues would move down, under the offsets consumers committed; keep the queues as "
+    "they are, or copy the messages into a new store, as said above)"
+)
+
+
+def rebuild(store: str, folder: str, units_record_elsewhere: int = 0, blanks_inside: int = 0) -> str:
     """The next step for consume queues (``consumequeue``) or the index (``index``) that disagree
     with the commit log: build them again from it (with a warning when units disagree with their
-    records' own queue fields: the record's header may be the damaged part)."""
+    records' own queue fields: the record's header may be the damaged part; and when a BLANK
+    marker inside a segment hides records from any rebuild)."""
     if folder == "consumequeue":
         what, caveat = "consume queues", ELSEWHERE if units_record_elsewhere else ""
     else:
         what, caveat = "index", ""
+    if blanks_inside:
+        caveat += BLANK_INSIDE
     return (
         f"{what}: build them again from the commit log: `mv {store}/{folder} {store}-{folder}.old`, then "
         f"`rocketstore recover {store}`; or `rocketstore spark rebuild {store}`{caveat}"
@@ -105,9 +116,9 @@ def add_next_steps(
     if found.get("log") and log is not None:
         steps.extend(_log_steps(report, log))
     if found.get("queues") or "queues" in kinds:
-        steps.append(rebuild(store, "consumequeue", report.units_record_elsewhere))
+        steps.append(rebuild(store, "consumequeue", report.units_record_elsewhere, report.blanks_inside))
     if found.get("index") or "index" in kinds:
-        steps.append(rebuild(store, "index"))
+        steps.append(rebuild(store, "index", blanks_inside=report.blanks_inside))
     if found.get("config"):
         steps.append(
             f"config files: `rocketstore recover {store}` writes each one again as the store loads it (from its "
