@@ -12,14 +12,16 @@ The ``dataVersion`` helpers serve the files that carry one. The managers:
 from __future__ import annotations
 
 import abc
+import copy
 import os
 import threading
 import time
 from typing import Any
 
-from rocketstore.meta.json_files import as_dict, as_int, read_json_file, write_json_file
+from rocketstore.meta import fastjson
+from rocketstore.meta.json_files import as_bool, as_dict, as_entry, as_int, as_table, read_json_file, write_json_file
 
-__all__ = ["ConfigFile", "decode_data_version", "new_data_version", "next_version", "sorted_bean"]
+__all__ = ["BeanTable", "ConfigFile", "decode_data_version", "new_data_version", "next_version", "sorted_bean"]
 
 
 def _now_ms() -> int:
@@ -141,3 +143,64 @@ class ConfigFile(abc.ABC):
     def _write(self, text: str) -> None:
         write_json_file(self.path, text, self._decode, known=self._written)
         self._written = text
+
+
+class BeanTable(ConfigFile):
+    """A file of one table of named beans and a ``dataVersion`` (``topics.json``,
+    ``subscriptionGroup.json``): ``{"dataVersion":{...},TABLE:{name:{...}}}``. Each bean read gets
+    the Java class's ``DEFAULTS`` for missing fields and its name in ``NAME``; ``INT_FIELDS`` must
+    be Java ints and ``BOOL_FIELDS`` (with their defaults) read as fastjson casts them, when
+    present. Other top-level fields, and bean fields this shape does not know, are written back."""
+
+    TABLE = ""  # the table's key in the file
+    NAME = ""  # the field holding each bean's name
+    WHAT = ""  # a bean, in error messages
+    DEFAULTS: dict[str, Any] = {}
+    INT_FIELDS: tuple[str, ...] = ()
+    BOOL_FIELDS: dict[str, bool] = {}
+
+    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True, v5: bool = False) -> None:
+        super().__init__(path, writable=writable)
+        self._v5 = v5  # a new dataVersion has 5.x's stateVersion
+        self.table: dict[str, dict[str, Any]] = {}
+        self.data_version: dict[str, Any] = new_data_version(v5)
+        self._extra: dict[str, Any] = {}
+
+    def _reset(self) -> None:
+        self.table = {}
+        self.data_version = new_data_version(self._v5)
+        self._extra = {}
+
+    def _decode(self, obj: dict[Any, Any]) -> Any:
+        table: dict[str, dict[str, Any]] = {}
+        for name, raw in as_table(obj, self.TABLE).items():
+            cfg = dict(self.DEFAULTS)
+            cfg[self.NAME] = str(name)
+            cfg.update(as_entry(raw, f"{self.WHAT} {name}"))
+            for field in self.INT_FIELDS:
+                cfg[field] = as_int(cfg[field], f"{self.WHAT} {name} {field}", 32)
+            for field, default in self.BOOL_FIELDS.items():
+                if field in cfg:
+                    cfg[field] = as_bool(cfg[field], f"{self.WHAT} {name} {field}", default)
+            table[str(name)] = cfg
+        extra = {k: v for k, v in obj.items() if k not in ("dataVersion", self.TABLE)}
+        return table, decode_data_version(obj.get("dataVersion")), extra
+
+    def _apply(self, state: Any) -> None:
+        table, data_version, extra = state
+        self.table = table
+        self.data_version = data_version if data_version is not None else new_data_version(self._v5)
+        self._extra = extra
+
+    def encode(self) -> str:
+        with self._lock:
+            top: dict[str, Any] = dict(self._extra)
+            top["dataVersion"] = sorted_bean(self.data_version)
+            top[self.TABLE] = {name: sorted_bean(cfg) for name, cfg in self.table.items()}
+            return fastjson.dumps(sorted_bean(top))
+
+    def find(self, name: str) -> dict[str, Any] | None:
+        """A copy of bean ``name``, or None."""
+        with self._lock:
+            cfg = self.table.get(name)
+            return copy.deepcopy(cfg) if cfg is not None else None

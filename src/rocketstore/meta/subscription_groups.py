@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
-from rocketstore.meta import fastjson
-from rocketstore.meta.config_file import ConfigFile, decode_data_version, new_data_version, next_version, sorted_bean
-from rocketstore.meta.json_files import as_bool, as_entry, as_int, as_table
+from rocketstore.meta.config_file import BeanTable, next_version, sorted_bean
 
 __all__ = ["DEFAULT_RETRY_MAX_TIMES", "SubscriptionGroupManager"]
 
@@ -31,60 +28,24 @@ _GROUP_BOOL_FIELDS = {k: v for k, v in _GROUP_DEFAULTS.items() if isinstance(v, 
 }
 
 
-class SubscriptionGroupManager(ConfigFile):
+class SubscriptionGroupManager(BeanTable):
     """``subscriptionGroup.json``: ``{"dataVersion":{...},"subscriptionGroupTable":{group:{...}}}``.
 
     New groups get the 4.9.8 fields; groups and top-level fields read from a 5.x file
     (``groupRetryPolicy``, ``forbiddenTable``, ...) are kept and written back.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
-        super().__init__(path, writable=writable)
-        self.subscription_group_table: dict[str, dict[str, Any]] = {}
-        self.data_version: dict[str, Any] = new_data_version()
-        self._extra: dict[str, Any] = {}
+    TABLE = "subscriptionGroupTable"
+    NAME = "groupName"
+    WHAT = "group"
+    DEFAULTS = _GROUP_DEFAULTS
+    INT_FIELDS = _GROUP_INT_FIELDS
+    BOOL_FIELDS = _GROUP_BOOL_FIELDS
 
-    def _reset(self) -> None:
-        self.subscription_group_table = {}
-        self.data_version = new_data_version()
-        self._extra = {}
-
-    def _decode(self, obj: dict[Any, Any]) -> Any:
-        table: dict[str, dict[str, Any]] = {}
-        for name, raw in as_table(obj, "subscriptionGroupTable").items():
-            cfg = dict(_GROUP_DEFAULTS)
-            cfg["groupName"] = str(name)
-            cfg.update(as_entry(raw, f"group {name}"))
-            for field in _GROUP_INT_FIELDS:
-                cfg[field] = as_int(cfg[field], f"group {name} {field}", 32)
-            for field, default in _GROUP_BOOL_FIELDS.items():
-                if field in cfg:
-                    cfg[field] = as_bool(cfg[field], f"group {name} {field}", default)
-            table[str(name)] = cfg
-        extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "subscriptionGroupTable")}
-        return table, decode_data_version(obj.get("dataVersion")), extra
-
-    def _apply(self, state: Any) -> None:
-        table, data_version, extra = state
-        self.subscription_group_table = table
-        self.data_version = data_version if data_version is not None else new_data_version()
-        self._extra = extra
-
-    def encode(self) -> str:
-        """subscriptionGroup.json text."""
-        with self._lock:
-            top: dict[str, Any] = dict(self._extra)
-            top["dataVersion"] = sorted_bean(self.data_version)
-            top["subscriptionGroupTable"] = {
-                name: sorted_bean(cfg) for name, cfg in self.subscription_group_table.items()
-            }
-            return fastjson.dumps(sorted_bean(top))
-
-    def find(self, group: str) -> dict[str, Any] | None:
-        """A copy of ``group``'s config, or None."""
-        with self._lock:
-            cfg = self.subscription_group_table.get(group)
-            return copy.deepcopy(cfg) if cfg is not None else None
+    @property
+    def subscription_group_table(self) -> dict[str, dict[str, Any]]:
+        """Group name -> its config (the table itself)."""
+        return self.table
 
     def ensure(self, group: str) -> dict[str, Any]:
         """A copy of ``group``'s config, creating it with the defaults (and a new dataVersion) if absent.
@@ -92,11 +53,11 @@ class SubscriptionGroupManager(ConfigFile):
         Call ``persist`` afterwards to write a creation.
         """
         with self._lock:
-            cfg = self.subscription_group_table.get(group)
+            cfg = self.table.get(group)
             if cfg is None:
                 cfg = dict(_GROUP_DEFAULTS)
                 cfg["groupName"] = group
-                cfg = self.subscription_group_table[group] = sorted_bean(cfg)
+                cfg = self.table[group] = sorted_bean(cfg)
                 next_version(self.data_version)
             return copy.deepcopy(cfg)
 
@@ -104,4 +65,4 @@ class SubscriptionGroupManager(ConfigFile):
         """The int setting ``name`` (``retryMaxTimes``, ``retryQueueNums``) of ``group``; its
         default (16, 1) if the group is unknown."""
         with self._lock:
-            return int(self.subscription_group_table.get(group, _GROUP_DEFAULTS).get(name, _GROUP_DEFAULTS[name]))
+            return int(self.table.get(group, _GROUP_DEFAULTS).get(name, _GROUP_DEFAULTS[name]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -11,9 +10,7 @@ from typing import Any
 from rocketstore.codec.message import JAVA_INT
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import StoreFileError
-from rocketstore.meta import fastjson
-from rocketstore.meta.config_file import ConfigFile, decode_data_version, new_data_version, next_version, sorted_bean
-from rocketstore.meta.json_files import as_bool, as_entry, as_int, as_table
+from rocketstore.meta.config_file import BeanTable, next_version
 
 __all__ = ["DEFAULT_TOPIC_QUEUE_NUMS", "TopicConfigManager"]
 
@@ -37,7 +34,7 @@ def _raise_not_removed(exc: BaseException, topics: list[str]) -> None:
         raise StoreFileError.of(exc, f"no topic was removed ({', '.join(topics)})") from exc
 
 
-class TopicConfigManager(ConfigFile):
+class TopicConfigManager(BeanTable):
     """``topics.json``: ``{"dataVersion":{...},"topicConfigTable":{topic:{...}}}``.
 
     ``version`` picks the shape of what this manager creates: ``"4.x"`` (default ``"4.9.8"``) has no
@@ -46,52 +43,28 @@ class TopicConfigManager(ConfigFile):
     not know are kept and written back.
     """
 
+    TABLE = "topicConfigTable"
+    NAME = "topicName"
+    WHAT = "topic"
+    DEFAULTS = _TOPIC_CLASS_DEFAULTS
+    INT_FIELDS = _TOPIC_INT_FIELDS
+    BOOL_FIELDS = {"order": False}
+
     def __init__(self, path: str | os.PathLike[str], version: str = "4.9.8", *, writable: bool = True) -> None:
-        super().__init__(path, writable=writable)
         if not (version.startswith("4.") or version.startswith("5.")):
             raise ValueError(f"unsupported RocketMQ version {version!r} (expected 4.x or 5.x)")
+        super().__init__(path, writable=writable, v5=version.startswith("5."))
         self.version = version
-        self._v5 = version.startswith("5.")
-        self.topic_config_table: dict[str, dict[str, Any]] = {}
-        self.data_version: dict[str, Any] = new_data_version(self._v5)
-        self._extra: dict[str, Any] = {}
 
-    def _reset(self) -> None:
-        self.topic_config_table = {}
-        self.data_version = new_data_version(self._v5)
-        self._extra = {}
-
-    def _decode(self, obj: dict[Any, Any]) -> Any:
-        table: dict[str, dict[str, Any]] = {}
-        for name, raw in as_table(obj, "topicConfigTable").items():
-            cfg = dict(_TOPIC_CLASS_DEFAULTS)
-            cfg["topicName"] = str(name)
-            cfg.update(as_entry(raw, f"topic {name}"))
-            for field in _TOPIC_INT_FIELDS:
-                cfg[field] = as_int(cfg[field], f"topic {name} {field}", 32)
-            cfg["order"] = as_bool(cfg["order"], f"topic {name} order", False)
-            table[str(name)] = cfg
-        extra = {k: v for k, v in obj.items() if k not in ("dataVersion", "topicConfigTable")}
-        return table, decode_data_version(obj.get("dataVersion")), extra
-
-    def _apply(self, state: Any) -> None:
-        table, data_version, extra = state
-        self.topic_config_table = table
-        self.data_version = data_version if data_version is not None else new_data_version(self._v5)
-        self._extra = extra
-
-    def encode(self) -> str:
-        """topics.json text (4.9.8 shape unless fields of another shape were loaded)."""
-        with self._lock:
-            top: dict[str, Any] = dict(self._extra)
-            top["dataVersion"] = sorted_bean(self.data_version)
-            top["topicConfigTable"] = {name: sorted_bean(cfg) for name, cfg in self.topic_config_table.items()}
-            return fastjson.dumps(sorted_bean(top))
+    @property
+    def topic_config_table(self) -> dict[str, dict[str, Any]]:
+        """Topic name -> its config (the table itself)."""
+        return self.table
 
     def remove(self, topic: str) -> bool:
         """Drop ``topic``'s entry (``deleteTopicConfig``); True (and a new dataVersion) if it had one."""
         with self._lock:
-            if self.topic_config_table.pop(topic, None) is None:
+            if self.table.pop(topic, None) is None:
                 return False
             next_version(self.data_version)
             return True
@@ -105,11 +78,11 @@ class TopicConfigManager(ConfigFile):
         StoreFileError says so)."""
         topics = list(topics)
         with self._persist_lock, self._lock:  # in persist's order; nothing changes the table meanwhile
-            table, data_version = dict(self.topic_config_table), dict(self.data_version)
+            table, data_version = dict(self.table), dict(self.data_version)
 
             def put_back() -> None:
-                self.topic_config_table.clear()
-                self.topic_config_table.update(table)
+                self.table.clear()
+                self.table.update(table)
                 self.data_version.clear()
                 self.data_version.update(data_version)
 
@@ -147,7 +120,7 @@ class TopicConfigManager(ConfigFile):
             queue_nums = max(queue_nums, SCHEDULE_TOPIC_QUEUE_NUM)
         need = min(queue_id + 1, JAVA_INT[1])  # a count Java reads: queue 2**31 - 1 gets 2**31 - 1
         with self._lock:
-            cfg = self.topic_config_table.get(topic)
+            cfg = self.table.get(topic)
             if cfg is None:
                 nums = min(max(queue_nums, need), JAVA_INT[1])
                 cfg = {
@@ -161,7 +134,7 @@ class TopicConfigManager(ConfigFile):
                 }
                 if self._v5:
                     cfg["attributes"] = {}
-                self.topic_config_table[topic] = cfg
+                self.table[topic] = cfg
                 next_version(self.data_version)
                 return True
             changed = False
@@ -173,19 +146,13 @@ class TopicConfigManager(ConfigFile):
                 next_version(self.data_version)
             return changed
 
-    def find(self, topic: str) -> dict[str, Any] | None:
-        """A copy of ``topic``'s config, or None."""
-        with self._lock:
-            cfg = self.topic_config_table.get(topic)
-            return copy.deepcopy(cfg) if cfg is not None else None
-
     def batch_cq_topics(self) -> list[str]:
         """Topics whose ``queue.type`` attribute (RocketMQ 5) asks for a BatchCQ consume queue."""
-        attrs = {topic: cfg.get("attributes") for topic, cfg in self.topic_config_table.items()}
+        attrs = {topic: cfg.get("attributes") for topic, cfg in self.table.items()}
         kinds = ("queue.type", "+queue.type")
         return [t for t, a in attrs.items() if isinstance(a, dict) and "BatchCQ" in map(a.get, kinds)]
 
     def topics(self) -> list[str]:
         """Topic names, in table order."""
         with self._lock:
-            return list(self.topic_config_table)
+            return list(self.table)
