@@ -17,7 +17,7 @@ from rocketstore.cli.check import _log_bytes
 from rocketstore.cli.common import Common
 from rocketstore.codec.record import MESSAGE_MAGIC_CODE
 from rocketstore.files.mapped_file import MappedFile
-from rocketstore.verify import commit_log, verify_store
+from rocketstore.verify import segment_scan, verify_store
 from test_cli import SRC
 from test_verify import TINY, tiny
 
@@ -104,15 +104,15 @@ def test_a_segment_removed_while_verify_reads_the_log_is_a_note(
     it, the rest of the report as for the store without it, no FileNotFoundError."""
     root = _damaged_store(tmp_path / "s")
     trailing = sorted((root / "commitlog").iterdir())[-1]
-    scan = commit_log.scan_segment
+    scan = segment_scan.scan_segment
 
-    def scan_then_remove(mapped: MappedFile, *args: Any, **kwargs: Any) -> commit_log.SegmentScan:
+    def scan_then_remove(mapped: MappedFile, *args: Any, **kwargs: Any) -> segment_scan.SegmentScan:
         result = scan(mapped, *args, **kwargs)
         if mapped.path == str(trailing):
             trailing.unlink()
         return result
 
-    monkeypatch.setattr(commit_log, "scan_segment", scan_then_remove)
+    monkeypatch.setattr(segment_scan, "scan_segment", scan_then_remove)
     report = verify_store(root, tiny())
     monkeypatch.undo()
     assert not trailing.exists()

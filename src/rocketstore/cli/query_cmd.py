@@ -15,7 +15,7 @@ from rocketstore.codec.message import JAVA_LONG, StoredMessage
 from rocketstore.codec.topic import validate_topic
 from rocketstore.errors import InvalidTopicError
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import damaged_record_at
+from rocketstore.verify.segment_scan import damaged_record_at
 
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
 EXIT_NOT_FOUND = 1

@@ -3,7 +3,8 @@
 :class:`ConfigFile` is RocketMQ's ``ConfigManager``: load with the ``.bak`` fallback and a crash-safe
 persist (:func:`~rocketstore.meta.json_files.read_json_file`,
 :func:`~rocketstore.meta.json_files.write_json_file`), around a codec each file's manager supplies.
-The ``dataVersion`` helpers serve the files that carry one. The managers:
+The ``dataVersion`` helpers serve the files that carry one; :class:`BeanTable` is a table of named
+beans with one (topics, subscription groups). The managers:
 :mod:`rocketstore.meta.topic_config` (``topics.json``), :mod:`rocketstore.meta.subscription_groups`
 (``subscriptionGroup.json``) and :mod:`rocketstore.meta.offset_files` (``consumerOffset.json``,
 ``delayOffset.json``), all in fastjson's pretty format (:mod:`rocketstore.meta.fastjson`).

@@ -43,24 +43,17 @@ from rocketstore.log.walk import walk_segment
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.meta.root import require_store
 from rocketstore.store import MessageStore
-from rocketstore.verify import commit_log as log_checks
+from rocketstore.verify import segment_scan
 from rocketstore.verify.checkpoint import check_checkpoint
-from rocketstore.verify.commit_log import (
-    LogColumns,
-    SegmentScan,
-    Stop,
-    join_segments,
-    recovery_scope,
-    report_past_cut,
-    scan_segment,
-    segment_label,
-)
+from rocketstore.verify.commit_log import join_segments, recovery_scope, report_past_cut
 from rocketstore.verify.config_files import check_config_files
 from rocketstore.verify.consume_queues import check_queues
 from rocketstore.verify.index import check_index
 from rocketstore.verify.layout import check_layout, check_sizes
+from rocketstore.verify.log_columns import LogColumns
 from rocketstore.verify.next_steps import add_next_steps, unreadable_config
 from rocketstore.verify.report import VerifyReport, iter_problem_lines
+from rocketstore.verify.segment_scan import SegmentScan, Stop, scan_segment, segment_label
 
 __all__ = [
     "LogColumns",
@@ -221,7 +214,7 @@ def _check_log(
     def scan_of(i: int) -> SegmentScan:
         path = paths[i]
         if path not in scans:
-            scan = log_checks.scan_segment(
+            scan = segment_scan.scan_segment(
                 by_path[path], delay, report.max_listed, progress, prop_crc=prop_crc, root=report.store
             )
             scans[path] = scan if tail is None else up_to(scan, tail)

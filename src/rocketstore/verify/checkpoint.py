@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import LogColumns
+from rocketstore.verify.log_columns import LogColumns
 from rocketstore.verify.report import VerifyReport
 
 

@@ -17,7 +17,7 @@ from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
 from rocketstore.queues.consume_queues import deleted_leftover
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import LogColumns
+from rocketstore.verify.log_columns import LogColumns
 from rocketstore.verify.report import VerifyReport, past_log_end, problems_at
 
 _PRE_BLANK_SIZE = 0x7FFFFFFF

@@ -9,7 +9,7 @@ from rocketstore.codec.ids import index_key_hash
 from rocketstore.codec.properties import split_keys
 from rocketstore.queues.index_file import HASH_SLOT_SIZE, HEADER, INDEX_HEADER_SIZE, INT_MAX, IndexFile
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import LogColumns, member
+from rocketstore.verify.log_columns import LogColumns, member
 from rocketstore.verify.report import VerifyReport, past_log_end, problems_at
 
 

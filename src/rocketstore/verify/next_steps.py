@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from rocketstore.meta.lockfile import describe_holder
-from rocketstore.verify.commit_log import LogColumns
+from rocketstore.verify.log_columns import LogColumns
 from rocketstore.verify.report import VerifyReport
 
 CRC_OFF = (

@@ -33,7 +33,7 @@ from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.recovery import NORMAL_CHECKED, ConfirmCut, RecoveryReport
 from rocketstore.meta.lockfile import held
 from rocketstore.store import MessageStore
-from rocketstore.verify.commit_log import SegmentScan, diagnose, scan_segment, segment_label
+from rocketstore.verify.segment_scan import SegmentScan, diagnose, scan_segment, segment_label
 
 
 @dataclass
