@@ -901,6 +901,32 @@ def test_a_backlog_larger_than_a_dispatch_chunk_is_dispatched_whole(make_store, 
         assert [m.keys for m in store.query_message(topic, last).messages] == [last]
 
 
+def test_batch_requests_lay_out_as_their_records():
+    """Dispatch requests that are all batches (a stream of put_batch calls, laid out by numpy) give
+    the same rows as the same records handed over one by one: offsets summed within each batch,
+    queue offsets counted on, the batch's topic, queue, time and flag on each of its records."""
+    from rocketstore.codec.records import REQUEST_LEN, Records, batch_request
+
+    batches = []
+    singles = []
+    offset = 5000
+    for b, n in enumerate((1, 3, 32, 2)):
+        topic, queue_id, queue_offset, ts = f"T{b % 2}", b % 3 - 1, 10 * b + 7, 1_700_000_000_000 + b
+        sizes = [300 + 17 * b + i for i in range(n)]
+        codes = [b * 100 + i for i in range(n)]
+        keys = [f"k{b}-{i}" if i % 2 else None for i in range(n)]
+        uniqs = [f"U{b}{i}" for i in range(n)]
+        batches.append(batch_request(topic, queue_id, offset, sizes, codes, ts, queue_offset, keys, uniqs))
+        for i in range(n):
+            singles.append((topic, queue_id, offset, sizes[i], codes[i], ts, queue_offset + i, keys[i], uniqs[i], 0))
+            offset += sizes[i]
+        offset += 64  # the next batch starts elsewhere in the log (another producer's record between)
+    assert all(len(r) == REQUEST_LEN for r in singles)
+    assert Records.of(batches).to_requests() == singles
+    assert Records.of(singles).to_requests() == singles
+    assert Records.of(batches[1:3]).to_requests() == singles[1:36]
+
+
 def _stop_flushing(store: MessageStore) -> None:
     """Stop the commit-log flush service thread (SYNC_FLUSH puts with WAIT=false then stay unflushed)."""
     store.services.flush.stop()

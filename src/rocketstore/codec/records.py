@@ -52,6 +52,7 @@ def batch_request(
 
 _INT_FIELDS = (D_OFFSET, D_SIZE, D_TAGS_CODE, D_STORE_TS, D_QUEUE_OFFSET, D_SYSFLAG, D_QUEUE_ID)
 _GETTERS = {f: itemgetter(f) for f in (*_INT_FIELDS, D_TOPIC, D_KEYS, D_UNIQ)}
+_SIZES = itemgetter(D_SIZES)
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 # Index tokens: (hashes as uint32, token lengths, owning row) for the UNIQ_KEYs and for the KEYS.
@@ -105,6 +106,9 @@ class Records:
             out.keys = list(map(_GETTERS[D_KEYS], rows))
             out.uniqs = list(map(_GETTERS[D_UNIQ], rows))
             return out
+        if all(len(r) == BATCH_LEN for r in requests):
+            out._lay_out_batches(requests)
+            return out
         columns: dict[int, list] = {f: [] for f in _INT_FIELDS}
         topics, keys, uniqs = out.topics, out.keys, out.uniqs
         assert keys is not None and uniqs is not None
@@ -133,6 +137,33 @@ class Records:
             uniqs.extend(r[D_UNIQ])
         out._set_ints([np.array(columns[f], dtype=np.int64) for f in _INT_FIELDS])
         return out
+
+    def _lay_out_batches(self, batches: list[tuple]) -> None:
+        """``of`` for batch requests only (a stream of ``put_batch`` calls): the columns a batch
+        shares are repeated and its offsets summed up by numpy, not record by record."""
+        m = len(batches)
+        counts = np.fromiter(map(len, map(_GETTERS[D_TAGS_CODE], batches)), dtype=np.int64, count=m)
+        n = int(counts.sum())
+        starts = np.cumsum(counts) - counts
+        sizes = np.fromiter(itertools.chain.from_iterable(map(_SIZES, batches)), dtype=np.int64, count=n)
+        before = np.cumsum(sizes) - sizes  # bytes of the round's records before each one
+        firsts = np.fromiter(map(_GETTERS[D_OFFSET], batches), dtype=np.int64, count=m)
+        first_queue_offsets = np.fromiter(map(_GETTERS[D_QUEUE_OFFSET], batches), dtype=np.int64, count=m)
+        self.offsets = np.repeat(firsts - before[starts], counts) + before
+        self.queue_offsets = np.repeat(first_queue_offsets - starts, counts) + np.arange(n, dtype=np.int64)
+        self.sizes = sizes
+        self.tags = np.fromiter(
+            itertools.chain.from_iterable(map(_GETTERS[D_TAGS_CODE], batches)), dtype=np.int64, count=n
+        )
+        self.store_ts, self.sys_flags, self.queue_ids = (
+            np.repeat(np.fromiter(map(_GETTERS[f], batches), dtype=np.int64, count=m), counts)
+            for f in (D_STORE_TS, D_SYSFLAG, D_QUEUE_ID)
+        )
+        self.topics = list(
+            itertools.chain.from_iterable(map(itertools.repeat, map(_GETTERS[D_TOPIC], batches), counts.tolist()))
+        )
+        self.keys = list(itertools.chain.from_iterable(map(_GETTERS[D_KEYS], batches)))
+        self.uniqs = list(itertools.chain.from_iterable(map(_GETTERS[D_UNIQ], batches)))
 
     def _set_ints(self, ints: list[np.ndarray]) -> None:
         self.offsets, self.sizes, self.tags, self.store_ts, self.queue_offsets, self.sys_flags, self.queue_ids = ints
