@@ -641,15 +641,27 @@ def test_produce_refuses_the_property_names_rocketmq_keeps_for_itself(tmp_path: 
         assert result.exit_code == 2, (name, result.stderr)
         assert f"{name} is a property RocketMQ sets itself" in result.stderr, result.stderr
         assert option is None or f"give {option}" in result.stderr
-    for item in ("a= ", " =b"):
+    # blank as Java's String.trim has it: every character up to U+0020, control characters included
+    for item in ("a= ", " =b", "a=\x03", "\x1b=b", "a=\t\x1f "):
         result = run(*base, "--property", item)
-        assert result.exit_code == 2 and "blank" in result.stderr, result.stderr
+        assert result.exit_code == 2 and "blank" in result.stderr, (item, result.stderr)
+    # an empty body, as the client's Validators.checkMessage refuses it
+    for source in (("--body", ""), ("--body-file", os.devnull)):
+        result = run("produce", root, *TINY_SETS, "--topic", "T", *source)
+        assert result.exit_code == 2 and "body is empty" in result.stderr and source[0] in result.stderr, result.stderr
     assert not root.exists() or not list((root / "commitlog").glob("*"))
     result = run(*base, "--tags", "y", "--keys", "a b", "--property", "traceId=1", "--json")
     assert result.exit_code == 0, result.stderr
     with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
         message = store.look_message_by_offset(0)
     assert message is not None and message.tags == "y" and message.properties["traceId"] == "1"
+    # ... and no more: spaces String.trim keeps (ideographic, no-break, line separator) are a value
+    for value in ("\u3000", "\u00a0", "\u2028"):
+        result = run(*base, "--property", f"P={value}", "--json")
+        assert result.exit_code == 0, (value, result.stderr)
+    with MessageStore.open(root, StoreConfig(**TINY), read_only=True) as store:
+        got = [m.properties["P"] for m in store.get_message("g", "T", 0, 1, 32).messages]
+    assert got == ["\u3000", "\u00a0", "\u2028"]
 
 
 # -- a failed shutdown after an error: the error is what is said first -------------------------------

@@ -34,6 +34,7 @@ from rocketstore.cli.stops import (
 from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
+from rocketstore.config_values import java_trim
 from rocketstore.export import QueuedUnit, queue_units
 from rocketstore.prepare import MessagePreparer
 from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult
@@ -74,7 +75,7 @@ def _properties(_ctx: click.Context, _param: click.Parameter, values: tuple[str,
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE")
-        if not name.strip() or not value.strip():
+        if not java_trim(name) or not java_trim(value):  # String.trim().isEmpty(), as the client asks
             raise click.BadParameter(f"{item!r}: the name or value of a property is blank")
         if name in _SYSTEM_PROPERTIES:
             option = _OPTION_FOR.get(name)
@@ -184,7 +185,8 @@ def produce(
 
     As RocketMQ's client refuses them in putUserProperty, --property names it sets itself
     (UNIQ_KEY, WAIT, TAGS, KEYS, DELAY, ...: MessageConst.STRING_HASH_SET) and blank names or
-    values are refused. As RocketMQ's broker refuses a send to them, topics only the store writes are refused
+    values are refused, and so is an empty body. As RocketMQ's broker refuses a send to them,
+    topics only the store writes are refused
     (SCHEDULE_TOPIC_XXXX, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT); `import` takes them.
     """
@@ -197,6 +199,11 @@ def produce(
         data = body.encode("utf-8") if body is not None else _read_body(body_file, opts.config.max_message_size)
     except UnicodeEncodeError:  # bytes that are not UTF-8 in argv, surrogate-escaped
         raise CommandError("--body is not UTF-8 text (use --body-file for bytes)") from None
+    if not data:  # Validators.checkMessage: "the message body length is zero"
+        raise click.BadParameter(
+            "the body is empty: RocketMQ's client refuses a message body of length zero (`import` stores one)",
+            param_hint="--body" if body is not None else "--body-file",
+        )
     key_list = [k for item in keys for k in item.split(" ") if k]
     if delay_level is not None:
         properties = {**properties, "DELAY": str(delay_level)}
