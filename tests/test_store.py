@@ -1647,6 +1647,40 @@ def test_clean_shutdown_removes_abort(make_store, tmp_path):
     assert segments(root) == ["00000000000000000000"]
 
 
+@pytest.mark.parametrize("call", ["pull", "pull_tags", "query", "by_offset"])
+def test_a_read_that_a_shutdown_overtakes_raises_store_closed(make_store, monkeypatch, call):
+    """A read still running when another thread shuts the store down finds the files closed under
+    it: it raises StoreClosedError rather than answer as if retention had removed intact messages
+    (a pull's next offset past them, a query short of them)."""
+    import rocketstore.codec.record as rec
+
+    store = make_store()
+    for i in range(60):
+        put_ok(store, Message("T", b"m%d" % i, tags="a", keys="K"))
+    assert store.wait_for_dispatch()
+    original = rec.decode_record
+    overtaken = []
+
+    def decode_after_a_shutdown(raw):
+        if not overtaken:  # the first record read: the store is shut down by another thread meanwhile
+            closer = threading.Thread(target=store.shutdown)
+            closer.start()
+            closer.join()
+            overtaken.append(store.closed)
+        return original(raw)
+
+    monkeypatch.setattr(rec, "decode_record", decode_after_a_shutdown)
+    reads = {
+        "pull": lambda: store.get_message("g", "T", 0, 0, 32),
+        "pull_tags": lambda: store.get_message("g", "T", 0, 0, 32, tags="a"),
+        "query": lambda: store.query_message("T", "K", 64),
+        "by_offset": lambda: store.look_message_by_offset(store.get_commit_log_offset_in_queue("T", 0, 5)),
+    }
+    with pytest.raises(StoreClosedError):
+        reads[call]()
+    assert overtaken == [True]
+
+
 def test_set_running_flags_on_a_closed_store_raises_store_closed(make_store, tmp_path):
     """Like every call on a closed store, set_running_flags raises StoreClosedError (it changed the
     flags of a store already shut down); flags set while it was open still decide its shutdown."""

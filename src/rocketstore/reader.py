@@ -17,7 +17,7 @@ from rocketstore.codec.message import JAVA_LONG, StoredMessage, as_int, plain_st
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
 from rocketstore.config_values import java_trim
-from rocketstore.errors import InvalidArgumentError, shown
+from rocketstore.errors import InvalidArgumentError, StoreClosedError, shown
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
 from rocketstore.queues.consume_queues import ConsumeQueueStore
@@ -109,6 +109,12 @@ class MessageReader:
         self.queues = queues
         self.index = index
         self.config = config
+
+    def _still_open(self) -> None:
+        """StoreClosedError if the store was shut down under a read: records it missed were in
+        files closed meanwhile, not removed by retention, and must not be reported or passed over."""
+        if self.commit_log.closed:
+            raise StoreClosedError("the store was shut down during the read")
 
     # -- pulls ---------------------------------------------------------------------------------
     def get_message(
@@ -283,6 +289,7 @@ class MessageReader:
         suggest = max_phy - last_phy > memory
         if not unreadable:
             return GetResult(status, messages, next_offset, min_offset, max_offset, suggest)
+        self._still_open()
         _warn_unreadable(queue, unreadable)
         passed = tuple(q for q, _phy, _why in unreadable)
         return GetResult(status, messages, next_offset, min_offset, max_offset, suggest, passed)
@@ -355,6 +362,7 @@ class MessageReader:
                     found.append(msg)
             if found or last_query_ts < begin:
                 break
+        self._still_open()  # misses are not told apart from removed records once the log is closed
         unique = {m.commit_log_offset: m for m in found}
         if unreadable:
             log.warning(

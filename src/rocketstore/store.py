@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 from rocketstore import topic_deletion
 from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
@@ -57,6 +58,7 @@ from rocketstore.services.wiring import ShutdownSteps, StoreServices
 from rocketstore.writer import MessageWriter
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class MessageStore:
@@ -340,6 +342,12 @@ class MessageStore:
         if self._closed:
             raise StoreClosedError(f"{self.root} is shut down")
 
+    def _answered(self, result: T) -> T:
+        """``result`` of a read, unless a shutdown began while it ran: the files it read may have
+        been closed under it, and what it missed then is not what the store lacks."""
+        self._readable()
+        return result
+
     def _writable(self) -> None:
         self._readable()
         if self.read_only:
@@ -354,17 +362,17 @@ class MessageStore:
         self._readable()
         if self.running_flags & NOT_READABLE:
             raise StoreNotReadableError(f"{self.root} is not readable (running flag NOT_READABLE): no pulls")
-        return self.reader.get_message(group, topic, queue_id, offset, max_nums, tags)
+        return self._answered(self.reader.get_message(group, topic, queue_id, offset, max_nums, tags))
 
     def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
         """The message whose record starts at ``commit_log_offset`` in the log; None if none does."""
         self._readable()
-        return self.reader.look_message_by_offset(commit_log_offset, size)
+        return self._answered(self.reader.look_message_by_offset(commit_log_offset, size))
 
     def look_message_by_msg_id(self, msg_id: str) -> StoredMessage | None:
         """The message an offset msgId (its store host and commit-log offset) names; None if none."""
         self._readable()
-        return self.reader.look_message_by_msg_id(msg_id)
+        return self._answered(self.reader.look_message_by_msg_id(msg_id))
 
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int | None = None
@@ -372,17 +380,17 @@ class MessageStore:
         """Messages of ``topic`` with ``key`` (KEYS, UNIQ_KEY) stored in [begin, end] (ms, compared in the index's
         whole seconds), hash collisions dropped: the newest, at most ``max_num`` and maxMsgsNumBatch (RocketMQ's)."""
         self._readable()
-        return self.reader.query_message(topic, key, max_num, begin, end)
+        return self._answered(self.reader.query_message(topic, key, max_num, begin, end))
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """The first queue offset stored at or after ``timestamp`` (RocketMQ 5.3.3's LOWER boundary)."""
         self._readable()
-        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        return self._answered(self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp))
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         """The store time of the message at ``offset`` of the queue (ms), -1 if none."""
         self._readable()
-        return self.reader.get_message_store_timestamp(topic, queue_id, offset)
+        return self._answered(self.reader.get_message_store_timestamp(topic, queue_id, offset))
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """The store time of the log's oldest message, or a topic's queue's (queue 0 unless given); -1 if none.
@@ -390,22 +398,22 @@ class MessageStore:
         self._readable()
         if topic is None and queue_id is not None:
             raise InvalidArgumentError(f"get_earliest_message_time: queue_id needs its topic (queue_id={queue_id!r})")
-        return self.reader.get_earliest_message_time(topic, queue_id)
+        return self._answered(self.reader.get_earliest_message_time(topic, queue_id))
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The queue's first offset that retention has not removed (0 for a queue the store lacks)."""
         self._readable()
-        return self.reader.min_offset_in_queue(topic, queue_id)
+        return self._answered(self.reader.min_offset_in_queue(topic, queue_id))
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The queue's next offset: one past its last message (0 for a queue the store lacks)."""
         self._readable()
-        return self.reader.max_offset_in_queue(topic, queue_id)
+        return self._answered(self.reader.max_offset_in_queue(topic, queue_id))
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
         """The commit-log offset of the message at ``offset`` of the queue, 0 if none."""
         self._readable()
-        return self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset)
+        return self._answered(self.reader.get_commit_log_offset_in_queue(topic, queue_id, offset))
 
     @property
     def min_phy_offset(self) -> int:

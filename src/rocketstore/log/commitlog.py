@@ -89,6 +89,7 @@ class CommitLog:
     ) -> None:
         self.file_size = file_size
         self.mode = mode
+        self.closed = False  # a read that finds its segment gone asks this: closed is not removed
         self.queue = MappedFileQueue(
             paths,
             file_size,
@@ -550,5 +551,6 @@ class CommitLog:
         return rec._LONG.unpack_from(head, rec.store_timestamp_position(flag))[0]
 
     def close(self) -> None:
+        self.closed = True
         self._current = None
         self.queue.close()
