@@ -319,3 +319,22 @@ def test_an_import_counts_every_stored_copy_of_a_key(
             assert import_jsonl(dst, part) == 40
     with MessageStore.open(tmp_path / "dst", config) as dst:
         assert dst.delay_offsets.offset_table == {2: 40}
+
+
+@pytest.mark.parametrize("index", [True, False])
+@pytest.mark.parametrize("in_parts", [False, True])
+def test_a_transaction_half_or_rollback_is_no_delivered_copy(
+    tmp_path: Path, make_store: Callable[..., MessageStore], index: bool, in_parts: bool
+) -> None:
+    """A delivered copy is queued, as the schedule unit it came from was: a PREPARED or ROLLBACK
+    record of the real topic with the unit's UNIQ_KEY (a half message, a rolled-back one) is no
+    copy, in the lines imported or in the store, with or without the index; a COMMIT one is."""
+    units, copies = _delayed_export(make_store, ["C", "P", "R"])
+    copies = [json.dumps({**json.loads(line), "sysFlag": flag}) for line, flag in zip(copies, (8, 4, 12), strict=True)]
+    config = StoreConfig(**TINY, messageIndexEnable=index)
+    for part in (copies, units) if in_parts else (units + copies,):
+        with MessageStore.open(tmp_path / "dst", config) as dst:
+            dst.services.schedule.stop()
+            assert import_jsonl(dst, part) == len(part)
+    with MessageStore.open(tmp_path / "dst", config) as dst:
+        assert dst.delay_offsets.offset_table == {2: 1}  # past C's unit only: P's and R's wait for delivery

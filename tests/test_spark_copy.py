@@ -113,6 +113,25 @@ def test_an_as_is_copy_written_in_parts_skips_the_delivered_units(spark, tmp_pat
         assert (store.delay_offsets.get(1), store.delay_offsets.get(2)) == (2, 0)
 
 
+def test_an_as_is_copy_takes_no_transaction_half_for_a_delivered_copy(spark, tmp_path):  # noqa: F811
+    """A row of the real topic with a waiting unit's UNIQ_KEY is its delivered copy only when it
+    is queued: a COMMIT row moves the level's offset past the unit, a PREPARED one (a half
+    message, never served) does not, and the unit is still delivered."""
+    from pyspark.sql import functions as F
+
+    source = _source(tmp_path / "source")
+    df = spark.read.format("rocketstore").options(**OPTIONS).load(str(source))
+    waiting = df.where(f"topic = '{SCHEDULE_TOPIC}' AND queueId = 1")  # level 2's unit ("later")
+    for flag, offset in ((8, 1), (4, 0)):
+        twin = waiting.withColumn("topic", F.lit("TopicB")).withColumn("queueId", F.lit(0))
+        twin = twin.withColumn("sysFlag", F.lit(flag).cast(df.schema["sysFlag"].dataType))
+        copy = tmp_path / f"copy{flag}"
+        writer = df.unionByName(twin).write.format("rocketstore").options(**OPTIONS).option("asIs", "true")
+        writer.mode("append").save(str(copy))
+        with MessageStore.open(copy, small_config(messageDelayLevel=LEVELS), read_only=True) as store:
+            assert (store.delay_offsets.get(1), store.delay_offsets.get(2)) == (2, offset), flag
+
+
 def test_without_as_is_a_write_is_a_producer_s_send(spark, tmp_path):  # noqa: F811
     """Unchanged: the delivered delayed message still carries DELAY and is delayed again, and the
     asIs columns are ignored (the store sets born time, hosts and reconsume times)."""

@@ -28,6 +28,7 @@ from rocketstore.codec.message import (
 from rocketstore.codec.properties import UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
+from rocketstore.codec.sysflag import goes_to_consume_queue
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import ImportLineError, InvalidMessageError, RecordError
 from rocketstore.log.walk import walk_segment
@@ -186,7 +187,8 @@ def import_jsonl(
 
     Delayed messages: a ``SCHEDULE_TOPIC_XXXX`` line is stored as a unit waiting for delivery,
     and the message it was delivered as, if it was, is a line of its real topic with the same
-    ``UNIQ_KEY`` (or, without one, the same born timestamp and body). Once the lines are stored
+    ``UNIQ_KEY`` (or, without one, the same born timestamp and body), queued as the unit was (a
+    transaction's PREPARED or ROLLBACK record is no copy). Once the lines are stored
     (or the import stops), each delay level's offset in ``delayOffset.json`` moves past the units
     at its start whose delivered copy this import stored, or the store held (an import given in
     parts, the units after their copies), one copy for one unit, as twins of one message each get
@@ -240,8 +242,8 @@ def import_jsonl(
                 raise ImportLineError(number, "JSON nested too deeply", count) from None
             if not result.ok:
                 raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
-            if message.topic != SCHEDULE_TOPIC:
-                copies[copy_key(message.topic, message.properties.get(UNIQ_KEY), message)] += 1
+            if (key := delivered_copy_key(message)) is not None:
+                copies[key] += 1
             if progress is not None:
                 progress(size)
         read_all = True
@@ -328,6 +330,14 @@ def _unit_key(unit: StoredMessage) -> tuple[str, str | None, int] | None:
     return topic, uniq, copy_key(topic, uniq, unit)
 
 
+def delivered_copy_key(message: Message | StoredMessage) -> int | None:
+    """``copy_key`` of ``message`` if it may be the delivered copy of a schedule unit: a record of
+    a real topic, queued as the unit was (a transaction's PREPARED or ROLLBACK record is not)."""
+    if message.topic == SCHEDULE_TOPIC or not goes_to_consume_queue(message.sys_flag):
+        return None
+    return copy_key(message.topic, message.properties.get(UNIQ_KEY), message)
+
+
 class _CopyPool:
     """The delivered copies the walks of :func:`skip_delivered` use up, one a unit: the caller's,
     then (once a key's are used up) the store's less the units before the levels' offsets."""
@@ -383,7 +393,7 @@ class _StoredCopies:
             cap = self.store.config.max_msgs_num_batch
             found = self.store.query_message(topic, uniq, max_num=cap)
             if found.index_hits < cap:  # all the index holds; at the cap it may hold more: scan
-                return sum(copy_key(topic, m.uniq_key, m) == key for m in found.messages)
+                return sum(delivered_copy_key(m) == key for m in found.messages)
         keys = self._scanned.get(topic)
         if keys is None:
             queued = iter_queued(self.store, [topic])

@@ -61,7 +61,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from rocketstore.codec.message import Message, StoredMessage
-from rocketstore.codec.properties import DELAY, REAL_QID, UNIQ_KEY
+from rocketstore.codec.properties import DELAY, REAL_QID
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.config import StoreConfig
 from rocketstore.errors import (
@@ -70,7 +70,7 @@ from rocketstore.errors import (
     SinkInUseError,
     StoreLockedError,
 )
-from rocketstore.export import copy_key, skip_delivered
+from rocketstore.export import delivered_copy_key, skip_delivered
 from rocketstore.files.file_queue import only_zeros
 from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.lockfile import describe_holder, held, lock_holder
@@ -582,8 +582,8 @@ def _append(
                 appended += 1
             if as_is and message.topic == SCHEDULE_TOPIC:
                 units = True
-            elif as_is:  # stored (now, or by the attempt replayed)
-                copies[copy_key(message.topic, message.properties.get(UNIQ_KEY), message)] += 1
+            elif as_is and (key := delivered_copy_key(message)) is not None:  # stored (now, or by the attempt replayed)
+                copies[key] += 1
     except BaseException:
         if copies or units:  # what was stored stays stored: so do its delivered units, as an import's
             try:
