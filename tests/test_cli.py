@@ -1254,8 +1254,9 @@ def test_consume_and_clean_refuse_a_topic_or_queue_the_store_lacks(small_store: 
 
 
 def test_a_topic_or_queue_refused_leaves_a_crashed_store_as_it_was(tmp_path: Path, hash_tree) -> None:
-    """consume --commit and clean --delete-topic refuse a topic or queue the store lacks before
-    they open it for writing: a crashed store (abort left) is not recovered and rewritten by a typo."""
+    """consume --commit and clean --delete-topic refuse a topic or queue the store lacks, and consume
+    a group name RocketMQ refuses, before they open it for writing: a crashed store (abort left) is
+    not recovered and rewritten by a typo."""
     root = tmp_path / "store"
     assert run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--count", 3).exit_code == 0
     (root / "abort").touch()
@@ -1264,9 +1265,11 @@ def test_a_topic_or_queue_refused_leaves_a_crashed_store_as_it_was(tmp_path: Pat
         ("consume", "--topic", "Z", "--group", "g", "--commit"),
         ("consume", "--topic", "T", "--group", "g", "--queue", 9, "--commit"),
         ("clean", "--delete-topic", "Z"),
+        ("consume", "--topic", "T", "--group", "bad g", "--commit"),
     ):
         result = run(refused[0], root, *TINY_SETS, *refused[1:])
-        assert result.exit_code == 2 and ("no topic of" in result.stderr or "no queue 9" in result.stderr), refused
+        assert result.exit_code == 2, refused
+        assert any(why in result.stderr for why in ("no topic of", "no queue 9", "'bad g' has characters")), refused
         assert hash_tree(root) == before, refused
     result = run("consume", root, *TINY_SETS, "--topic", "T", "--group", "g", "--commit", "--json")
     assert result.exit_code == 0 and len(jsonl(result.stdout)) == 3  # a good one opens it for writing

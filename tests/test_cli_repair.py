@@ -444,13 +444,15 @@ def test_recover_says_which_segments_it_checked_and_what_it_left(tmp_path: Path)
     first = results[3].commit_log_offset  # in segment 0
     _patch(root, first + 4, b"\xde\xad\xbe\xef")
     segments = sorted(p.name for p in (root / "commitlog").iterdir())
-    table = run("recover", root, *TINY_SETS)
-    assert table.exit_code == 0, table.stderr
-    assert "checked" in table.stdout and "not checked" in table.stdout
-    info = json.loads(run("recover", root, *TINY_SETS, "--json").stdout)
-    assert info["checked"].startswith(f"the last 3 of {len(segments)} segments, from {segments[-3]}")
-    assert info["notChecked"].startswith(f"the {len(segments) - 3} segment(s) before {segments[-3]}")
-    assert f"`rocketstore verify {root}` checks every record" in info["notChecked"]
+    # --dry-run says the same first, in the same words and keys
+    for extra in (["--dry-run"], []):
+        table = run("recover", root, *TINY_SETS, *extra)
+        assert table.exit_code == 0, table.stderr
+        assert "checked" in table.stdout and "not checked" in table.stdout and segments[-3] in table.stdout
+        info = json.loads(run("recover", root, *TINY_SETS, *extra, "--json").stdout)
+        assert info["checked"].startswith(f"the last 3 of {len(segments)} segments, from {segments[-3]}")
+        assert info["notChecked"].startswith(f"the {len(segments) - 3} segment(s) before {segments[-3]}")
+        assert f"`rocketstore verify {root}` checks every record" in info["notChecked"]
     assert info["nextSteps"] == []  # the walk did not reach the damage: nothing known is left
     # records dispatched again from the start (the queues moved aside): the bad one is met and kept
     (root / "consumequeue").rename(tmp_path / "cq.old")

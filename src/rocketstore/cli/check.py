@@ -258,10 +258,15 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
     why = lost
     if plan.loses_data and refused:
         why = refusal(opts, plan, dry_run=True)
+    checked = {"checked": plan.checked(), "notChecked": _not_checked(plan)}  # as recover's own answer names them
     if opts.as_json:
-        print_json({"store": opts.root, "dryRun": True, "wouldRefuse": refused, "why": why, "plan": plan.to_dict()})
+        print_json(
+            {"store": opts.root, "dryRun": True, "wouldRefuse": refused, "why": why, **checked, "plan": plan.to_dict()}
+        )
         return
     rows = [
+        ("checked", checked["checked"]),
+        *([("not checked", checked["notChecked"])] if checked["notChecked"] else []),
         ("log would end at", plan.end),
         *_cut_rows(plan),
         ("segments dropped", ", ".join(plan.recovery.dropped_files) or "none"),

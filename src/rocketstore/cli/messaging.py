@@ -33,7 +33,7 @@ from rocketstore.cli.stops import (
 )
 from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
-from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
+from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal, validate_group
 from rocketstore.config_values import java_trim
 from rocketstore.export import QueuedUnit, queue_units
 from rocketstore.prepare import MessagePreparer
@@ -464,6 +464,7 @@ def consume(
     """
     if (from_offset is not None) + (from_time is not None) + from_committed > 1:
         raise click.UsageError("give at most one of --from-offset, --from-time and --from-committed")
+    validate_group(group)  # before --commit opens the store to write (a crashed store is not recovered by a typo)
     # it commits only what it wrote out: a closed stdout ends it quietly, as a consumer stops
     store = open_store_checked(
         opts,
