@@ -247,6 +247,17 @@ def test_dumps_integer_keys_inline() -> None:
     assert fastjson.dumps({"a": 1, 2: 3}) == '{\n\t"a":1,2:3\n}'
 
 
+def test_dumps_int_maps_with_bools_or_nulls_keep_the_general_rules() -> None:
+    """An int -> int map is written in one piece; one holding a bool or a None goes entry by entry
+    (true/false, the None entry left out, the closing brace still on its own line)."""
+    assert fastjson.dumps({"q": {0: 5, 1: 6}}) == '{\n\t"q":{0:5,1:6\n\t}\n}'
+    assert fastjson.dumps({0: True, 1: 2}) == "{0:true,1:2\n}"
+    assert fastjson.dumps({True: 1}) == "{true:1\n}"
+    assert fastjson.dumps({0: None, 1: 2}) == "{1:2\n}"
+    assert fastjson.dumps({0: None}) == "{\n}"
+    assert fastjson.dumps({"a": '"q" \\ ~'}) == '{\n\t"a":"\\"q\\" \\\\ ~"\n}'
+
+
 def test_dumps_skips_none_values_and_keeps_insertion_order() -> None:
     assert fastjson.dumps({"b": 1, "x": None, "a": 2}) == '{\n\t"b":1,\n\t"a":2\n}'
 

@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from json import JSONDecodeError
 from json.decoder import scanstring
+from json.encoder import encode_basestring as _quote_printable_ascii  # escapes '"' and '\\' as fastjson does
 
 __all__ = ["dumps", "loads"]
 
@@ -44,6 +45,8 @@ def _escape_char(match: re.Match[str]) -> str:
 
 
 def _quote(text: str) -> str:
+    if text.isascii() and text.isprintable():  # the usual name or value: only '"' and '\\' to escape
+        return _quote_printable_ascii(text)
     if _ESCAPE_RE.search(text) is None:
         return '"' + text + '"'
     return '"' + _ESCAPE_RE.sub(_escape_char, text) + '"'
@@ -96,28 +99,42 @@ def _write(value: object, out: list[str], indent: int) -> None:
 
 
 def _write_map(mapping: Mapping[object, object], out: list[str], indent: int) -> None:
+    if not mapping:
+        out.append("{}")
+        return
+    close = "\n" + "\t" * indent  # MapSerializer tests map.size(), not the number of entries written
+    keys, values = mapping.keys(), mapping.values()
+    if all(type(k) is int for k in keys) and all(type(v) is int for v in values):  # an offset table's queues
+        out.append("{" + ",".join([f"{k}:{v}" for k, v in mapping.items()]) + close + "}")
+        return
     out.append("{")
     inner = "\n" + "\t" * (indent + 1)
     first = True
     for key, value in mapping.items():
         if value is None:
             continue
-        if not first:
+        if first:
+            first = False
+        else:
             out.append(",")
-        first = False
-        if isinstance(key, str):
-            out.append(inner)
-            out.append(_quote(key))
+        if type(key) is str:
+            out.append(inner + _quote(key) + ":")
         elif isinstance(key, int):  # bool included: fastjson writes a Boolean key bare too
-            out.append(_scalar_text(key))  # type: ignore[arg-type]
+            out.append(_scalar_text(key) + ":")  # type: ignore[operator]
         else:
             raise TypeError(f"fastjson.dumps cannot write a {type(key).__name__} map key")
-        out.append(":")
-        _write(value, out, indent + 1)
-    # MapSerializer tests map.size(), not the number of entries written.
-    if len(mapping) > 0:
-        out.append("\n" + "\t" * indent)
-    out.append("}")
+        kind = type(value)  # the usual bean fields first, without _write's general checks
+        if kind is str:
+            out.append(_quote(value))  # type: ignore[arg-type]
+        elif kind is int:
+            out.append(str(value))
+        elif kind is bool:
+            out.append("true" if value else "false")
+        elif kind is dict:
+            _write_map(value, out, indent + 1)  # type: ignore[arg-type]
+        else:
+            _write(value, out, indent + 1)
+    out.append(close + "}")
 
 
 def dumps(obj: object) -> str:
