@@ -774,15 +774,30 @@ def test_cleaning_now_runs_at_most_20_rounds(tmp_path: Path) -> None:
     """clean_expired_files goes on while rounds delete something, for at most the 20 rounds
     RocketMQ's executeDeleteFilesManually arms: a writer rolling segments as fast as they go
     cannot keep it running for ever."""
-    store = MessageStore.open(tmp_path / "s", clean_config())
+    config = clean_config()
+    store = MessageStore.open(tmp_path / "s", config)
     try:
         fill(store, 215)
         store.flush()  # else the flush thread may hold an old segment, and a round ends at it
         age(segment_files(store), hours=2)
-        assert store.clean_expired_files().commit_log_files == 200  # 20 rounds of deleteFileBatchMax 10
-        assert store.clean_expired_files().commit_log_files == 14  # the rest, but the last segment
+        first = store.clean_expired_files()
+        assert (first.commit_log_files, first.more_left) == (200, True)  # 20 rounds of deleteFileBatchMax 10
+        rest = store.clean_expired_files()
+        assert (rest.commit_log_files, rest.more_left) == (14, False)  # the rest, but the last segment
     finally:
         store.shutdown()
+    # `rocketstore clean` says when the rounds ran out with files still going
+    with MessageStore.open(tmp_path / "s", config) as store:
+        fill(store, 205)
+        store.flush()
+        age(segment_files(store), hours=2)
+    settings = [f"--set={k}={v}" for k, v in config.changed().items() if k != "storePathRootDir"]
+    for more_left in (True, False):
+        done = CliRunner().invoke(cli, ["clean", str(tmp_path / "s"), *settings])
+        assert done.exit_code == 0, done.output
+        assert ("more may be left: run clean again" in done.output) is more_left, done.output
+    done = CliRunner().invoke(cli, ["clean", str(tmp_path / "s"), "--json", *settings])
+    assert json.loads(done.output)["moreLeft"] is False
 
 
 def test_verify_notes_the_records_of_a_deleted_topic(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from rocketstore.cli.common import Common, known_topics, open_store, open_store_checked, require_topics, store_options
-from rocketstore.cli.output import kv_table, out_console, print_json
+from rocketstore.cli.output import kv_table, out_console, print_json, say
+from rocketstore.services.clean import MANUAL_DELETE_TIMES
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 
@@ -49,6 +50,7 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
                 "hangedFiles": run.hanged_files,
                 "topics": removed,
             },
+            "moreLeft": run.more_left,
             "minOffsetBefore": before,
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
@@ -67,3 +69,8 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
         ("commit log max offset", info["maxOffset"]),
     ]
     out_console().print(kv_table(f"cleaned {store.root}", rows))
+    if run.more_left:
+        say(
+            f"the {MANUAL_DELETE_TIMES} rounds of a manual deletion ran out while the last still deleted files: "
+            "more may be left: run clean again (each round deletes at most deleteFileBatchMax segments)"
+        )

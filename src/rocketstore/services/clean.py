@@ -69,6 +69,7 @@ class CleanRun:
     index_files: int = 0
     hanged_files: int = 0
     triggered_by: str = ""  # "time", "space", "manual" or "" when nothing triggered a deletion
+    more_left: bool = False  # run_rounds: its rounds ran out while the last still deleted segments
 
 
 class CleanService(Service):
@@ -149,6 +150,8 @@ class CleanService(Service):
             total.triggered_by = total.triggered_by or run.triggered_by
             if not run.commit_log_files or not run.triggered_by:
                 break
+        else:
+            total.more_left = True
         return total
 
     def close(self) -> None:
