@@ -544,6 +544,9 @@ def test_batch_refuses_delayed_and_transaction_messages(make_store):
     assert r.status == PutMessageStatus.MESSAGE_ILLEGAL
     r = store.put_batch([Message("T", b"a", sys_flag=0x4)])
     assert r.status == PutMessageStatus.MESSAGE_ILLEGAL
+    # a prepared offset names a transaction's half message: RocketMQ's batch records carry 0
+    r = store.put_batch([Message("T", b"a"), Message("T", b"b", prepared_transaction_offset=77)])
+    assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "prepared_transaction_offset" in r.detail
     assert store.max_phy_offset == 0
 
 

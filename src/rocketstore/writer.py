@@ -200,6 +200,10 @@ class MessageWriter(MessagePreparer):
             for m in messages:
                 if m._extra is not None and m.sys_flag & sf.TRANSACTION_ROLLBACK_TYPE:
                     return PutResult.refused(_ILLEGAL, "a batch cannot hold transaction messages")
+                if m._extra is not None and m.prepared_transaction_offset:  # RocketMQ's batch records carry 0
+                    return PutResult.refused(
+                        _ILLEGAL, "a batch cannot hold transaction messages (a prepared_transaction_offset)"
+                    )
                 if m._props is not None and m._props.get(DELAY, "0") not in ("0", ""):
                     level = java_int(m._props[DELAY])
                     if level is None:
