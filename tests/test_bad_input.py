@@ -159,6 +159,8 @@ def test_group_names_are_checked_as_rocketmq_checks_them(make_store, tmp_path, s
         ({"flag": True}, InvalidMessageError),
         ({"sys_flag": None}, InvalidMessageError),
         ({"born_host": "10.0.0.1:1", "reconsume_times": None}, InvalidMessageError),
+        ({"reconsume_times": None}, InvalidMessageError),  # alone too: not taken for 0
+        ({"prepared_transaction_offset": None}, InvalidMessageError),
         ({"born_host": 5}, InvalidMessageError),
         ({"store_host": ["x"]}, InvalidMessageError),
         ({"keys": 5}, InvalidMessageError),

@@ -127,7 +127,9 @@ class Message:
             born_timestamp is None
             and born_host is None
             and store_host is None
-            and not (sys_flag or reconsume_times or prepared_transaction_offset)
+            and sys_flag == 0  # == rather than falsy: None is not 0 (refused below)
+            and reconsume_times == 0
+            and prepared_transaction_offset == 0
         ):
             self._extra = None
         else:
