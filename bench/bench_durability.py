@@ -22,6 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from common import positive_int  # bench/common.py, beside this script
+
 from rocketstore import Message, MessageStore, StoreConfig
 
 BODY = os.urandom(1024)
@@ -167,7 +169,7 @@ def async_put(folder: str, pool: bool, n: int, warm: bool = False) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=positive_int, default=3)
     parser.add_argument("--sync-messages", type=int, default=20000)
     parser.add_argument("--async-messages", type=int, default=300000)
     args = parser.parse_args()

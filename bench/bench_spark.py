@@ -9,7 +9,11 @@ column of the schema produced), on the same segment files, in the same session, 
 ``consumequeue/`` and ``index/`` and rebuilds them: once by opening the store (rocketstore's own
 recovery, one process) and with ``rocketstore.spark.jobs.rebuild``, alternately, ``--runs`` times.
 
-    python bench/bench_spark.py --store /tmp/rocketstore-bench --size-mib 1100 --runs 3
+    python bench/bench_spark.py --store /tmp/rocketstore-bench/store --size-mib 1100 --runs 3
+
+The store is written once and kept for the next run (about 1.1 GiB at the default size): a
+``--store`` that holds one already is read as it is, with its own segment size, and
+``--size-mib``/``--segment-mib`` are not used; delete it to write another.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import shutil
 import statistics
 import time
 from collections.abc import Callable
+
+from common import positive_int  # bench/common.py, beside this script
 
 from rocketstore import Message, MessageStore, StoreConfig
 
@@ -45,6 +51,13 @@ def make_store(path: str, size_mib: int, segment_mib: int) -> int:
     return n
 
 
+def segment_size(path: str) -> int | None:
+    """The size of the store's commit-log segments (its first file's); None if it has none."""
+    folder = os.path.join(path, "commitlog")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return os.path.getsize(os.path.join(folder, names[0])) if names else None
+
+
 def log_bytes(path: str) -> int:
     folder = os.path.join(path, "commitlog")
     return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
@@ -57,22 +70,26 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", default="/tmp/rocketstore-bench/store")
     parser.add_argument("--size-mib", type=int, default=1100)
     parser.add_argument("--segment-mib", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=positive_int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g", help="binaryFile holds whole files in the JVM")
     parser.add_argument("--no-rebuild", action="store_true")
     args = parser.parse_args()
 
-    if not os.path.isdir(os.path.join(args.store, "commitlog")):
+    segment_bytes = segment_size(args.store)
+    if segment_bytes is None:
         seconds, count = timed(lambda: make_store(args.store, args.size_mib, args.segment_mib))
         print(f"wrote {count} messages in {seconds:.1f} s")
+        segment_bytes = args.segment_mib << 20
+    else:
+        print(f"reading the store written before at {args.store} (delete it to write another)")
     total = log_bytes(args.store)
     mib = total / (1 << 20)
-    options = {"mappedFileSizeCommitLog": str(args.segment_mib << 20)}
+    options = {"mappedFileSizeCommitLog": str(segment_bytes)}
 
     from pyspark.sql import functions as F
 

@@ -15,8 +15,9 @@ noisy.
 ``--messages`` must be a positive multiple of 32: the batch figures and the store the pulls and
 the rebuild read are written in batches of 32.
 
-``--threads`` adds, for put and batch, each thread's CPU time per message (from /proc): the
-producer, the dispatch (reput) thread, the segment allocator's page faulting, the flushes.
+``--threads`` adds, for every put figure (put, batch, prebuilt, producer), each thread's CPU time
+per message (from /proc): the producer, the dispatch (reput) thread, the segment allocator's page
+faulting, the flushes.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+
+from common import positive_int  # bench/common.py, beside this script
 
 from rocketstore import Message, MessageStore, StoreConfig
 
@@ -205,11 +208,11 @@ def shown(key: str, value: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=None, help="folder on the disk to measure (default: a temp folder)")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=positive_int, default=3)
     parser.add_argument("--messages", type=int, default=300000, help="a positive multiple of 32 (default: 300000)")
     parser.add_argument("--only", choices=["put", "batch", "prebuilt", "producer", "get", "rebuild"], action="append")
     parser.add_argument(
-        "--threads", action="store_true", help="also print each thread's CPU per message for put and batch"
+        "--threads", action="store_true", help="also print each thread's CPU per message for the put figures"
     )
     args = parser.parse_args()
     if args.messages <= 0 or args.messages % BATCH:

@@ -6,7 +6,8 @@ Each cycle starts the producer of tests/crash_child.py (1, 4 or 8 threads), kill
 after a random number of acknowledgements, reopens the store (abnormal recovery) and checks every
 message acknowledged in that cycle, and a random sample of 300 earlier ones, by offset, consume
 queue and key; every 50 cycles every message acknowledged so far is checked and the whole store
-verified. Prints a line per 50 cycles and a summary.
+verified. Prints a line per 50 cycles and a summary. The store is kept in ``--dir D`` (as
+``D/store``) for a look afterwards; without ``--dir`` a temporary folder is used and deleted.
 """
 
 from __future__ import annotations
