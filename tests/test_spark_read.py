@@ -458,11 +458,15 @@ def test_queues_naming_a_queue_the_store_lacks_is_refused(spark, store, everythi
     with caplog.at_level("WARNING", logger="rocketstore.spark.stream"):
         start = stream.initialOffset()
     assert "option queues names TopicA/9" in caplog.text
-    assert start == {"@initial": True}  # no queue yet
     with MessageStore.open(small, small_config()) as live:
         live.put(Message("TopicA", b"new queue"), queue_id=9).raise_for_status()
         live.wait_for_dispatch()
-    assert stream.latestOffset(start, ReadAllAvailable()) == {"TopicA": {"9": 1}, "@start": {}}
+    assert start == {"@initial": True, "@deleted": {}}  # no queue yet
+    assert stream.latestOffset(start, ReadAllAvailable()) == {
+        "TopicA": {"9": 1},
+        "@start": {"@deleted": {}},
+        "@deleted": {},
+    }
 
 
 def test_a_store_given_as_a_file_uri_is_read_and_written(spark, store, everything, tmp_path):  # noqa: F811
@@ -670,3 +674,27 @@ def test_a_born_time_outside_the_years_a_timestamp_holds_reads_as_null(spark, tm
             b"6": None,
             b"last": None,
         }, mode
+
+
+def test_an_ending_offset_retention_removed_is_data_loss(tmp_path, caplog):
+    """endingOffsets below a queue's min offset asks for messages retention removed: it fails the
+    read (failOnDataLoss, the default), as a starting offset below it does, or is warned about
+    and reads nothing of the queue; an end at the min offset asks for none and is no loss."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.source import BatchReader
+
+    store = interleaved_store(tmp_path / "store")
+    lo, hi = _retention(store)
+    assert 5 < lo < hi
+    schema = StructType([StructField("queueOffset", LongType())])
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "T1", "queues": "0"}
+    ending = json.dumps({"T1": {"0": 5}})
+    with pytest.raises(DataLossError, match=rf"T1/0: the ending offset 5 is below the queue's minimum offset {lo}"):
+        BatchReader({**options, "endingOffsets": ending}, schema).partitions()
+    with caplog.at_level("WARNING", logger="rocketstore.spark.plan"):
+        parts = BatchReader({**options, "endingOffsets": ending, "failOnDataLoss": "false"}, schema).partitions()
+    assert [s for p in parts for s in p.slices] == [] and "the ending offset 5 is below" in caplog.text
+    at_min = json.dumps({"T1": {"0": lo}})
+    assert [s for p in BatchReader({**options, "endingOffsets": at_min}, schema).partitions() for s in p.slices] == []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rocketstore import MessageStore
-from rocketstore.spark.stream import rate_limit
+from rocketstore.spark.stream import from_json, rate_limit
 from spark_conftest import (
     SMALL_OPTIONS,
     TOPICS,
@@ -177,17 +177,17 @@ def test_data_loss_fails_or_skips(spark, tmp_path):  # noqa: F811
     skipped = run_stream(spark, store, checkpoint, failOnDataLoss="false")
     assert skipped.rows == remaining
 
-    # the topics deleted and created again: every queue's offsets start over below the checkpoint's
+    # the topics deleted and created again: the store's deletion marks, which the offsets keep,
+    # tell that every queue started over (its offsets below the checkpoint's, or not)
     with MessageStore.open(store, small_config()) as s:
         s.delete_topics(list(TOPICS))
         write_messages(s, 24, start=700)
         s.wait_for_dispatch()
-    started_over = r"OrderTopic/0: the checkpointed offset 55 is above the queue's max offset 2 \(min 0\): the"
+    started_over = r"OrderTopic \(queues 0, 1, 2, 3\): the topic was deleted and created again since the last"
     with pytest.raises(Exception, match=started_over):
         run_stream(spark, store, checkpoint)
-    # failOnDataLoss=false goes on from the queues' max offsets, as Kafka's source does when a
-    # partition's offsets went backwards: what was stored below them is not read (a warning)
-    assert run_stream(spark, store, checkpoint, failOnDataLoss="false").rows == []
+    # failOnDataLoss=false reads the topics created again from their earliest offsets (a warning)
+    assert run_stream(spark, store, checkpoint, failOnDataLoss="false").rows == all_rows(store)
     assert run_stream(spark, store, checkpoint).rows == []  # the checkpoint holds the new offsets
     recreated = {(r["topic"], r["queueId"], r["queueOffset"]) for r in all_rows(store)}
     with MessageStore.open(store, small_config()) as s:
@@ -355,12 +355,13 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
     stream = StreamReader(options, spark_schema())
     begin = stream.initialOffset()
     at_a = {"TopicA": {str(q): 3 for q in range(4)}}
-    assert begin == {**at_a, "@initial": True}  # a new query's start: its batch 0 end keeps it
+    assert begin == {**at_a, "@initial": True, "@deleted": {}}  # a new query's start: its batch 0 end keeps it
     with MessageStore.open(store, small_config()) as s:
         write_messages(s, 4, start=300, topics=("TopicLater",))
         s.wait_for_dispatch()
     end = stream.latestOffset(begin, ReadAllAvailable())
-    assert end == {**at_a, "TopicLater": {str(q): 1 for q in range(4)}, "@start": at_a}
+    at_a_start = {**at_a, "@deleted": {}}
+    assert end == {**at_a, "TopicLater": {str(q): 1 for q in range(4)}, "@start": at_a_start, "@deleted": {}}
     held = stream._snapshot  # latestOffset's view of the store: the batch's partitions use it (one open a trigger)
     assert held is not None and not held.store.closed
     slices = [(x.topic, x.queue_id, x.start, x.end) for p in stream.partitions(begin, end) for x in p.slices]
@@ -491,7 +492,7 @@ def test_the_start_of_batch_zero_travels_in_its_end_offset(tmp_path):
     ]
     assert sorted(slices) == [(q, 2, 4) for q in range(4)]
     nxt = restarted.latestOffset(end, ReadAllAvailable())
-    assert nxt == {"TopicA": {str(q): 6 for q in range(4)}}
+    assert nxt == {"TopicA": {str(q): 6 for q in range(4)}, "@deleted": {}}
     slices = [(x.queue_id, x.start, x.end) for p in restarted.partitions(end, nxt) for x in p.slices]
     assert sorted(slices) == [(q, 4, 6) for q in range(4)]
     assert restarted.latestOffset(nxt, ReadAllAvailable()) == nxt
@@ -540,5 +541,45 @@ def test_the_trigger_budget_counts_only_messages_the_store_still_holds(tmp_path)
     stream = StreamReader(options, StructType())
     start = {"T1": {"0": 0}}  # the checkpoint's offset: retention removed 0..lo-1 since
     end = stream.latestOffset(start, ReadMaxRows(10))
-    assert end == {"T1": {"0": lo + 10}}
+    assert end == {"T1": {"0": lo + 10}, "@deleted": {}}
     assert [(x.start, x.end) for p in stream.partitions(start, end) for x in p.slices] == [(lo, lo + 10)]
+
+
+def test_a_topic_deleted_and_created_again_between_batches_is_read_from_its_start(tmp_path):
+    """The offsets keep the store's deletion marks (deletedTopics.json): a topic deleted and
+    written again since the last batch, whose new queues already reach past the old offsets, is
+    data loss (messages of it may have been missed) and, with failOnDataLoss=false, read from its
+    new earliest offsets, not from the old ones (which skipped its first messages). A restarted
+    reader, given the checkpointed offset, sees it too."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import StructType
+
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.stream import StreamReader
+
+    store = make_store(tmp_path / "store", 24)  # TopicA: offsets 0, 1 of each queue
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "TopicA", "startingOffsets": "earliest"}
+    reader = StreamReader(options, StructType())
+    end = json.loads(json.dumps(reader.latestOffset(reader.initialOffset(), ReadAllAvailable())))
+    assert from_json(end) == {("TopicA", q): 2 for q in range(4)}
+    reader.stop()
+    with MessageStore.open(store, small_config()) as s:
+        s.delete_topics(["TopicA"])
+        write_messages(s, 20, start=100, topics=("TopicA",))  # offsets 0..4 of each queue: past 2
+        s.wait_for_dispatch()
+    failing = StreamReader(options, StructType())  # the marks travel in the offsets: any reader sees it
+    with pytest.raises(DataLossError, match=r"TopicA \(queues 0, 1, 2, 3\): the topic was deleted and created"):
+        failing.latestOffset(end, ReadAllAvailable())
+    failing.stop()
+    going_on = StreamReader({**options, "failOnDataLoss": "false"}, StructType())
+    nxt = json.loads(json.dumps(going_on.latestOffset(end, ReadAllAvailable())))
+    assert from_json(nxt) == {("TopicA", q): 5 for q in range(4)}
+    slices = [(x.queue_id, x.start, x.end) for p in going_on.partitions(end, nxt) for x in p.slices]
+    assert sorted(slices) == [(q, 0, 5) for q in range(4)]
+    assert going_on.latestOffset(nxt, ReadAllAvailable()) == nxt  # seen once: no batch planned again
+    going_on.stop()
+    # a replay of that batch after a restart (partitions alone, from the checkpointed offsets) reads the same
+    replayed = StreamReader({**options, "failOnDataLoss": "false"}, StructType())
+    slices = [(x.queue_id, x.start, x.end) for p in replayed.partitions(end, nxt) for x in p.slices]
+    assert sorted(slices) == [(q, 0, 5) for q in range(4)]
+    replayed.stop()

@@ -366,6 +366,12 @@ def batch_ranges(
             end = snap.offset_for_time(topic, queue_id, opts.ending_ts)
         elif isinstance(opts.ending, dict):
             end = min(offset_of(opts.ending.get(topic, {}).get(queue_id, LATEST), lo, hi), hi)
+            if end < lo:  # every message asked for is gone (Kafka: "beginning offset ... after the ending")
+                text = (
+                    f"{topic}/{queue_id}: the ending offset {end} is below the queue's minimum offset {lo}: "
+                    f"the messages before it were removed from the store (retention) before they were read"
+                )
+                data_loss(text, opts.fail_on_data_loss, "read nothing of the queue")
         else:
             end = hi
         if time_lo_ms is not None:

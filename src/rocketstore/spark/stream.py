@@ -18,18 +18,20 @@ has no end: ``endingOffsets`` and ``endingTimestamp`` are refused. ``maxOffsetsP
 a trigger's budget across queues in proportion to their backlog, at least one message for each
 queue that has any.
 Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
-default) or are skipped with a warning. So does a queue that started over (its topic deleted and
-created again, or the store replaced by an older copy): a checkpointed offset above the queue's
-max offset fails the query, or (failOnDataLoss=false) the stream warns and goes on from the
-queue's max offset, as Kafka's source does when a partition's offsets went backwards (the
-batch's end offset is the queue's latest, below its start, and the batch reads nothing of it).
-Nothing below the max offset is delivered: an older copy of the store holds only messages that
-were delivered already, and a topic created again loses what was stored in it before the restart.
-A queue in the offsets that is gone from the store (its topic deleted) is data loss too, as in
-Kafka, even if the stream had read all of it (the store keeps no trace of its max offset); with
-failOnDataLoss=false it is dropped from the offsets, so a topic created again is a new queue, read
-from its earliest offset. (A topic deleted and created again while the query is down is seen only
-as a queue that started over, if its max offset is below the checkpoint's.)
+default) or are skipped with a warning. So does a topic deleted and created again since the
+offsets were planned: every offset keeps the selected topics' deletion marks (``@deleted``, the
+log end at each topic's last deletion, from ``config/deletedTopics.json``), and a topic of the
+start whose mark changed has new queues whose offsets started over, whatever they are now; with
+failOnDataLoss=false they are read from their earliest offsets (``partitions`` tells the same from
+the start's and the end's marks, so a replayed batch reads the same). A queue that started over
+otherwise (the store replaced by an older copy): a checkpointed offset above the queue's max
+offset fails the query, or (failOnDataLoss=false) the stream warns and goes on from the queue's
+max offset, as Kafka's source does when a partition's offsets went backwards (the batch's end
+offset is the queue's latest, below its start, and the batch reads nothing of it): an older copy
+of the store holds only messages that were delivered already. A queue in the offsets that is gone
+from the store (its topic deleted) is data loss too, as in Kafka, even if the stream had read all
+of it (the store keeps no trace of its max offset); with failOnDataLoss=false it is dropped from
+the offsets, so a topic created again is a new queue, read from its earliest offset.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ AHEAD = "(ahead)"  # the queues whose offset is a startingOffsets past their end
 INITIAL = "@initial"  # true in what initialOffset returns: the start of a new query's batch 0
 START = "@start"  # in batch 0's end offset: the offsets batch 0 starts at
 FROM_TS = "@startingTimestamp"  # in every offset of a query started from startingTimestamp (epoch ms)
+DELETED = "@deleted"  # the store's deletion marks (deletedTopics.json) of the selected topics, when planned
 
 
 def _reserved(key: str) -> bool:
@@ -124,6 +127,30 @@ def _started_over(key: Key, offset: int, lo: int, hi: int, what: str = "checkpoi
         f"{key[0]}/{key[1]}: the {what} {offset} is above the queue's max offset {hi} (min {lo}): the queue "
         f"started over (its topic deleted and created again, or the store replaced by an older copy), and "
         f"messages of it may have been missed"
+    )
+
+
+def deletion_marks(snap: Snapshot, opts: ReadOptions) -> dict[str, int]:
+    """The selected topics' deletion marks: the log end at their last deletion (deletedTopics.json)."""
+    table = snap.store.deleted_topics.table
+    return {topic: int(end) for topic, end in sorted(table.items()) if opts.selection.topic_ok(topic)}
+
+
+def deleted_since(start: dict, marks: dict[str, Any] | None, begin: dict[Key, int]) -> list[str]:
+    """Topics of ``begin`` deleted since ``start`` was planned: their deletion mark is not the one
+    ``start`` holds. None known for a ``start`` planned before the marks were kept."""
+    before = start.get(DELETED)
+    if before is None or marks is None:
+        return []
+    topics = {topic for topic, _queue in begin}
+    return sorted(t for t, end in marks.items() if t in topics and before.get(t) != end)
+
+
+def _recreated(topic: str, keys: list[Key]) -> str:
+    queues = ", ".join(str(q) for _t, q in keys)
+    return (
+        f"{topic} (queues {queues}): the topic was deleted and created again since the last batch, and its "
+        f"queue offsets started over: messages of it stored before the deletion may have been missed"
     )
 
 
@@ -208,8 +235,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         ahead.add((topic, queue_id))
                 else:
                     out[(topic, queue_id)] = lo if opts.starting == "earliest" else hi
+            deleted = deletion_marks(snap, opts)
         marks = {INITIAL: True} if opts.starting_ts is None else {INITIAL: True, FROM_TS: opts.starting_ts}
-        return {**to_json(out, ahead), **marks}
+        return {**to_json(out, ahead), **marks, DELETED: deleted}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_offsets_per_trigger
@@ -223,9 +251,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next batch. Batch 0's end also holds its start (``START``): Spark keeps
         only the end in the checkpoint, and replays a batch 0 that did not commit from a new
         initialOffset, which (latest, or earliest after retention) is not where it started."""
-        bounds, present = self._bounds(self._fresh_snapshot())
+        snap = self._fresh_snapshot()
+        bounds, present = self._bounds(snap)
         begin, ahead = from_json(start), ahead_of(start)
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
+        marks = deletion_marks(snap, self.opts)
+        for topic in deleted_since(start, marks, begin):
+            again = sorted(k for k in begin if k[0] == topic and k in present)
+            if again:  # created again (if not, it is gone: below): read as new queues, from their earliest
+                then = f"read {topic} as created again, from its earliest offsets"
+                data_loss(_recreated(topic, again), self.opts.fail_on_data_loss, then)
+                for key in again:
+                    del begin[key]
         gone = sorted(set(begin) - present)
         if gone:  # as Kafka's "... are gone. Some data may have been missed"
             then = "drop them from the stream's offsets (a topic created again is read from its earliest offset)"
@@ -250,15 +287,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             held = {k: max(v, bounds[k][0]) if k in bounds else v for k, v in begin.items()}
             end = rate_limit(held, end, earliest, limit.max_rows)
         still_ahead = {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])}
-        if end == begin:  # no batch to plan: Spark calls no partitions, so nothing holds the store's files
-            self._drop_snapshot()
+        if end == from_json(start) and marks == start.get(DELETED):  # no batch to plan: Spark calls no
+            self._drop_snapshot()  # partitions, so nothing holds the store's files
             if still_ahead == ahead and not start.get(INITIAL):
                 return start  # as given: Spark compares the JSON, and plans no batch
         out = to_json(end, still_ahead)
         if start.get(INITIAL):
-            out[START] = to_json(begin, ahead)
+            out[START] = {**to_json(begin, ahead), DELETED: start.get(DELETED)}
         if start.get(FROM_TS) is not None:
             out[FROM_TS] = start[FROM_TS]
+        out[DELETED] = marks
         return out
 
     def reportLatestOffset(self) -> dict | None:
@@ -267,7 +305,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         opts = self.opts
         # batch 0 starts where its end says (a replay's start is a new initialOffset)
-        begin, until = from_json(end.get(START, start)), from_json(end)
+        first = end.get(START, start)
+        begin, until = from_json(first), from_json(end)
+        for topic in deleted_since(first, end.get(DELETED), begin):  # created again: new queues (latestOffset)
+            begin = {k: v for k, v in begin.items() if k[0] != topic}
         ranges = []
         # the snapshot latestOffset chose ``end`` by (a replayed batch, planned with no latestOffset
         # before it, opens its own)
