@@ -563,6 +563,15 @@ def test_a_topic_deleted_and_created_again_between_batches_is_read_from_its_star
     end = json.loads(json.dumps(reader.latestOffset(reader.initialOffset(), ReadAllAvailable())))
     assert from_json(end) == {("TopicA", q): 2 for q in range(4)}
     reader.stop()
+    # another query started at an offset queue 0 had not reached (kept "ahead" until it does)
+    waiting = {
+        **options,
+        "failOnDataLoss": "false",
+        "startingOffsets": '{"TopicA": {"0": 50, "1": -2, "2": -2, "3": -2}}',
+    }
+    ahead = StreamReader(waiting, StructType())
+    ahead_start = json.loads(json.dumps(ahead.initialOffset()))
+    ahead.stop()
     with MessageStore.open(store, small_config()) as s:
         s.delete_topics(["TopicA"])
         write_messages(s, 20, start=100, topics=("TopicA",))  # offsets 0..4 of each queue: past 2
@@ -578,6 +587,10 @@ def test_a_topic_deleted_and_created_again_between_batches_is_read_from_its_star
     assert sorted(slices) == [(q, 0, 5) for q in range(4)]
     assert going_on.latestOffset(nxt, ReadAllAvailable()) == nxt  # seen once: no batch planned again
     going_on.stop()
+    ahead = StreamReader(waiting, StructType())  # the queue created again: from 0, not from 50
+    ahead_end = ahead.latestOffset(ahead_start, ReadAllAvailable())
+    assert from_json(ahead_end) == {("TopicA", q): 5 for q in range(4)} and "(ahead)" not in ahead_end
+    ahead.stop()
     # a replay of that batch after a restart (partitions alone, from the checkpointed offsets) reads the same
     replayed = StreamReader({**options, "failOnDataLoss": "false"}, StructType())
     slices = [(x.queue_id, x.start, x.end) for p in replayed.partitions(end, nxt) for x in p.slices]

@@ -263,6 +263,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 data_loss(_recreated(topic, again), self.opts.fail_on_data_loss, then)
                 for key in again:
                     del begin[key]
+                    ahead.discard(key)  # a starting offset past the old queue's end means nothing now
         gone = sorted(set(begin) - present)
         if gone:  # as Kafka's "... are gone. Some data may have been missed"
             then = "drop them from the stream's offsets (a topic created again is read from its earliest offset)"
