@@ -583,6 +583,28 @@ def test_delete_topics_keeps_a_topic_not_yet_dispatched(tmp_path: Path) -> None:
         assert store.get_max_offset_in_queue("Fresh", 0) == 5  # recovery queues them all again
 
 
+def test_the_deletion_mark_of_a_topic_created_again_outlives_retention(tmp_path: Path) -> None:
+    """deletedTopics.json drops the marks retention has passed (no record of the old topic left)
+    at the next deletion, but not the mark of a topic that has queues again: a stream's offsets
+    tell by it that the topic was created again since they were planned."""
+    with MessageStore.open(tmp_path / "s", clean_config()) as store:
+        for topic in ("Again", "Gone", "Filler"):
+            store.put(Message(topic, BODY), 0)
+        assert store.wait_for_dispatch()
+        assert store.delete_topics(["Again", "Gone"]) == ["Again", "Gone"]
+        marks = dict(store.deleted_topics.table)
+        fill(store, 6)
+        store.put(Message("Again", BODY), 0).raise_for_status()  # created again
+        assert store.wait_for_dispatch()
+        store.flush()
+        age(segment_files(store), hours=2)
+        assert store.clean_expired_files().commit_log_files > 0
+        assert store.min_phy_offset > max(marks.values())  # no record of the deleted topics left
+        store.delete_topics(["Filler"])
+        assert set(store.deleted_topics.table) == {"Again", "Filler"}  # Gone's mark went, Again's stayed
+        assert store.deleted_topics.table["Again"] == marks["Again"]
+
+
 def test_the_schedule_and_transaction_op_topics_are_never_removed(tmp_path: Path) -> None:
     """cleanUnusedTopic keeps SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_OP_HALF_TOPIC whatever the keep
     set says (pending delayed messages live there); deleting them by name is refused."""

@@ -596,3 +596,77 @@ def test_a_topic_deleted_and_created_again_between_batches_is_read_from_its_star
     slices = [(x.queue_id, x.start, x.end) for p in replayed.partitions(end, nxt) for x in p.slices]
     assert sorted(slices) == [(q, 0, 5) for q in range(4)]
     replayed.stop()
+
+
+def _recreate_topic_a(store: Path, count: int = 40) -> None:
+    with MessageStore.open(store, small_config()) as s:
+        s.delete_topics(["TopicA"])
+        write_messages(s, count, start=100, topics=("TopicA",))  # offsets 0..count/4-1 of each queue
+        s.wait_for_dispatch()
+
+
+def test_a_replayed_batch_of_a_topic_created_again_since_is_not_read_twice(tmp_path, caplog):
+    """A batch planned, then the topic deleted and created again, then the batch replayed (a
+    restart: partitions on a new reader): its planned offsets are the old topic's, so the replay
+    reads nothing of it (data loss: it fails, or warns), and the next batch reads the topic
+    created again from its earliest offsets, once."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import StructType
+
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.stream import StreamReader
+
+    store = make_store(tmp_path / "store", 24)
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "TopicA", "startingOffsets": "earliest"}
+    lenient = {**options, "failOnDataLoss": "false"}
+    reader = StreamReader(options, StructType())
+    end0 = json.loads(json.dumps(reader.latestOffset(reader.initialOffset(), ReadAllAvailable())))
+    with MessageStore.open(store, small_config()) as s:
+        write_messages(s, 24, start=24, topics=("TopicA",))  # offsets 2..7
+        s.wait_for_dispatch()
+    end1 = json.loads(json.dumps(reader.latestOffset(end0, ReadAllAvailable())))  # planned, never run
+    reader.stop()
+    _recreate_topic_a(store)  # offsets 0..9 of each queue
+    with pytest.raises(DataLossError, match=r"deleted and created again since the last batch, .*after this batch"):
+        StreamReader(options, StructType()).partitions(end0, end1)
+    replay = StreamReader(lenient, StructType())
+    with caplog.at_level("WARNING", logger="rocketstore.spark.plan"):
+        assert [x for p in replay.partitions(end0, end1) for x in p.slices] == []
+    assert "after this batch was planned" in caplog.text
+    end2 = replay.latestOffset(end1, ReadAllAvailable())
+    slices = [(x.queue_id, x.start, x.end) for p in replay.partitions(end1, end2) for x in p.slices]
+    assert sorted(slices) == [(q, 0, 10) for q in range(4)]
+    replay.stop()
+
+
+def test_the_marks_a_snapshot_reads_are_those_of_its_queues(tmp_path, monkeypatch):
+    """A topic deleted and created again while the stream's snapshot of the store is opening
+    (after deletedTopics.json was read, before the queues): the snapshot is taken again, so the
+    offsets pair the new queues with the new marks, and the topic is not taken for deleted again
+    (and read twice) by the next batch."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import StructType
+
+    from rocketstore.queues.consume_queues import ConsumeQueueStore
+    from rocketstore.spark.stream import StreamReader
+
+    store = make_store(tmp_path / "store", 24)
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "TopicA", "startingOffsets": "earliest"}
+    lenient = {**options, "failOnDataLoss": "false"}
+    reader = StreamReader(lenient, StructType())
+    end0 = json.loads(json.dumps(reader.latestOffset(reader.initialOffset(), ReadAllAvailable())))
+    original, done = ConsumeQueueStore.load, []
+
+    def load_after_a_deletion(self, *args, **kwargs):
+        if not done and self.mode != "rw":  # the reader's snapshot, not the writer below
+            done.append(True)
+            _recreate_topic_a(store)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConsumeQueueStore, "load", load_after_a_deletion)
+    end1 = json.loads(json.dumps(reader.latestOffset(end0, ReadAllAvailable())))
+    read = sorted((x.queue_id, x.start, x.end) for p in reader.partitions(end0, end1) for x in p.slices)
+    assert done and read == [(q, 0, 10) for q in range(4)]  # the topic created again, from 0
+    end2 = reader.latestOffset(end1, ReadAllAvailable())
+    assert [x for p in reader.partitions(end1, end2) for x in p.slices] == []  # not again
+    reader.stop()

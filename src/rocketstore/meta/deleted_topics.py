@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from rocketstore.meta import fastjson
@@ -83,18 +83,19 @@ class DeletedTopics(ConfigFile):
                 top["offsetsPending"] = sorted(self.offsets_pending)
             return fastjson.dumps(top)
 
-    def record(self, topics: list[str], end: int, min_offset: int) -> dict[str, int]:
+    def record(self, topics: list[str], end: int, min_offset: int, live: Collection[str] = ()) -> dict[str, int]:
         """``topics`` were removed when the log ended at ``end``: each one's offset becomes ``end``
         (a topic deleted again keeps the highest), entries at or below ``min_offset`` (the log's
-        first offset: no record of theirs is left) are dropped, and the file is written (when
-        writable); when the write fails the table is as it was. Returns the new table. The topics'
-        consumer offsets are pending until :meth:`offsets_dropped`."""
+        first offset: no record of theirs is left) are dropped but those of ``live`` topics (with
+        queues again: a stream's offsets tell by the entry that the topic was created again), and
+        the file is written (when writable); when the write fails the table is as it was. Returns
+        the new table. The topics' consumer offsets are pending until :meth:`offsets_dropped`."""
         with self._lock:
             before = self.table, self.offsets_pending
             table = dict(before[0])
             for topic in topics:
                 table[topic] = max(end, table.get(topic, 0))
-            self.table = {t: x for t, x in table.items() if x > max(min_offset, 0)}
+            self.table = {t: x for t, x in table.items() if x > max(min_offset, 0) or t in live}
             self.offsets_pending = self.offsets_pending | set(topics)
         try:
             self.persist()

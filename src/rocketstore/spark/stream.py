@@ -46,6 +46,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.errors import InvalidArgumentError
+from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.spark.options import EARLIEST, ReadOptions, parse_options
 from rocketstore.spark.plan import (
     ReadPartition,
@@ -136,6 +137,23 @@ def deletion_marks(snap: Snapshot, opts: ReadOptions) -> dict[str, int]:
     return {topic: int(end) for topic, end in sorted(table.items()) if opts.selection.topic_ok(topic)}
 
 
+def marked_snapshot(opts: ReadOptions, tries: int = 3) -> Snapshot:
+    """A snapshot whose deletion marks and queues are of one moment: the open reads
+    deletedTopics.json before the consume queues, and a topic deleted and created again in between
+    would pair the new queues with the old marks (the next batch would take the topic for deleted
+    again, and read it twice). The file is read again once the queues are loaded, and the store
+    opened again if it changed."""
+    for attempt in range(tries):
+        snap = Snapshot(opts.path, opts.config)
+        loaded = snap.store.deleted_topics
+        again = DeletedTopics(loaded.path, writable=False)
+        again.load()
+        if again.table == loaded.table or attempt == tries - 1:
+            return snap
+        snap.close()
+    raise AssertionError("unreachable")
+
+
 def deleted_since(start: dict, marks: dict[str, Any] | None, begin: dict[Key, int]) -> list[str]:
     """Topics of ``begin`` deleted since ``start`` was planned: their deletion mark is not the one
     ``start`` holds. None known for a ``start`` planned before the marks were kept."""
@@ -183,7 +201,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _fresh_snapshot(self) -> Snapshot:
         self._drop_snapshot()
-        self._snapshot = Snapshot(self.opts.path, self.opts.config)
+        self._snapshot = marked_snapshot(self.opts)
         return self._snapshot
 
     def _drop_snapshot(self) -> None:
@@ -209,7 +227,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         sel = opts.selection
         out: dict[Key, int] = {}
         ahead: set[Key] = set()  # past the queue's end: kept, read once the queue gets there
-        with Snapshot(opts.path, opts.config) as snap:
+        with marked_snapshot(opts) as snap:
             unmatched = unmatched_topics(snap, sel)
             if unmatched:  # a stream reads topics created later
                 log.warning("%s: the stream reads them once they are created", unmatched)
@@ -313,9 +331,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         # the snapshot latestOffset chose ``end`` by (a replayed batch, planned with no latestOffset
         # before it, opens its own)
-        snap = self._snapshot or Snapshot(opts.path, opts.config)
+        snap = self._snapshot or marked_snapshot(opts)
         self._snapshot = None
         with snap:
+            # a replay (its own snapshot): a topic deleted since the batch was planned has new queues,
+            # whose offsets are not the planned ones: its range is not read (the next batch reads
+            # the topic created again from its earliest offsets)
+            for topic in deleted_since(end, deletion_marks(snap, opts), until):
+                keys = sorted(k for k in until if k[0] == topic)
+                text = f"{_recreated(topic, keys)}, after this batch was planned"
+                data_loss(text, opts.fail_on_data_loss, f"read nothing of {topic} in this batch")
+                until = {k: v for k, v in until.items() if k[0] != topic}
             for key in sorted(until):
                 lo, hi = snap.bounds(*key)
                 e = until[key]
