@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -131,10 +131,12 @@ def _started_over(key: Key, offset: int, lo: int, hi: int, what: str = "checkpoi
     )
 
 
-def deletion_marks(snap: Snapshot, opts: ReadOptions) -> dict[str, int]:
-    """The selected topics' deletion marks: the log end at their last deletion (deletedTopics.json)."""
+def deletion_marks(snap: Snapshot, keys: Iterable[Key] | None = None) -> dict[str, int]:
+    """The deletion marks (deletedTopics.json: the log end at each topic's last deletion) of the
+    topics of ``keys`` (every topic's with None)."""
     table = snap.store.deleted_topics.table
-    return {topic: int(end) for topic, end in sorted(table.items()) if opts.selection.topic_ok(topic)}
+    topics = None if keys is None else {topic for topic, _queue in keys}
+    return {t: int(end) for t, end in sorted(table.items()) if topics is None or t in topics}
 
 
 def marked_snapshot(opts: ReadOptions, tries: int = 3) -> Snapshot:
@@ -253,7 +255,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         ahead.add((topic, queue_id))
                 else:
                     out[(topic, queue_id)] = lo if opts.starting == "earliest" else hi
-            deleted = deletion_marks(snap, opts)
+            deleted = deletion_marks(snap, out)
         marks = {INITIAL: True} if opts.starting_ts is None else {INITIAL: True, FROM_TS: opts.starting_ts}
         return {**to_json(out, ahead), **marks, DELETED: deleted}
 
@@ -273,8 +275,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds, present = self._bounds(snap)
         begin, ahead = from_json(start), ahead_of(start)
         self.latest = {k: hi for k, (_lo, hi) in bounds.items()}
-        marks = deletion_marks(snap, self.opts)
-        for topic in deleted_since(start, marks, begin):
+        for topic in deleted_since(start, deletion_marks(snap), begin):
             again = sorted(k for k in begin if k[0] == topic and k in present)
             if again:  # created again (if not, it is gone: below): read as new queues, from their earliest
                 then = f"read {topic} as created again, from its earliest offsets"
@@ -306,6 +307,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             held = {k: max(v, bounds[k][0]) if k in bounds else v for k, v in begin.items()}
             end = rate_limit(held, end, earliest, limit.max_rows)
         still_ahead = {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])}
+        marks = deletion_marks(snap, end)  # of the stream's topics only: another's deletion plans no batch
         if end == from_json(start) and marks == start.get(DELETED):  # no batch to plan: Spark calls no
             self._drop_snapshot()  # partitions, so nothing holds the store's files
             if still_ahead == ahead and not start.get(INITIAL):
@@ -337,7 +339,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # a replay (its own snapshot): a topic deleted since the batch was planned has new queues,
             # whose offsets are not the planned ones: its range is not read (the next batch reads
             # the topic created again from its earliest offsets)
-            for topic in deleted_since(end, deletion_marks(snap, opts), until):
+            for topic in deleted_since(end, deletion_marks(snap), until):
                 keys = sorted(k for k in until if k[0] == topic)
                 text = f"{_recreated(topic, keys)}, after this batch was planned"
                 data_loss(text, opts.fail_on_data_loss, f"read nothing of {topic} in this batch")
