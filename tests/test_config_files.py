@@ -256,6 +256,12 @@ def test_dumps_int_maps_with_bools_or_nulls_keep_the_general_rules() -> None:
     assert fastjson.dumps({0: None, 1: 2}) == "{1:2\n}"
     assert fastjson.dumps({0: None}) == "{\n}"
     assert fastjson.dumps({"a": '"q" \\ ~'}) == '{\n\t"a":"\\"q\\" \\\\ ~"\n}'
+    import enum
+
+    class Kind(enum.StrEnum):  # a str subclass is a string key
+        A = "a"
+
+    assert fastjson.dumps({Kind.A: 1}) == '{\n\t"a":1\n}'
 
 
 def test_dumps_skips_none_values_and_keeps_insertion_order() -> None:

@@ -626,6 +626,15 @@ def test_a_replayed_batch_of_a_topic_created_again_since_is_not_read_twice(tmp_p
         s.wait_for_dispatch()
     end1 = json.loads(json.dumps(reader.latestOffset(end0, ReadAllAvailable())))  # planned, never run
     reader.stop()
+    gone_only = tmp_path / "gone"
+    import shutil
+
+    shutil.copytree(store, gone_only)
+    with MessageStore.open(gone_only, small_config()) as s:  # deleted, not written again: gone, and said so
+        s.delete_topics(["TopicA"])
+    gone_options = {**options, "path": str(gone_only)}
+    with pytest.raises(DataLossError, match=r"TopicA/0, .*: the queues are gone from .*after this batch was planned"):
+        StreamReader(gone_options, StructType()).partitions(end0, end1)
     _recreate_topic_a(store)  # offsets 0..9 of each queue
     with pytest.raises(DataLossError, match=r"deleted and created again since the last batch, .*after this batch"):
         StreamReader(options, StructType()).partitions(end0, end1)
@@ -670,3 +679,17 @@ def test_the_marks_a_snapshot_reads_are_those_of_its_queues(tmp_path, monkeypatc
     end2 = reader.latestOffset(end1, ReadAllAvailable())
     assert [x for p in reader.partitions(end1, end2) for x in p.slices] == []  # not again
     reader.stop()
+
+
+def test_deleted_since_takes_a_changed_a_new_and_a_vanished_mark_for_a_deletion():
+    """deleted_since compares the marks a start offset kept with the store's for the start's
+    topics: a changed mark, a new one and one gone since (dropped when its topic had no queue:
+    deleted meanwhile) are deletions; an offset kept before the marks were tells nothing."""
+    from rocketstore.spark.stream import deleted_since
+
+    begin = {("A", 0): 5, ("B", 0): 5, ("C", 1): 2, ("D", 0): 1}
+    start = {"@deleted": {"A": 100, "C": 300, "D": 400}}
+    now = {"A": 100, "B": 200, "C": 350, "E": 10}
+    assert deleted_since(start, now, begin) == ["B", "C", "D"]
+    assert deleted_since({}, now, begin) == []
+    assert deleted_since(start, None, begin) == []

@@ -203,7 +203,7 @@ def import_jsonl(
     count = 0
     resume = 1  # the first line not stored (nor blank)
     read_all = False
-    copies: Counter[int] = Counter()  # copy_key of every non-schedule line: how many
+    copies: Counter[int] = Counter()  # delivered_copy_key of every line that may be a copy: how many
     warned: set[str] = set()  # unknown fields already warned about
     try:
         for number, line in enumerate(lines, 1):

@@ -80,7 +80,7 @@ def _remove(store: MessageStore, keeping: Callable[[], set[str]], named: Collect
                 recorded: list[dict[str, int]] = []
 
                 def record() -> None:  # with topics.json written: both files go through, or neither
-                    live = store.queues.topics()  # topics with queues now: their marks stay
+                    live = store.queues.topics().keys() - set(gone)  # topics with queues again: marks stay
                     recorded.append(store.deleted_topics.record(gone, end, store.commit_log.min_offset(), live))
 
                 try:  # puts wait for the put lock: none brings a topic back meanwhile

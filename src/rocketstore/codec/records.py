@@ -140,7 +140,8 @@ class Records:
 
     def _lay_out_batches(self, batches: list[tuple]) -> None:
         """``of`` for batch requests only (a stream of ``put_batch`` calls): the columns a batch
-        shares are repeated and its offsets summed up by numpy, not record by record."""
+        shares are repeated and its offsets summed up by numpy, not record by record. A batch
+        holds at least one record (``put_batch`` refuses an empty one)."""
         m = len(batches)
         counts = np.fromiter(map(len, map(_GETTERS[D_TAGS_CODE], batches)), dtype=np.int64, count=m)
         n = int(counts.sum())

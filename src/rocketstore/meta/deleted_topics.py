@@ -15,7 +15,9 @@ deleted: it is not dispatched to a consume queue or the index again (a reopen or
 otherwise bring the old queue back, under the new one's offsets), and it is not missing from
 them. The table is written like the broker's config files (``.tmp``, ``.bak``, rename, fsynced);
 an entry whose ``X`` is at or below the commit log's first offset (retention removed every old
-record) is dropped when the file is next written. A store without the file has no deleted topics.
+record) is dropped when the file is next written, unless its topic has queues again (a stream's
+offsets tell by the entry that the topic was created again). A store without the file has no
+deleted topics.
 The log is flushed up to ``X`` before ``X`` is recorded; still, an entry above the log's end after
 a recovery is lowered to that end (``lower_to``): no record of the topic is past it, and every
 record put after the recovery is at or above it (a lost tail would otherwise hide new records).

@@ -117,7 +117,7 @@ def _write_map(mapping: Mapping[object, object], out: list[str], indent: int) ->
             first = False
         else:
             out.append(",")
-        if type(key) is str:
+        if type(key) is str or isinstance(key, str):  # the exact type first: the usual case, fast
             out.append(inner + _quote(key) + ":")
         elif isinstance(key, int):  # bool included: fastjson writes a Boolean key bare too
             out.append(_scalar_text(key) + ":")  # type: ignore[operator]

@@ -570,7 +570,7 @@ def _append(
         _write_markers(store.root, markers)
     appended = 0
     put = store.put_as_is if as_is else store.put
-    copies: Counter[int] = Counter()  # as_is: the delivered copies the batch brings (export.copy_key)
+    copies: Counter[int] = Counter()  # as_is: the delivered copies the batch brings (export.delivered_copy_key)
     units = False  # as_is: the batch brings schedule units (their copies may be in the store already)
     try:
         for i, (message, queue_id) in enumerate(_messages(staged, as_is)):

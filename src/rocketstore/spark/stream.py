@@ -19,7 +19,7 @@ a trigger's budget across queues in proportion to their backlog, at least one me
 queue that has any.
 Messages removed by retention before they were read fail the query (``failOnDataLoss``, the
 default) or are skipped with a warning. So does a topic deleted and created again since the
-offsets were planned: every offset keeps the selected topics' deletion marks (``@deleted``, the
+offsets were planned: every offset keeps the deletion marks of the topics in it (``@deleted``, the
 log end at each topic's last deletion, from ``config/deletedTopics.json``), and a topic of the
 start whose mark changed has new queues whose offsets started over, whatever they are now; with
 failOnDataLoss=false they are read from their earliest offsets (``partitions`` tells the same from
@@ -71,7 +71,7 @@ AHEAD = "(ahead)"  # the queues whose offset is a startingOffsets past their end
 INITIAL = "@initial"  # true in what initialOffset returns: the start of a new query's batch 0
 START = "@start"  # in batch 0's end offset: the offsets batch 0 starts at
 FROM_TS = "@startingTimestamp"  # in every offset of a query started from startingTimestamp (epoch ms)
-DELETED = "@deleted"  # the store's deletion marks (deletedTopics.json) of the selected topics, when planned
+DELETED = "@deleted"  # the store's deletion marks (deletedTopics.json) of the offsets' topics, when planned
 
 
 def _reserved(key: str) -> bool:
@@ -163,7 +163,8 @@ def deleted_since(start: dict, marks: dict[str, Any] | None, begin: dict[Key, in
     if before is None or marks is None:
         return []
     topics = {topic for topic, _queue in begin}
-    return sorted(t for t, end in marks.items() if t in topics and before.get(t) != end)
+    # a mark gone since is a deletion too: one is dropped only when its topic has no queue
+    return sorted(t for t in topics if before.get(t) != marks.get(t))
 
 
 def _recreated(topic: str, keys: list[Key]) -> str:
@@ -341,7 +342,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # the topic created again from its earliest offsets)
             for topic in deleted_since(end, deletion_marks(snap), until):
                 keys = sorted(k for k in until if k[0] == topic)
-                text = f"{_recreated(topic, keys)}, after this batch was planned"
+                again = any(k in snap.table for k in keys)
+                text = f"{_recreated(topic, keys) if again else _gone(keys)}, after this batch was planned"
                 data_loss(text, opts.fail_on_data_loss, f"read nothing of {topic} in this batch")
                 until = {k: v for k, v in until.items() if k[0] != topic}
             for key in sorted(until):
