@@ -144,13 +144,15 @@ def marked_snapshot(opts: ReadOptions, tries: int = 3) -> Snapshot:
     deletedTopics.json before the consume queues, and a topic deleted and created again in between
     would pair the new queues with the old marks (the next batch would take the topic for deleted
     again, and read it twice). The file is read again once the queues are loaded, and the store
-    opened again if it changed."""
+    opened again if a selected topic's mark changed."""
+    selected = opts.selection.topic_ok
     for attempt in range(tries):
         snap = Snapshot(opts.path, opts.config)
         loaded = snap.store.deleted_topics
         again = DeletedTopics(loaded.path, writable=False)
         again.load()
-        if again.table == loaded.table or attempt == tries - 1:
+        changed = {t for t in loaded.table.keys() | again.table.keys() if loaded.table.get(t) != again.table.get(t)}
+        if not any(map(selected, changed)) or attempt == tries - 1:
             return snap
         snap.close()
     raise AssertionError("unreachable")
