@@ -698,3 +698,30 @@ def test_an_ending_offset_retention_removed_is_data_loss(tmp_path, caplog):
     assert [s for p in parts for s in p.slices] == [] and "the ending offset 5 is below" in caplog.text
     at_min = json.dumps({"T1": {"0": lo}})
     assert [s for p in BatchReader({**options, "endingOffsets": at_min}, schema).partitions() for s in p.slices] == []
+
+
+def test_a_segment_removed_after_planning_names_the_queue_offsets_it_held(tmp_path, caplog):
+    """A commit-log segment retention deleted between a read's planning and its task: the warning
+    (failOnDataLoss=false) or the error names the queues and offsets it held, not only the file."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from rocketstore import MessageStore
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.read import read_partition
+    from rocketstore.spark.source import BatchReader
+
+    store = interleaved_store(tmp_path / "store")
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "T1"}
+    schema = StructType([StructField("queueOffset", LongType())])
+    kept = BatchReader({**options, "failOnDataLoss": "false"}, schema).partitions()
+    failing = BatchReader(options, schema).partitions()
+    first = sorted((store / "commitlog").iterdir())[0]
+    with MessageStore.open(store, small_config(), read_only=True) as s:
+        held = [o for o in range(100) if s.get_commit_log_offset_in_queue("T1", 0, o) < first.stat().st_size]
+    first.unlink()
+    named = f"commit-log segment {first.name} ({len(held)} messages: T1/0 offsets 0 to {held[-1]})"
+    with caplog.at_level("WARNING", logger="rocketstore.spark.read"):
+        got = [row["queueOffset"] for p in kept for batch in read_partition(p) for row in batch.to_pylist()]
+    assert got == list(range(len(held), 100)) and named in caplog.text
+    with pytest.raises(DataLossError, match=re.escape(named)):
+        [batch for p in failing for batch in read_partition(p)]

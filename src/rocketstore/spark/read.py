@@ -270,6 +270,15 @@ def _checked_chunks(
         s = slices[int(key[i])]
         return Unreadable(s.topic, s.queue_id, int(qoff[i]), int(phy[i]), int(size[i]), reason)
 
+    def held(a: int, b: int) -> str:
+        """The queue offsets of units a..b-1, per queue: what a segment gone took away."""
+        keys, offsets = key[a:b], qoff[a:b]
+        named = []
+        for k in np.unique(keys).tolist():
+            mine = offsets[keys == k]
+            named.append(f"{slices[k].topic}/{slices[k].queue_id} offsets {int(mine.min())} to {int(mine.max())}")
+        return ", ".join(named)
+
     seg_size = spec.segment_size
     bases = phy - phy % seg_size
     bounds = np.flatnonzero(np.diff(bases)) + 1
@@ -282,7 +291,7 @@ def _checked_chunks(
                 segment = Segment(path)
         if segment is None:
             if lost is None:
-                _lost(spec, f"commit-log segment {base:020d} ({b - a} messages)")
+                _lost(spec, f"commit-log segment {base:020d} ({b - a} messages: {held(a, b)})")
             else:
                 lost.extend(unit(i, f"its commit-log segment {base:020d} is missing") for i in range(a, b))
             continue
