@@ -1,10 +1,9 @@
 """MessageStore: opens a store folder, wires the parts together and owns the lock.
 
-A store opened normally takes the ``lock`` file, writes the ``abort`` marker before recovery
-changes any file, recovers and starts its services; ``shutdown`` reverses that. A store opened
-with ``read_only=True`` maps every file copy-on-write: recovery and dispatch run in memory and
-nothing on disk changes, which is how ``rocketstore export`` and the Spark reader see a store
-as RocketMQ would serve it.
+A store opened normally takes the ``lock`` file, writes the ``abort`` marker before recovery changes any
+file, recovers and starts its services; ``shutdown`` reverses that. A store opened with ``read_only=True``
+maps every file copy-on-write: recovery and dispatch run in memory and nothing on disk changes, which is
+how ``rocketstore export`` and the Spark reader see a store as RocketMQ would serve it.
 """
 
 from __future__ import annotations
@@ -343,8 +342,7 @@ class MessageStore:
             raise StoreClosedError(f"{self.root} is shut down")
 
     def _answered(self, result: T) -> T:
-        """``result`` of a read, unless a shutdown began while it ran: the files it read may have
-        been closed under it, and what it missed then is not what the store lacks."""
+        """``result``, unless a shutdown began during the read (files may have closed under it)."""
         self._readable()
         return result
 
