@@ -235,6 +235,16 @@ def test_commands_that_write_refuse_the_cut_recover_refuses_and_change_nothing(
         assert "commit log cut at" not in caplog.text  # the cut was not made
         assert hashes(root) == before, command
         assert (root / "abort").exists() == (damage == "crash")
+    # so does a Spark rebuild (it dispatches every record, past the cut too), before Spark starts
+    result = run("spark", "rebuild", root, *TINY_SETS)
+    assert result.exit_code == 1 and result.stderr.splitlines()[0] == refused, result.output
+    assert "spark rebuild would build queues and index past where recovery ends the log" in result.stderr
+    from rocketstore.errors import CorruptStoreError
+    from rocketstore.spark import jobs  # the job itself (spark-submit), before it asks Spark for anything
+
+    with pytest.raises(CorruptStoreError, match="drop the 9 intact record"):
+        jobs.rebuild(None, str(root), StoreConfig(**TINY))
+    assert hashes(root) == before
     error = json.loads(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--json").stdout)["error"]
     assert error["plan"]["logEnd"] == phy and error["plan"]["intactRecordsAfter"] == 9
     assert run("recover", root, *TINY_SETS, "--force").exit_code == 0

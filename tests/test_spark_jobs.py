@@ -361,6 +361,7 @@ KILLED_REBUILD = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from spark_conftest import small_config
+from rocketstore.files import syscalls
 from rocketstore.spark import jobs
 from rocketstore.spark.session import local_session
 
@@ -376,8 +377,7 @@ def dies_at_the_second_swap_step(real):  # the harness: a kill between two steps
     return step
 
 os.rename = dies_at_the_second_swap_step(os.rename)
-if hasattr(jobs, "_exchange"):
-    jobs._exchange = dies_at_the_second_swap_step(jobs._exchange) if {exchange!r} else (lambda a, b: False)
+syscalls.exchange = dies_at_the_second_swap_step(syscalls.exchange) if {exchange!r} else (lambda a, b: False)
 jobs.rebuild(local_session("local[1]", "killed-rebuild"), {store!r}, small_config())
 """
 

@@ -351,10 +351,12 @@ def _lossy_refusal(opts: Common, plan: RecoveryPlan) -> ProblemsFound:
     return ProblemsFound(refusal(opts, plan, command=command), plan=plan.to_dict())
 
 
-def refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command: str = "recover") -> str:
+def refusal(
+    opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command: str = "recover", why: str | None = None
+) -> str:
     """Why ``command`` refuses a recovery that cuts the log where intact records follow (``recover``
-    itself, or a command whose open for writing recovers the store first), and the ways on (the
-    copy to make names every commit-log folder outside STORE too)."""
+    itself, or a command whose open for writing recovers the store first; ``why`` says it for
+    another), and the ways on (the copy to make names every commit-log folder outside STORE too)."""
     assert plan.bad is not None
     how = (
         "--force"
@@ -368,8 +370,8 @@ def refusal(opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command:
             []
             if command == "recover"
             else [
-                f"{command} opens the store for writing, which recovers it first, and refuses this cut as recover "
-                f"does: rocketstore recover --dry-run {opts.root} shows it"
+                f"{why or f'{command} opens the store for writing, which recovers it first,'} and refuses this cut "
+                f"as recover does: rocketstore recover --dry-run {opts.root} shows it"
             ]
         ),
         f"the cause: {plan.bad.describe()}",

@@ -24,6 +24,7 @@ from rocketstore.cli.common import (
     guard_lost_log,
     max_problems_option,
     queue_topics,
+    refusal,
     require_topics,
     store_options,
 )
@@ -33,6 +34,7 @@ from rocketstore.errors import StoreLockedError
 from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
 from rocketstore.meta.root import overlapping_store_folder, require_store
 from rocketstore.verify.layout import check_sizes
+from rocketstore.verify.recovery_plan import lossy_recovery
 
 EXIT_PROBLEMS = 1
 
@@ -130,15 +132,21 @@ def rebuild(opts: Common, master: str) -> None:
     the new files written in log order and swapped in under the store's lock: each folder in one
     step (Linux renameat2 exchange; where the file system cannot, two renames, and a rebuild killed
     between them is rolled back by the next rebuild).
-    Refused before Spark starts when another process has the store open (holds its lock), and
-    when the commit log is missing or empty while consume queues hold units."""
+    Refused before Spark starts when another process has the store open (holds its lock), when
+    the commit log is missing or empty while consume queues hold units, and (exit status 1) when
+    the store's recovery would cut the log where intact records follow, as recover refuses it: the
+    rebuild dispatches every record, past that cut too, and the next open would cut the log there."""
     _check_store(opts, writes=True)
     _check_unlocked(opts.root)
+    plan = lossy_recovery(opts.root, opts.config)
+    if plan is not None:
+        why = "spark rebuild would build queues and index past where recovery ends the log (the next open cuts them),"
+        raise ProblemsFound(refusal(opts, plan, command="spark rebuild", why=why), plan=plan.to_dict())
     from rocketstore.spark.jobs import rebuild as run
 
     spark_session = _session(master, "rebuild")
     with spark_errors("the rebuild failed"):
-        result = run(spark_session, opts.store, opts.config)
+        result = run(spark_session, opts.store, opts.config, check_recovery=False)
     if opts.as_json:
         print_json(result)
     else:

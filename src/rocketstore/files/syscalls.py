@@ -4,8 +4,9 @@
 to leave pages outside the range alone) and ``madvise(MADV_POPULATE_WRITE)``: both release the
 GIL while the kernel works, and the buffer is kept exported for the call, so the mapping cannot
 be closed underneath it. ``mlock`` of a whole mapping (the transient store pool's buffers).
-``fallocate`` modes for zeroing a range (keeping its blocks, or giving them back). Also
-``fsync_dir``, which makes a rename or a new file in a folder durable.
+``fallocate`` modes for zeroing a range (keeping its blocks, or giving them back). ``renameat2``'s
+exchange of two folders in one step (a rebuild swapping its queues in). Also ``fsync_dir``, which
+makes a rename or a new file in a folder durable.
 """
 
 from __future__ import annotations
@@ -138,3 +139,24 @@ def open_file_limit() -> int | None:
         return None
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return None if soft == resource.RLIM_INFINITY else soft
+
+
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
+
+
+def exchange(a: str, b: str) -> bool:
+    """Exchange the entries ``a`` and ``b`` atomically (Linux renameat2 RENAME_EXCHANGE, same file
+    system); False when the system or the file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # pragma: no cover - not Linux, or glibc before 2.28
+        return False
+    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    renameat2.restype = ctypes.c_int
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), a, None, b)

@@ -16,8 +16,6 @@ an output folder that exists).
 from __future__ import annotations
 
 import argparse
-import ctypes
-import errno
 import json
 import logging
 import os
@@ -34,6 +32,7 @@ import numpy as np
 from rocketstore.codec.scan import STOP_BLANK, STOP_END
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import CorruptStoreError, InvalidArgumentError
+from rocketstore.files import syscalls
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.files.syscalls import fsync_dir
@@ -46,6 +45,7 @@ from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, PRE_BLANK, UNIT
 from rocketstore.queues.consume_queues import ConsumeQueueStore, deleted_leftover
 from rocketstore.queues.dispatch import drop_deleted
 from rocketstore.queues.index_service import IndexService, index_entries
+from rocketstore.verify.recovery_plan import cut_refused, lossy_recovery
 
 log = logging.getLogger(__name__)
 PART_BYTES = 256 << 20
@@ -154,7 +154,7 @@ def _scan_for_rebuild(
     return done
 
 
-def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
+def rebuild(spark: Any, path: str, config: StoreConfig | None = None, *, check_recovery: bool = True) -> dict:
     """Rebuild ``consumequeue/`` and ``index/`` from the commit log: segments are scanned in
     parallel, the results written in log order into a new folder and swapped in (each folder in
     one step where the file system can: ``_swap_in``), all under the store's lock (no writer may
@@ -162,11 +162,15 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None) -> dict:
 
     Records are dispatched as the store's reput does (no CRC checks), but those of topics deleted
     since (config/deletedTopics.json) are only indexed; a log whose scan stops short of a segment's end
-    while later segments hold data is refused (CorruptStoreError)."""
+    while later segments hold data is refused (CorruptStoreError), and so (``check_recovery``, unless
+    the caller checked) is a store whose recovery would cut the log where intact records follow: the
+    next open would cut the queues built past it."""
     started = time.perf_counter()
     root = os.path.abspath(path)
     config = (config or StoreConfig()).copy(storePathRootDir=root)
     require_store(root, config)  # never build queues and an index into a folder that is no store
+    if check_recovery and (plan := lossy_recovery(root, config)) is not None:
+        raise cut_refused(plan)
     lock = StoreLock(root)
     lock.acquire()
     work = os.path.join(root, f"{REBUILD_PREFIX}{uuid.uuid4().hex[:8]}")
@@ -217,31 +221,10 @@ def _swap_in(new: str, old: str, aside: str) -> None:
             os.rename(old, aside)
     elif not os.path.lexists(old):
         os.rename(new, old)
-    elif not _exchange(new, old):
+    elif not syscalls.exchange(new, old):
         log.warning("rebuild: %s cannot be exchanged in one step here; renamed aside, then replaced", old)
         os.rename(old, aside)
         os.rename(new, old)
-
-
-AT_FDCWD = -100
-RENAME_EXCHANGE = 2
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Exchange the entries ``a`` and ``b`` atomically (Linux renameat2 RENAME_EXCHANGE, same file
-    system); False when the system or the file system cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):  # pragma: no cover - not Linux, or glibc before 2.28
-        return False
-    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
-    renameat2.restype = ctypes.c_int
-    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), a, None, b)
 
 
 def _remove_stale_work(root: str) -> None:

@@ -149,6 +149,17 @@ def plan_recovery(root: str, config: StoreConfig, *, last_exit_ok: bool | None =
     return plan
 
 
+def lossy_recovery(root: str, config: StoreConfig) -> RecoveryPlan | None:
+    """The plan of a recovery that would drop intact records (``loses_data``), for a job that
+    writes past where it ends the log (a rebuild); None when it would drop none, or when the store
+    cannot be opened to plan it (queue or index files a rebuild is there to replace)."""
+    try:
+        plan = plan_recovery(root, config)
+    except CorruptStoreError:
+        return None
+    return plan if plan.loses_data else None
+
+
 def cut_refused(plan: RecoveryPlan) -> CorruptStoreError:
     """The library's refusal of an open for writing whose recovery would drop intact records (a
     Spark write's), in ``recover``'s words: what would be lost, why, and the ways on."""
