@@ -605,6 +605,21 @@ def test_the_deletion_mark_of_a_topic_created_again_outlives_retention(tmp_path:
         assert store.deleted_topics.table["Again"] == marks["Again"]
 
 
+def test_a_deletion_mark_past_a_java_long_is_a_bad_config_file(tmp_path: Path) -> None:
+    """A mark no commit-log offset can be (2**63 and up) makes deletedTopics.json unreadable, as a
+    negative one does: the open goes on without it, never an OverflowError out of numpy."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, clean_config()) as store:
+        store.put(Message("T", BODY), 0)
+        assert store.wait_for_dispatch()
+        store.delete_topics(["T"])
+    for bad in (2**63, 2**64, -1):
+        (root / "config" / "deletedTopics.json").write_text(json.dumps({"deletedTopicTable": {"T": bad}}))
+        for read_only in (True, False):
+            with MessageStore.open(root, clean_config(), read_only=read_only) as store:
+                assert "not a commit-log offset" in (store.deleted_topics.load_problem or "")
+
+
 def test_the_schedule_and_transaction_op_topics_are_never_removed(tmp_path: Path) -> None:
     """cleanUnusedTopic keeps SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_OP_HALF_TOPIC whatever the keep
     set says (pending delayed messages live there); deleting them by name is refused."""

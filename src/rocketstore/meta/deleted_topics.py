@@ -36,6 +36,7 @@ import os
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from rocketstore.codec.message import JAVA_LONG
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_file import ConfigFile
 
@@ -70,7 +71,7 @@ class DeletedTopics(ConfigFile):
             raise ValueError("deletedTopicTable is not a JSON object")
         table: dict[str, int] = {}
         for topic, end in raw.items():
-            if isinstance(end, bool) or not isinstance(end, int) or end < 0:
+            if isinstance(end, bool) or not isinstance(end, int) or not 0 <= end <= JAVA_LONG[1]:
                 raise ValueError(f"deletedTopicTable {topic}: not a commit-log offset: {end!r}")
             table[str(topic)] = end
         return table
