@@ -952,6 +952,18 @@ def run_without_java(*args: object) -> Result:
     return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+def test_a_spark_master_spark_would_refuse_is_refused_before_the_jvm_starts(small_store: Path) -> None:
+    """A --master Spark does not take exits 2 with what it takes, and no Java stack trace."""
+    from rocketstore.cli.spark_cmd import _MASTER
+
+    for master in ("bogus://x", "local[two]", "mesos://h:5050", ""):
+        result = run_without_java("spark", "verify", small_store, *TINY_SETS, "--master", master)
+        assert result.exit_code == 2 and "Spark takes local, local[N]" in result.stderr, (master, result.output)
+        assert "Exception in thread" not in result.output
+    for master in ("local", "local[*]", "local[3,2]", "spark://h:7077", "k8s://https://h:443", "yarn"):
+        assert _MASTER.fullmatch(master), master
+
+
 def test_spark_commands_check_the_store_before_spark(tmp_path: Path) -> None:
     for command in (["verify"], ["rebuild"], ["export", "--parquet", tmp_path / "out"]):
         result = run_without_java("spark", command[0], tmp_path, *command[1:])

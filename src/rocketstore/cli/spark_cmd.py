@@ -39,8 +39,21 @@ from rocketstore.verify.recovery_plan import lossy_recovery
 EXIT_PROBLEMS = 1
 
 
+# the master URLs Spark takes (SparkSubmit: "yarn or start with spark, k8s, or local")
+_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://.+|yarn")
+
+
+def _master(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """--master checked before the JVM starts (Spark's own refusal is a Java stack trace)."""
+    if not _MASTER.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r}: Spark takes local, local[N], local[*], local[N,F], spark://HOST:PORT, k8s://URL or yarn"
+        )
+    return value
+
+
 def _spark_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+    @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.", callback=_master)
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         return func(*args, **kwargs)
