@@ -956,7 +956,7 @@ def test_a_spark_master_spark_would_refuse_is_refused_before_the_jvm_starts(smal
     """A --master Spark does not take exits 2 with what it takes, and no Java stack trace."""
     from rocketstore.cli.spark_cmd import _MASTER
 
-    for master in ("bogus://x", "local[two]", "mesos://h:5050", ""):
+    for master in ("bogus://x", "local[two]", "local[0]", "mesos://h:5050", ""):
         result = run_without_java("spark", "verify", small_store, *TINY_SETS, "--master", master)
         assert result.exit_code == 2 and "Spark takes local, local[N]" in result.stderr, (master, result.output)
         assert "Exception in thread" not in result.output
@@ -1007,21 +1007,19 @@ def test_spark_export_checks_its_arguments_before_spark(tmp_path: Path, small_st
         assert result.exit_code == 2 and option in result.stderr and "range" in result.stderr, result.stderr
 
 
-def _spark_subprocess(*args: object) -> subprocess.CompletedProcess:
+def _spark_subprocess(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java")
-    env = {**os.environ, "PYTHONPATH": str(SRC), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})}
     command = [sys.executable, "-m", "rocketstore.cli.main", *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_spark_that_cannot_start_is_an_error_not_a_traceback(tmp_path: Path, small_store: Path) -> None:
-    done = _spark_subprocess(
-        "spark", "export", small_store, *TINY_SETS, "--parquet", tmp_path / "o", "--master", "bogus://x"
-    )
+    """Spark whose JVM cannot start (here: JAVA_HOME names no Java) is an error naming the master."""
+    args = ("spark", "export", small_store, *TINY_SETS, "--parquet", tmp_path / "o", "--master", "local[1]")
+    done = _spark_subprocess(*args, env={"JAVA_HOME": str(tmp_path / "no-java")})
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "error: Spark did not start with --master bogus://x" in done.stderr
+    assert "error: Spark did not start with --master local[1]" in done.stderr
 
 
 # -- what a new user ran into ------------------------------------------------------------------------

@@ -40,7 +40,7 @@ EXIT_PROBLEMS = 1
 
 
 # the master URLs Spark takes (SparkSubmit: "yarn or start with spark, k8s, or local")
-_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://.+|yarn")
+_MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://.+|yarn")
 
 
 def _master(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
