@@ -14,15 +14,13 @@ consumerOffset.json every ``flushConsumerOffsetInterval``), so their encoding is
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 
-from common import positive_int  # bench/common.py, beside this script
+from common import bench_parser, positive_int, work_folder  # bench/common.py, beside this script
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.meta import fastjson
@@ -77,22 +75,15 @@ def delete_seconds(folder: str, topics: int, one_call: bool) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", help="where the store is made (default: a temporary folder)")
-    parser.add_argument("--runs", type=positive_int, default=3)
+    parser = bench_parser(__doc__)
     parser.add_argument("--topics", type=positive_int, default=1600, help="topics in the encoded tables")
     parser.add_argument("--groups", type=positive_int, default=20, help="groups per topic in consumerOffset.json")
     parser.add_argument("--delete", type=positive_int, default=400, help="topics deleted")
     args = parser.parse_args()
-    folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-bench-")
-    os.makedirs(folder, exist_ok=True)
-    try:
+    with work_folder(args.dir) as folder:
         encoded = [encode_seconds(args.topics, args.groups) for _ in range(args.runs)]
         each = [delete_seconds(folder, args.delete, one_call=False) for _ in range(args.runs)]
         whole = [delete_seconds(folder, args.delete, one_call=True) for _ in range(args.runs)]
-    finally:
-        if not args.dir:
-            shutil.rmtree(folder, ignore_errors=True)
     topics_ms = statistics.median(e[0] for e in encoded) * 1e3
     offsets_ms = statistics.median(e[1] for e in encoded) * 1e3
     entries = args.topics * args.groups * 8

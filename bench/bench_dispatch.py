@@ -19,15 +19,13 @@ nothing):
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 
-from common import positive_int  # bench/common.py, beside this script
+from common import bench_parser, positive_int, work_folder  # bench/common.py, beside this script
 
 from rocketstore import Message, MessageStore, StoreConfig
 
@@ -58,9 +56,7 @@ def dispatch_rate(folder: str, n: int, round_batches: int, index: bool) -> float
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", help="where the store is made (default: a temporary folder)")
-    parser.add_argument("--runs", type=positive_int, default=3)
+    parser = bench_parser(__doc__)
     parser.add_argument("--messages", type=int, default=96_000, help="a multiple of 32 (0: dispatch nothing)")
     parser.add_argument("--round", type=positive_int, default=100, help="batches dispatched together")
     parser.add_argument("--no-index", action="store_true", help="consume queues alone (messageIndexEnable=false)")
@@ -68,14 +64,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.messages < 0 or args.messages % BATCH:
         parser.error("--messages must be a multiple of 32")
-    folder = args.dir or tempfile.mkdtemp(prefix="rocketstore-bench-")
-    os.makedirs(folder, exist_ok=True)
-    try:
+    with work_folder(args.dir) as folder:
         runs = 1 if args.dispatch_only else args.runs
         rates = [dispatch_rate(folder, args.messages, args.round, not args.no_index) for _ in range(runs)]
-    finally:
-        if not args.dir:
-            shutil.rmtree(folder, ignore_errors=True)
     rate = statistics.median(rates)
     if args.dispatch_only:
         print(f"{rate:.0f}")
