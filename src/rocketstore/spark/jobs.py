@@ -35,7 +35,6 @@ from rocketstore.errors import CorruptStoreError, InvalidArgumentError
 from rocketstore.files import syscalls
 from rocketstore.files.file_queue import MappedFileQueue
 from rocketstore.files.mapped_file import MappedFile
-from rocketstore.files.syscalls import fsync_dir
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from rocketstore.meta.deleted_topics import DeletedTopics
@@ -195,7 +194,7 @@ def rebuild(spark: Any, path: str, config: StoreConfig | None = None, *, check_r
         summary = _write_rebuilt(new_root, root, config, results, deleted)
         for name in ("consumequeue", "index") if config.message_index_enable else ("consumequeue",):
             _swap_in(os.path.join(new_root, name), os.path.join(root, name), os.path.join(work, f"old-{name}"))
-        fsync_dir(root)
+        syscalls.fsync_dir(root)
         summary.update(
             store=root,
             segments=len(segments),
@@ -245,7 +244,7 @@ def _remove_stale_work(root: str) -> None:
                 "rebuild: moving %s back to %s, where a rebuild that did not finish took it from", kept[0], target
             )
             os.rename(kept[0], target)
-            fsync_dir(root)
+            syscalls.fsync_dir(root)
     for full in stale:
         log.warning("rebuild: removing %s, left by a rebuild that did not finish", full)
         shutil.rmtree(full)
@@ -457,7 +456,7 @@ def _replace_when_written(out: str, write: Callable[[str], None]) -> None:
     except BaseException:
         _remove(tmp)
         raise
-    fsync_dir(parent)
+    syscalls.fsync_dir(parent)
     _remove(aside)
 
 
