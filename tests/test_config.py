@@ -881,7 +881,7 @@ def test_doubles_java_reads(text, value):
     "value",
     [
         *["1_0", "nan", "inf", "0x10", "0.5dd", "1,5", "0.5L", "e3", ".", "", "\u0661"],
-        *["NaN", "Infinity", "-Infinity", "1e999", float("nan"), float("inf"), True],
+        *["NaN", "Infinity", "-Infinity", "1e999", float("nan"), float("inf"), True, 10**400, -(10**400)],
     ],
 )
 def test_doubles_java_refuses_or_that_mean_nothing(value):

@@ -79,7 +79,10 @@ def finite_double(name: str, value: object) -> float:
     if isinstance(value, str):
         number = java_double(value)
     elif isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int past the doubles: no finite double holds it
+            number = math.inf
     else:
         number = None
     if number is None:
