@@ -945,3 +945,22 @@ def test_a_broker_conf_number_or_boolean_with_trailing_blanks_is_warned_about(tm
     assert "mappedFileSizeCommitLog='4096 ': RocketMQ reads the default 1073741824" in warnings[0]
     assert "warmMapedFileEnable='true ': RocketMQ reads false" in warnings[1]
     assert "diskMaxUsedSpaceRatio='80 ': RocketMQ reads the default 75" in warnings[2]
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_a_lone_half_is_refused(tmp_path):
+    """native2ascii writes a character past U+FFFF as two \\u escapes, one String char each in
+    Java: the pair is the one character (the folder is made under its name); half a pair, which no
+    file name holds, is a ConfigError naming the key, not a UnicodeEncodeError out of os.stat."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathCommitLog={tmp_path}/cl\\ud83d\\ude00\n")
+    config = StoreConfig.from_properties(conf)
+    assert config.commit_log_paths == [f"{tmp_path}/cl\U0001f600"]
+    with MessageStore.open(tmp_path / "s", config) as store:
+        store.put(Message("T", b"x")).raise_for_status()
+    assert os.listdir(tmp_path / "cl\U0001f600")
+    for key in ("storePathCommitLog", "storePathRootDir", "readOnlyCommitLogStorePaths"):
+        conf.write_text(f"{key}={tmp_path}/x\\ud800\n")
+        with pytest.raises(ConfigError, match=f"{key} holds a lone UTF-16 surrogate"):
+            StoreConfig.from_properties(conf)
+        with pytest.raises(ConfigError, match="lone UTF-16 surrogate"):
+            StoreConfig(**{key: "/x\udc00y"})

@@ -362,6 +362,8 @@ def _coerce(snake: str, value: Any) -> Any:
     value = java_trim(str(value))  # String.trim, as MixAll.properties2Object trims a String
     if "\0" in value:  # no path nor name holds one (os calls raise a bare ValueError)
         raise ConfigError(f"{name} holds a NUL character: {shown(value)}")
+    if not value.isascii():
+        value = _utf16_joined(name, value)
     allowed = _ENUM_BY_SNAKE.get(snake)
     if allowed and value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {shown(value)}")
@@ -372,6 +374,16 @@ def _coerce(snake: str, value: Any) -> Any:
     elif snake == "delete_when":
         delete_hours(value)
     return value
+
+
+def _utf16_joined(name: str, value: str) -> str:
+    """``value`` with each UTF-16 surrogate pair (``\\uD83D\\uDE00``, as native2ascii escapes a
+    character past U+FFFF in broker.conf) as the one character Java's String holds; ConfigError
+    for a lone surrogate, which no file name (nor UTF-8 text) can hold."""
+    try:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name} holds a lone UTF-16 surrogate (half of an escaped pair): {shown(value)}") from None
 
 
 def _resolve(name: str) -> str:
