@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import put_ok
+from conftest import TINY_GEOMETRY, put_ok
 from rocketstore import Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError
 
@@ -96,9 +97,10 @@ def test_a_folder_also_read_only_gets_no_new_segment(tmp_path: Path, store_confi
         assert store.look_message_by_offset(CL_SIZE).body == BODY  # the first record in b
     assert sorted(os.listdir(b)) == in_b
     assert len(os.listdir(a)) == 5
-    # no folder left to write to: storePathCommitLog's are written (RocketMQ's single-folder queue)
+    # no folder left to write to: storePathCommitLog's are written
     c = str(tmp_path / "c")
-    with MessageStore.open(tmp_path / "one", store_config, storePathCommitLog=c, readOnlyCommitLogStorePaths=c) as s:
+    both = {"storePathCommitLog": f"{c},", "readOnlyCommitLogStorePaths": c}
+    with MessageStore.open(tmp_path / "one", store_config, **both) as s:
         fill(s, 2)
     assert len(os.listdir(c)) == 2
 
@@ -121,6 +123,40 @@ assert store.allocator.wait_idle(30)
 print("segments", *sorted(os.listdir(a)), "|", *sorted(os.listdir(b)), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+def test_read_only_folders_beside_a_single_commit_log_folder_are_ignored(
+    tmp_path: Path, store_config: StoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RocketMQ's CommitLog makes a MultiPathMappedFileQueue only when storePathCommitLog holds a
+    comma; its single-folder queue never reads readOnlyCommitLogStorePaths. The store neither
+    reads, writes nor cleans such a folder (a segment there was loaded, and a roll or cleanup
+    could delete it), and says at the open that the setting is ignored."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    stray = ro / f"{CL_SIZE * 7:020d}"
+    stray.write_bytes(b"\1" * CL_SIZE)  # read, it would be a segment after a gap: the open would fail
+    single = store_config.copy(readOnlyCommitLogStorePaths=str(ro))
+    assert single.read_only_paths_ignored and single.commit_log_read_only_paths == []
+    with caplog.at_level("WARNING", logger="rocketstore"), MessageStore.open(tmp_path / "s", single) as store:
+        fill(store, 3)
+        store.flush()  # no write left to touch the segments' times
+        old = time.time() - 10**7
+        for segment in (tmp_path / "s" / "commitlog").iterdir():
+            os.utime(segment, (old, old))
+        assert store.clean_expired_files().commit_log_files  # cleanup deletes the store's own segments
+    assert "readOnlyCommitLogStorePaths" in caplog.text and "ignored" in caplog.text
+    assert os.listdir(ro) == [stray.name] and stray.read_bytes() == b"\1" * CL_SIZE
+    out = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli.main", "inspect", str(tmp_path / "s"), "--json"]
+        + [arg for key, value in TINY_GEOMETRY.items() for arg in ("--set", f"{key}={value}")]
+        + ["--set", f"readOnlyCommitLogStorePaths={ro}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ignored" in out.stderr and str(ro) not in out.stdout
 
 
 def test_a_segment_made_ahead_in_a_folder_the_roll_did_not_take_is_deleted(tmp_path: Path) -> None:
@@ -228,6 +264,7 @@ def test_fast_fail_if_no_buffer_in_store_pool(tmp_path: Path, store_config: Stor
 
 HOLD = """
 import sys
+import time
 from rocketstore import Message, MessageStore, StoreConfig
 store = MessageStore.open(sys.argv[1], StoreConfig(mappedFileSizeCommitLog=4096, flushIntervalCommitLog=3_600_000))
 for _ in range(25):
@@ -335,5 +372,5 @@ def test_a_commit_log_folder_in_a_place_of_the_store_is_refused_before_anything_
     with pytest.raises(ConfigError, match=why):
         MessageStore.open(root, store_config, storePathCommitLog=folders)
     assert not root.exists() and not (tmp_path / "a").exists()
-    with pytest.raises(ConfigError, match=why):  # nor as a read-only folder
-        MessageStore.open(root, store_config, readOnlyCommitLogStorePaths=folders)
+    with pytest.raises(ConfigError, match=why):  # nor as a read-only folder (read beside several folders)
+        MessageStore.open(root, store_config, storePathCommitLog=f"{tmp_path}/w1,", readOnlyCommitLogStorePaths=folders)

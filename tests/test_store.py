@@ -1953,7 +1953,8 @@ def test_read_only_commit_log_paths_are_read_but_get_no_new_segment(tmp_path, st
     assert os.listdir(second)  # the segments were spread over both folders
     with pytest.raises(CorruptStoreError):
         MessageStore.open(root, store_config, storePathCommitLog=first)
-    moved = store_config.copy(storePathCommitLog=first, readOnlyCommitLogStorePaths=second)
+    # RocketMQ reads read-only folders only in a multi-path setting: the moved folder stays named
+    moved = store_config.copy(storePathCommitLog=f"{first},{second}", readOnlyCommitLogStorePaths=second)
     in_second = sorted(os.listdir(second))
     with MessageStore.open(root, moved) as store:
         more = [put_ok(store, Message("T", b"y" * 500, keys=f"n{i}")) for i in range(40)]

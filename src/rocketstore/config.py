@@ -569,10 +569,20 @@ class StoreConfig:
     @property
     def commit_log_read_only_paths(self) -> list[str]:
         """``readOnlyCommitLogStorePaths``: folders whose segments are read (and cleaned) but that
-        get no new segment (comma separated). A folder also in ``storePathCommitLog`` gets none
-        either (MultiPathMappedFileQueue.tryCreateMappedFile), unless that leaves no folder to write
-        to: then ``storePathCommitLog``'s are written (RocketMQ's single-folder queue ignores the set)."""
+        get no new segment (comma separated). RocketMQ reads them only when ``storePathCommitLog``
+        holds a comma (its CommitLog makes a MultiPathMappedFileQueue then; its single-folder
+        queue ignores the set): so does the store (``read_only_paths_ignored``). A folder also in
+        ``storePathCommitLog`` gets no new segment either (MultiPathMappedFileQueue.tryCreateMappedFile),
+        unless that leaves no folder to write to: then ``storePathCommitLog``'s are written."""
+        if self.read_only_paths_ignored:
+            return []
         return _folders(self.read_only_commit_log_store_paths)
+
+    @property
+    def read_only_paths_ignored(self) -> bool:
+        """True when ``readOnlyCommitLogStorePaths`` names folders that are not read: ``storePathCommitLog``
+        is one folder (no comma), and RocketMQ's single-folder queue never looks at the set."""
+        return bool(_folders(self.read_only_commit_log_store_paths)) and "," not in (self.store_path_commit_log or "")
 
     @property
     def commit_log_folders(self) -> list[str]:

@@ -237,12 +237,15 @@ def check_commit_log(opts: Common, *, writes: bool) -> None:
     if not outside:
         return
     where = ", ".join(outside)
+    keys = "storePathCommitLog"
+    if set(outside) - set(opts.rooted_config.commit_log_paths):
+        keys += ", readOnlyCommitLogStorePaths"
     if writes and not opts.external_commit_log:
         raise click.UsageError(
-            f"the commit log is {where} (storePathCommitLog), outside {opts.root}: refusing to write to it "
+            f"the commit log is {where} ({keys}), outside {opts.root}: refusing to write to it "
             "(it may be a live broker's); give --external-commit-log if it is the one to act on"
         )
-    warn(f"WARNING: the commit log is {where} (storePathCommitLog), outside {opts.root}: this command acts on it")
+    warn(f"WARNING: the commit log is {where} ({keys}), outside {opts.root}: this command acts on it")
 
 
 def log_holds_data(paths: list[str]) -> bool:

@@ -8,11 +8,14 @@ healthy store.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.files.syscalls import fsync_dir
+
+log = logging.getLogger(__name__)
 
 ROOT_ENTRIES = ("consumequeue", "index", "checkpoint", "config", "abort", "lock")
 FILE_ENTRIES = ("checkpoint", "abort", "lock")
@@ -116,6 +119,14 @@ def check_entries(root: str, config: StoreConfig) -> None:
     why = misplaced_commit_log_folder(root, config)
     if why is not None:
         raise ConfigError(f"{why}: segments need a folder of their own")
+    if config.read_only_paths_ignored:
+        log.warning(
+            "readOnlyCommitLogStorePaths %s is ignored: storePathCommitLog names one folder, and RocketMQ "
+            "reads read-only folders only beside several (comma separated, as %s,%s)",
+            config.read_only_commit_log_store_paths,
+            config.commit_log_paths[0],
+            config.read_only_commit_log_store_paths,
+        )
     for path, kind in misplaced_entries(root, config):
         raise CorruptStoreError(f"should be {kind}", path)
 
