@@ -622,6 +622,22 @@ def test_broker_keys_are_ignored_silently_and_other_keys_with_a_warning(tmp_path
     assert err.startswith("warning: ") and "somePluginSetting" in err and err.count("\n") == 1
 
 
+def test_set_wins_over_a_broker_conf_value_the_store_refuses(tmp_path):
+    """``--set`` wins over ``--config``: a key it gives is not read from the file, so it also
+    replaces a value there that RocketMQ takes and the store refuses (flushIntervalCommitLog=0), or
+    one that fails only with another key (a 2 GiB index file); the file was checked first."""
+    path = tmp_path / "broker.conf"
+    path.write_text("flushIntervalCommitLog=0\nmaxIndexNum=200000000\nmaxMessageSize=1024\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="flushIntervalCommitLog"):
+        build_config(str(path), [("maxIndexNum", "400")])
+    config = build_config(str(path), [("flushIntervalCommitLog", "600"), ("max_index_num", "400")])
+    assert config.changed() == {"flushIntervalCommitLog": 600, "maxIndexNum": 400, "maxMessageSize": 1024}
+    with pytest.raises(ConfigError, match=r"with the keys set over it\): maxHashSlotNum"):
+        build_config(str(path), [("flushIntervalCommitLog", "500"), ("maxHashSlotNum", "60000000")])
+    with pytest.raises(ConfigError, match="unknown MessageStoreConfig key 'flushIntervalCommitLogg'"):
+        build_config(str(path), [("flushIntervalCommitLogg", "500")])
+
+
 def test_snake_case_keys_in_a_broker_conf_are_ignored_as_rocketmq_ignores_them(tmp_path):
     """RocketMQ looks up every key by its Java name (properties2Object): a broker.conf line
     mapped_file_size_commit_log=65536 changes nothing there, nor here now, with a warning naming

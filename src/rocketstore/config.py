@@ -19,7 +19,7 @@ import difflib
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from rocketstore.broker_conf import ALIASES, BROKER_KEYS, JAVA_LONG_KEYS, OBSOLETE_KEYS, obsolete_key, read_conf_file
@@ -517,7 +517,12 @@ class StoreConfig:
     # -- broker.conf -------------------------------------------------------------------------
     @classmethod
     def from_properties(
-        cls, path: str | os.PathLike[str], *, strict: bool = False, warn: Callable[[str], None] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        strict: bool = False,
+        warn: Callable[[str], None] | None = None,
+        overrides: Iterable[tuple[str, Any]] = (),
     ) -> StoreConfig:
         """Load a Java properties file (``broker.conf``).
 
@@ -528,11 +533,17 @@ class StoreConfig:
         ``strict=True`` refuses every unknown key. The file is read as UTF-8 (a leading BOM is
         dropped), or as ISO-8859-1 (Java's encoding of ``.properties``) when it is not valid UTF-8.
         A file that cannot be read raises StoreFileError naming it; a ConfigError names the file,
-        the key and its line.
+        the key and its line. ``overrides`` (the command line's ``--set``, key and value pairs) go
+        over the file: a key they set is not read from it, so they also replace a value there that
+        the store refuses.
         """
         name, say = os.fspath(path), warn or log.warning
         config, ignored = cls(), []
+        overrides = list(overrides)
+        overridden = {_resolve(key) for key, _ in overrides}
         for key, (value, line) in read_conf_file(name, say).items():
+            if _BY_ANY_NAME.get(key) in overridden:
+                continue
             try:
                 note = _apply_conf_entry(config, key, value, strict, ignored)
             except ConfigError as exc:
@@ -540,10 +551,12 @@ class StoreConfig:
                 raise ConfigError(f"{name}: {text if key in text else f'{key}: {text}'} (line {line})") from None
             if note:
                 say(f"{name}: {note}")
+        for key, value in overrides:
+            config.set(key, value)
         try:
             config.validate()
         except ConfigError as exc:
-            raise ConfigError(f"{name}: {exc}") from None
+            raise ConfigError(f"{name}{' (with the keys set over it)' if overrides else ''}: {exc}") from None
         if ignored:
             say(
                 f"{name}: ignoring keys that are neither MessageStoreConfig nor broker keys: "

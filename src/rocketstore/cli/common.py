@@ -122,16 +122,16 @@ def build_config(config_file: str | None, settings: Iterable[tuple[str, str]]) -
     """``--config`` (a broker.conf) first, then every ``--set`` over it; ConfigError on an unknown key
     (in the file: one close to a store key; others are named in a warning on stderr), a bad value
     or a config file that cannot be read."""
-    config = StoreConfig()
-    if config_file:
-        try:
-            config = StoreConfig.from_properties(config_file, warn=lambda text: warn(f"warning: {text}"))
-        except (OSError, UnicodeError) as exc:
-            raise ConfigError(f"--config {config_file}: cannot read it: {exc}") from None
-    for key, value in settings:
-        config.set(key, value)
-    config.validate()
-    return config
+    if not config_file:
+        config = StoreConfig()
+        for key, value in settings:
+            config.set(key, value)
+        config.validate()
+        return config
+    try:  # a key --set gives is not read from the file: its value there may be one refused
+        return StoreConfig.from_properties(config_file, warn=lambda text: warn(f"warning: {text}"), overrides=settings)
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError(f"--config {config_file}: cannot read it: {exc}") from None
 
 
 def _parse_settings(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[str, str]]:
