@@ -220,7 +220,9 @@ _local_address: str | None = None
 
 
 def local_address() -> str:
-    """The host's primary IPv4 address, as RocketMQ picks ``brokerIP1``; 127.0.0.1 if none."""
+    """The IPv4 address of the default route's interface, the default ``brokerIP1``; 127.0.0.1 if
+    none. RocketMQ's RemotingUtil.getLocalAddress takes the first IPv4 address of any interface
+    that is not 127.0.x or 192.168.x instead (the README tells such a host to set brokerIP1)."""
     global _local_address
     if _local_address is None:
         address = "127.0.0.1"
