@@ -241,3 +241,29 @@ def test_a_retry_topic_that_is_not_writeable_takes_no_send_back(store: MessageSt
     assert store.max_phy_offset == before and "%DLQ%G" not in store.topics.topic_config_table
     store.topics.topic_config_table["%RETRY%G"]["perm"] = 2  # PERM_WRITE alone
     store.send_back("G", original).raise_for_status()
+
+
+def test_reconsume_times_at_javas_int_limit_wrap_as_the_brokers_int_sums_do(store: MessageStore) -> None:
+    """The broker adds to reconsumeTimes with Java ints: 3 + (2**31 - 2) wraps negative (no delay:
+    the copy goes straight into %RETRY%G), and 2**31 - 1 + 1 wraps to -2**31 in the dead letter.
+    Such a message was refused (MESSAGE_ILLEGAL) or raised InvalidMessageError: never dead-lettered."""
+    put = store.put(Message("Orders", b"x", reconsume_times=2**31 - 2), 0)
+    retry = store.send_back("G", put.commit_log_offset, max_reconsume_times=2**31 - 1)
+    assert retry.status == PutMessageStatus.PUT_OK
+    record = store.look_message_by_offset(retry.commit_log_offset)
+    assert record.topic == "%RETRY%G" and record.reconsume_times == 2**31 - 1
+    assert int(record.properties["DELAY"]) < 0
+    put = store.put(Message("Orders", b"y", reconsume_times=2**31 - 1), 0)
+    dead = store.send_back("G", put.commit_log_offset)
+    record = store.look_message_by_offset(dead.commit_log_offset)
+    assert record.topic == "%DLQ%G" and record.reconsume_times == -(2**31)
+
+
+@pytest.mark.parametrize(("origin", "kept"), [("\u00a0", True), ("\u2007", True), ("\u200b", True), (" \t", False)])
+def test_an_origin_message_id_java_does_not_call_blank_is_kept(store: MessageStore, origin: str, kept: bool) -> None:
+    """UtilAll.isBlank tests Character.isWhitespace, which no-break spaces are not (str.strip took
+    them for blank and put the message's own msgId in their place)."""
+    put = store.put(Message("Orders", b"x", properties={"ORIGIN_MESSAGE_ID": origin}), 0)
+    retry = store.send_back("G", put.commit_log_offset)
+    got = store.look_message_by_offset(retry.commit_log_offset).properties["ORIGIN_MESSAGE_ID"]
+    assert got == (origin if kept else put.msg_id)

@@ -38,6 +38,20 @@ def java_trim(text: str) -> str:
     return text.strip(_JAVA_TRIM)
 
 
+# Character.isWhitespace is str.isspace but for the no-break spaces and NEL (a control character)
+_NOT_JAVA_WHITESPACE = frozenset("\x85\xa0\u2007\u202f")
+
+
+def java_is_blank(text: str | None) -> bool:
+    """RocketMQ's ``UtilAll.isBlank``: None, empty, or only ``Character.isWhitespace`` characters."""
+    return not text or all(c.isspace() and c not in _NOT_JAVA_WHITESPACE for c in text)
+
+
+def java_int_sum(a: int, b: int) -> int:
+    """``a + b`` of two Java ints, wrapped around to an int as Java's int arithmetic does."""
+    return (a + b + 2**31) % 2**32 - 2**31
+
+
 def java_int(text: str) -> int | None:
     """``Integer.parseInt(text.trim())`` without the range check: None where Java throws."""
     text = java_trim(text)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from rocketstore.codec.message import JAVA_INT, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT, java_map_order
 from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, validate_group
+from rocketstore.config_values import java_int_sum, java_is_blank
 from rocketstore.errors import InvalidArgumentError, InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.subscription_groups import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
 from rocketstore.reader import check_arguments
@@ -69,12 +70,15 @@ def send_back_message(
         props[DELAY] = "0"
     else:
         topic, queue_id, queue_nums = retry_topic(group), random.randrange(retry_queue_nums), retry_queue_nums
-        props[DELAY] = str(delay_level if delay_level > 0 else FIRST_RETRY_LEVEL + original.reconsume_times)
-    if not props.get(ORIGIN_MESSAGE_ID, "").strip():
+        # Java's int sums: past the int range the level wraps negative (no delay), as in RocketMQ
+        level = delay_level if delay_level > 0 else java_int_sum(FIRST_RETRY_LEVEL, original.reconsume_times)
+        props[DELAY] = str(level)
+    if java_is_blank(props.get(ORIGIN_MESSAGE_ID)):
         props[ORIGIN_MESSAGE_ID] = original.msg_id
     props[WAIT] = "false"  # RocketMQ's broker does not wait for a flush of a sent-back message
     # written from the broker's HashMap of them (a delayed one is ordered again with REAL_* added)
-    message = original.copy_to(topic, java_map_order(props), reconsume_times=original.reconsume_times + 1)
+    times = java_int_sum(original.reconsume_times, 1)
+    message = original.copy_to(topic, java_map_order(props), reconsume_times=times)
     return message, queue_id, queue_nums
 
 
