@@ -374,6 +374,23 @@ def test_with_the_pool_waiting_for_dispatch_waits_for_what_was_written(make_stor
     assert [m.body for m in store.get_message("g", "Pooled", 0, 0).messages] == [b"m0", b"m1", b"m2"]
 
 
+def test_with_the_pool_an_acknowledged_put_is_read_once_committed(make_store, store_config: StoreConfig) -> None:
+    """As RocketMQ reads a segment only up to its committed position, a put still in the pool's
+    buffer is not found by offset or msgId (the README says so); once committed it is."""
+    store = make_store(
+        config=store_config.copy(
+            transientStorePoolEnable=True, transientStorePoolSize=2, commitCommitLogThoroughInterval=3_600_000
+        )
+    )
+    put = store.put(Message("Pooled", b"m"))  # fewer bytes than commitCommitLogLeastPages: not committed
+    assert put.ok
+    assert store.look_message_by_offset(put.commit_log_offset) is None
+    assert store.look_message_by_msg_id(put.msg_id) is None
+    store.flush()
+    assert store.look_message_by_offset(put.commit_log_offset).body == b"m"
+    assert store.look_message_by_msg_id(put.msg_id).body == b"m"
+
+
 def test_shutdown_unmaps_every_pool_buffer_the_written_segment_included(make_store, store_config) -> None:
     """The segment being written held its buffer past shutdown (a segment's worth of memory per
     closed store, until the store object went); the pool now gets it back and unmaps it."""
