@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import conftest
+from conftest import copy_store, tree_hashes
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 from rocketstore.errors import CorruptStoreError
@@ -65,27 +65,6 @@ def run(*args: object) -> Result:
     return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def hashes(root: Path) -> dict[str, str]:
-    out = {}
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
-def copy_store(src: Path, dst: Path) -> Path:
-    """A writable copy (the vectors are read-only files)."""
-    shutil.copytree(src, dst)
-    for folder, _dirs, files in os.walk(dst):
-        os.chmod(folder, os.stat(folder).st_mode | stat.S_IRWXU)
-        for name in files:
-            path = os.path.join(folder, name)
-            os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IWUSR)
-    return dst
-
-
 def jsonl(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -122,12 +101,12 @@ def small_store(tmp_path: Path) -> Path:
 )
 def test_export_of_the_vector_stores_is_byte_exact_and_changes_nothing(sample: str, expected: str) -> None:
     root = VECTORS / sample / "store"
-    before = hashes(VECTORS / sample)
+    before = tree_hashes(VECTORS / sample)
     result = run("export", root, *VECTOR_SETS)
     assert result.exit_code == 0, result.stderr
     assert result.stdout_bytes == (VECTORS / sample / expected).read_bytes()
     assert result.stderr == ""  # no progress bar without a terminal
-    assert hashes(VECTORS / sample) == before
+    assert tree_hashes(VECTORS / sample) == before
 
 
 @needs_vectors
@@ -147,7 +126,7 @@ def test_a_store_of_other_file_sizes_is_refused_naming_every_setting_at_once(
     """Without the store's sizes every command names all three settings to give in one error
     (not one per attempt), and the Spark command says so before Spark starts."""
     root = VECTORS / "sample-clean" / "store"
-    before = hashes(VECTORS / "sample-clean")
+    before = tree_hashes(VECTORS / "sample-clean")
     args = [a.replace("{tmp}", str(tmp_path)) for a in command]
     at = 2 if args[0] == "spark" else 1
     result = run(*args[:at], root, *args[at:], "--json")
@@ -156,7 +135,7 @@ def test_a_store_of_other_file_sizes_is_refused_naming_every_setting_at_once(
     for setting in ("mappedFileSizeCommitLog=65536", "mappedFileSizeConsumeQueue=2000", "= 64040"):
         assert setting in error
     assert not (tmp_path / "out").exists()
-    assert hashes(VECTORS / "sample-clean") == before
+    assert tree_hashes(VECTORS / "sample-clean") == before
 
 
 def test_a_lone_segment_of_another_size_may_be_one_cut_short_and_is_said_so(tmp_path: Path) -> None:
@@ -437,19 +416,18 @@ def test_produce_and_import_refuse_the_parent_of_a_store(tmp_path: Path, small_s
 
 def test_export_refuses_an_output_inside_the_store(tmp_path: Path, small_store: Path) -> None:
     segment = sorted((small_store / "commitlog").iterdir())[0]
-    before = hashes(small_store)
+    before = tree_hashes(small_store)
     (tmp_path / "link").symlink_to(small_store)
     for target in (small_store / "new.jsonl", tmp_path / "link" / "commitlog" / segment.name, segment):
         result = run("export", small_store, *TINY_SETS, "-o", target)
         assert result.exit_code == 2 and "inside the store" in result.stderr, target
-    assert hashes(small_store) == before
+    assert tree_hashes(small_store) == before
     assert run("export", small_store, *TINY_SETS, "-o", tmp_path / "ok.jsonl").exit_code == 0
 
 
 def test_export_writes_through_a_symlink_and_into_a_fifo(tmp_path: Path, small_store: Path) -> None:
     """-o is written as ``>`` writes: a symbolic link's target gets the lines (the link stays), a
     FIFO (or a device such as /dev/null) is written to, not replaced by a regular file."""
-    import stat
     import threading
 
     expected = run("export", small_store, *TINY_SETS).stdout
@@ -487,12 +465,12 @@ def test_export_writes_through_a_symlink_and_into_a_fifo(tmp_path: Path, small_s
 def test_a_commitlog_that_is_a_file_is_an_error(small_store: Path) -> None:
     shutil.rmtree(small_store / "commitlog")
     (small_store / "commitlog").write_bytes(b"not a folder")
-    before = hashes(small_store)
+    before = tree_hashes(small_store)
     for command in ("inspect", "export", "recover", "clean"):
         result = run(command, small_store, *TINY_SETS)
         assert result.exit_code == 2, (command, result.stdout)
         assert "the commit log is not a folder" in result.stderr and "Traceback" not in result.stderr
-    assert hashes(small_store) == before
+    assert tree_hashes(small_store) == before
 
 
 @pytest.mark.parametrize("how", ["missing", "zeroed"])
@@ -502,13 +480,13 @@ def test_recover_refuses_a_lost_commit_log_without_force(small_store: Path, how:
     else:
         for segment in (small_store / "commitlog").iterdir():
             segment.write_bytes(bytes(segment.stat().st_size))
-    before = hashes(small_store)
+    before = tree_hashes(small_store)
     result = run("recover", small_store, *TINY_SETS)
     assert result.exit_code == 2 and "--force" in result.stderr and "consume queues" in result.stderr
     for args in (("produce", "--topic", "T", "--body", "x"), ("clean",)):
         result = run(args[0], small_store, *TINY_SETS, *args[1:])
         assert result.exit_code == 2 and "recover --force" in result.stderr
-    assert hashes(small_store) == before
+    assert tree_hashes(small_store) == before
     result = run("export", small_store, *TINY_SETS)  # reading says so
     assert result.exit_code == 0 and "WARNING" in result.stderr
     assert ("missing" if how == "missing" else "empty") in result.stderr
@@ -522,7 +500,7 @@ def test_a_commit_log_outside_the_store_is_warned_about_and_refused_for_writing(
 ) -> None:
     live = small_store
     copy = copy_store(live, tmp_path / "copy")
-    before = hashes(live)
+    before = tree_hashes(live)
     conf = tmp_path / "live.conf"
     conf.write_text(f"storePathCommitLog={live / 'commitlog'}\n", encoding="utf-8")
     result = run("inspect", copy, *TINY_SETS, "--config", conf, "--json")
@@ -539,7 +517,7 @@ def test_a_commit_log_outside_the_store_is_warned_about_and_refused_for_writing(
         result = run(args[0], copy, *TINY_SETS, "--config", conf, *args[1:])
         assert result.exit_code == 2, (args, result.stdout)
         assert "outside" in result.stderr and "--external-commit-log" in result.stderr
-    assert hashes(live) == before
+    assert tree_hashes(live) == before
     result = run("produce", copy, *TINY_SETS, "--config", conf, "--external-commit-log", "--topic", "T", "--body", "x")
     assert result.exit_code == 0 and "WARNING" in result.stderr
     assert "--external-commit-log" in run("clean", "--help").stdout
@@ -557,10 +535,10 @@ def test_every_command_has_the_common_options() -> None:
 @needs_vectors
 def test_inspect_json_of_the_crashed_store(tmp_path: Path) -> None:
     root = VECTORS / "sample-crash" / "store"
-    before = hashes(root)
+    before = tree_hashes(root)
     result = run("inspect", root, *VECTOR_SETS, "--json")
     assert result.exit_code == 0, result.stderr
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
     info = json.loads(result.stdout)
     assert info["abortFile"] is True and info["lastExitOk"] is False
     files = info["commitLog"]["files"]

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tree_hashes
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import InvalidArgumentError, RocketStoreError
 from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.recovery import RecoveryReport
 from rocketstore.results import PutResult
-from test_cli import TINY, TINY_SETS, hashes, jsonl, open_in_another_process, run
+from test_cli import TINY, TINY_SETS, jsonl, open_in_another_process, run
 
 COUNT = 60  # about 4 segments of 4 KiB
 BODY_AT = 90  # a byte of the body of a record (its body starts at 88: IPv4 hosts, no properties before it)
@@ -64,7 +65,7 @@ def test_recover_refuses_a_cut_that_drops_intact_records_and_force_cuts(tmp_path
     segment = _flip(root, phy + BODY_AT)
     after = results[bad + 1 :]
     intact = sum(r.wrote_bytes for r in after)
-    before = hashes(root)
+    before = tree_hashes(root)
 
     for extra in ([], ["--dry-run"]):
         result = run("recover", root, *TINY_SETS, *extra)
@@ -79,7 +80,7 @@ def test_recover_refuses_a_cut_that_drops_intact_records_and_force_cuts(tmp_path
     assert plan["intactRecordsAfter"] == len(after) and plan["badRecord"]["bodyCrcOnly"] is True
     dry = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json").stdout)
     assert dry["wouldRefuse"] is True and dry["plan"]["logEnd"] == phy
-    assert hashes(root) == before  # nothing changed
+    assert tree_hashes(root) == before  # nothing changed
 
     result = run("recover", root, *TINY_SETS, "--force", "--json")
     assert result.exit_code == 0, result.stderr
@@ -104,14 +105,14 @@ def test_recover_refuses_to_end_the_log_at_a_blank_marker_that_intact_records_fo
     phy = results[bad].commit_log_offset
     _patch(root, phy + 4, BLANK_MAGIC)
     after = results[bad + 1 :]
-    before = hashes(root)
+    before = tree_hashes(root)
     problems = json.loads(run("verify", root, *TINY_SETS, "--json").stdout)["problems"]
     assert any("after the BLANK marker (recovery ends the log at it and drops them)" in p for p in problems)
     result = run("recover", root, *TINY_SETS)
     assert result.exit_code == 1, result.output
     text = result.stderr + result.stdout
     assert "BLANK marker" in text and f"drop the {len(after)} intact record(s)" in text
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
     info = json.loads(run("recover", root, *TINY_SETS, "--force", "--json").stdout)
     assert info["droppedRecords"] == len(after) and info["maxOffset"] == phy
     assert _exported(root) == bad
@@ -155,13 +156,13 @@ def test_recover_refusal_for_header_damage_does_not_offer_check_crc_off(tmp_path
     results = _store(root)
     phy = results[-10].commit_log_offset
     _patch(root, phy + 4, b"\xde\xad\xbe\xef")  # the magic code
-    before = hashes(root)
+    before = tree_hashes(root)
     result = run("recover", root, *TINY_SETS)
     assert result.exit_code == 1
     assert f"(offset {phy}): bad magic code 0xDEADBEEF" in result.stderr
     assert "drop the 9 intact record(s)" in result.stderr
     assert "checkCRCOnRecover" not in result.stderr and "--force" in result.stderr
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
 
 
 def test_recover_cuts_a_torn_tail_without_force_and_says_so(tmp_path: Path) -> None:
@@ -221,9 +222,9 @@ def test_commands_that_write_refuse_the_cut_recover_refuses_and_change_nothing(
         shutil.rmtree(root / "index")
     if damage == "crash":
         (root / "abort").touch()
-    before = hashes(root)
+    before = tree_hashes(root)
     refused = run("recover", root, *TINY_SETS).stderr.splitlines()[0]
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
     for command in commands:
         caplog.clear()
         result = run(command[0], root, *TINY_SETS, *command[1:])
@@ -233,7 +234,7 @@ def test_commands_that_write_refuse_the_cut_recover_refuses_and_change_nothing(
         assert f"rocketstore recover --dry-run {root}" in result.stderr
         assert f"rocketstore recover --force {root}" in result.stderr
         assert "commit log cut at" not in caplog.text  # the cut was not made
-        assert hashes(root) == before, command
+        assert tree_hashes(root) == before, command
         assert (root / "abort").exists() == (damage == "crash")
     # so does a Spark rebuild (it dispatches every record, past the cut too), before Spark starts
     result = run("spark", "rebuild", root, *TINY_SETS)
@@ -244,7 +245,7 @@ def test_commands_that_write_refuse_the_cut_recover_refuses_and_change_nothing(
 
     with pytest.raises(CorruptStoreError, match="drop the 9 intact record"):
         jobs.rebuild(None, str(root), StoreConfig(**TINY))
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
     error = json.loads(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--json").stdout)["error"]
     assert error["plan"]["logEnd"] == phy and error["plan"]["intactRecordsAfter"] == 9
     assert run("recover", root, *TINY_SETS, "--force").exit_code == 0
@@ -256,7 +257,7 @@ def test_the_python_api_cuts_as_rocketmq_unless_confirm_cut_refuses(tmp_path: Pa
     results = _store(root)
     phy = results[-10].commit_log_offset
     _flip(root, phy + BODY_AT)
-    before = hashes(root)
+    before = tree_hashes(root)
     asked: list[int] = []
 
     def refuse(report: RecoveryReport) -> None:
@@ -265,7 +266,7 @@ def test_the_python_api_cuts_as_rocketmq_unless_confirm_cut_refuses(tmp_path: Pa
 
     with pytest.raises(RocketStoreError, match="refused"):
         MessageStore.open(root, StoreConfig(**TINY), confirm_cut=refuse)
-    assert asked == [phy] and hashes(root) == before  # no abort left, nothing dispatched or cut
+    assert asked == [phy] and tree_hashes(root) == before  # no abort left, nothing dispatched or cut
     with pytest.raises(InvalidArgumentError, match="last_exit_ok"):
         MessageStore.open(root, StoreConfig(**TINY), last_exit_ok=True)
     with MessageStore.open(root, StoreConfig(**TINY)) as store:
@@ -284,11 +285,11 @@ def test_the_refusal_plans_the_recovery_of_a_clean_exit_though_the_open_wrote_ab
     # after a crash only the last segment would be checked: its first record is older than the checkpoint
     with open(root / "checkpoint", "r+b") as f:
         f.write(struct.pack(">qq", *[int(time.time() * 1000) + 3_600_000] * 2))
-    before = hashes(root)
+    before = tree_hashes(root)
     result = run("clean", root, *TINY_SETS)
     assert result.exit_code == 1, result.output
     assert f"cut the commit log at offset {bad.commit_log_offset}" in result.stderr
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
 
 
 @pytest.mark.parametrize("crashed", [False, True])

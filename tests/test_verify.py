@@ -6,12 +6,10 @@ helps, the independent reader rmqread.py (the project's test oracle) is asked fo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
-import stat
 import struct
 import subprocess
 import sys
@@ -20,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import conftest
+from conftest import copy_store, tree_hashes
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.codec import record as rec
 from rocketstore.errors import StoreNotFoundError
@@ -49,27 +48,6 @@ needs_vectors = pytest.mark.skipif(not VECTORS.is_dir(), reason="the RocketMQ ve
 # -- helpers -----------------------------------------------------------------------------------------
 def tiny(**extra: object) -> StoreConfig:
     return StoreConfig(**{**TINY, **extra})
-
-
-def hashes(root: Path) -> dict[str, str]:
-    out = {}
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
-def copy_store(src: Path, dst: Path) -> Path:
-    """A writable copy (the vectors are read-only files)."""
-    shutil.copytree(src, dst)
-    for folder, _dirs, files in os.walk(dst):
-        os.chmod(folder, os.stat(folder).st_mode | stat.S_IRWXU)
-        for name in files:
-            path = os.path.join(folder, name)
-            os.chmod(path, os.stat(path).st_mode | stat.S_IRUSR | stat.S_IWUSR)
-    return dst
 
 
 def build_store(root: Path, count: int = N) -> Path:
@@ -154,7 +132,7 @@ def built(tmp_path: Path) -> Path:
 
 # -- good stores -------------------------------------------------------------------------------------
 def test_a_freshly_written_store_is_clean(built: Path) -> None:
-    before = hashes(built)
+    before = tree_hashes(built)
     report = verify_store(built, tiny())
     assert report.ok, report.problems
     assert report.problem_count == 0 and report.problems == []
@@ -165,7 +143,7 @@ def test_a_freshly_written_store_is_clean(built: Path) -> None:
     assert report.index_files >= 2  # 3 keys per message, 127 entries per index file
     assert report.index_entries == report.keys == 3 * N
     assert report.log_end_reason == "end of data"
-    assert hashes(built) == before  # verify changes nothing
+    assert tree_hashes(built) == before  # verify changes nothing
     agrees_with_rmqread(built, report)
     d = report.to_dict()
     assert d["ok"] is True and d["counts"]["records"] == N and d["problemCount"] == 0
@@ -198,9 +176,9 @@ def test_store_times_that_went_back_are_not_a_problem(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("sample", "records", "keys"), [("sample-clean", 1555, 3500), ("sample-crash", 1000, 2242)])
 def test_vector_stores_get_rmqreads_verdict(sample: str, records: int, keys: int) -> None:
     root = VECTORS / sample / "store"
-    before = hashes(root)
+    before = tree_hashes(root)
     report = verify_store(root, StoreConfig(**VECTOR_GEOMETRY))
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
     assert report.ok, report.problems
     assert report.records == records and report.units == records and report.keys == keys
     if RMQREAD.is_file():

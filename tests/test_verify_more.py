@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import tree_hashes
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli.main import cli
 from rocketstore.errors import CorruptStoreError
@@ -22,7 +23,6 @@ from test_verify import (
     VECTORS,
     build_store,
     has,
-    hashes,
     needs_vectors,
     patch,
     read,
@@ -87,7 +87,7 @@ def test_a_store_verified_without_its_file_sizes_is_an_error_naming_them(tmp_pat
     configuration is not the store's. An error (exit 2) giving the settings, as loading the store
     does, not a problem per file (exit 1) on a healthy store."""
     root = build_store(tmp_path / "store")
-    before = hashes(root)
+    before = tree_hashes(root)
     with pytest.raises(CorruptStoreError) as caught:
         verify_store(root, StoreConfig())
     text = str(caught.value)
@@ -96,7 +96,7 @@ def test_a_store_verified_without_its_file_sizes_is_an_error_naming_them(tmp_pat
     with pytest.raises(CorruptStoreError, match="--set mappedFileSizeCommitLog=4096") as caught:
         verify_store(root, tiny().copy(mappedFileSizeCommitLog=8192))
     assert "consumequeue/" not in str(caught.value) and "index/" not in str(caught.value)
-    assert hashes(root) == before
+    assert tree_hashes(root) == before
     result = CliRunner().invoke(cli, ["verify", str(root)])
     assert result.exit_code == 2 and "--set mappedFileSizeCommitLog=4096" in result.output
 
