@@ -642,6 +642,15 @@ def test_an_empty_store_path_is_refused(tmp_path, monkeypatch) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("confirm_cut", [5, "yes", True])
+def test_a_confirm_cut_that_is_no_function_is_refused_at_the_open(tmp_path, confirm_cut) -> None:
+    """It is called only when recovery would cut: a wrong one raised a bare TypeError then, on
+    some later crash; now the open refuses it at once, before the folder is made."""
+    with pytest.raises(InvalidArgumentError, match="confirm_cut is a function"):
+        MessageStore.open(tmp_path / "s", confirm_cut=confirm_cut)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_path_with_a_nul_character_is_a_typed_error(tmp_path) -> None:
     """No file name holds NUL: os.stat's bare ValueError became a typed error naming the path."""
     with pytest.raises(InvalidArgumentError, match="NUL"):

@@ -38,7 +38,7 @@ from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.offset_files import ConsumerOffsetManager, DelayOffsetManager
-from rocketstore.meta.root import check_entries, remove_abort, require_store, write_abort
+from rocketstore.meta.root import check_entries, remove_abort, require_store, root_of, write_abort
 from rocketstore.meta.subscription_groups import SubscriptionGroupManager
 from rocketstore.meta.topic_config import TopicConfigManager
 from rocketstore.open_stores import OPEN
@@ -109,11 +109,9 @@ class MessageStore:
             raise InvalidArgumentError(f"config is a StoreConfig (or None), not {type(config).__name__}")
         if not read_only and (not recover or last_exit_ok is not None):
             raise InvalidArgumentError("recover=False and last_exit_ok are only for read-only opens")
-        if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str) or not os.fspath(path):
-            raise InvalidArgumentError(f"a store path is a non-empty str or os.PathLike (of a str), not {shown(path)}")
-        if "\0" in os.fspath(path):
-            raise InvalidArgumentError(f"a store path holds no NUL character: {shown(path)}")
-        root = os.path.abspath(os.fspath(path))
+        root = root_of(path)
+        if confirm_cut is not None and not callable(confirm_cut):
+            raise InvalidArgumentError(f"confirm_cut is a function of a RecoveryReport, not {shown(confirm_cut)}")
         config = (config or StoreConfig()).copy(**settings)
         config.store_path_root_dir = root
         if read_only or not create:

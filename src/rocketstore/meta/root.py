@@ -12,7 +12,7 @@ import logging
 import os
 
 from rocketstore.config import StoreConfig
-from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
+from rocketstore.errors import ConfigError, CorruptStoreError, InvalidArgumentError, StoreNotFoundError, shown
 from rocketstore.files.syscalls import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,16 @@ def overlapping_store_folder(out: str, root: str, config: StoreConfig) -> str | 
         if is_inside(out, folder) or is_inside(folder, out):
             return folder
     return None
+
+
+def root_of(path: object) -> str:
+    """The absolute store root ``path`` names: a non-empty str or os.PathLike (of a str) without
+    a NUL character (no file name holds one); InvalidArgumentError else."""
+    if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str) or not os.fspath(path):
+        raise InvalidArgumentError(f"a store path is a non-empty str or os.PathLike (of a str), not {shown(path)}")
+    if "\0" in os.fspath(path):
+        raise InvalidArgumentError(f"a store path holds no NUL character: {shown(path)}")
+    return os.path.abspath(os.fspath(path))
 
 
 def holds_store(root: str, commit_log_paths: list[str]) -> bool:
