@@ -530,9 +530,26 @@ def test_every_error_the_package_raises_on_purpose_is_in_rocketstore_errors() ->
             if is_error and value.__module__ == info.name and not name.startswith("_"):
                 outside[f"{info.name}.{name}"] = value
     assert outside == {}
-    for value in vars(rocketstore.errors).values():
-        if inspect.isclass(value) and issubclass(value, Exception):
-            assert issubclass(value, rocketstore.errors.RocketStoreError), value
+    classes = {n for n, v in vars(rocketstore.errors).items() if inspect.isclass(v) and issubclass(v, Exception)}
+    for name in classes:
+        assert issubclass(getattr(rocketstore.errors, name), rocketstore.errors.RocketStoreError), name
+    assert set(rocketstore.errors.__all__) == classes  # a star import brings the errors, nothing else
+
+
+def test_the_public_namespace_lists_each_name_once_and_no_internal_one() -> None:
+    """dir(rocketstore) listed a lazily loaded name twice once used, and TYPE_CHECKING as public;
+    every name of __all__ imports (the types the store's results use among them)."""
+    from types import ModuleType
+
+    import rocketstore
+
+    for name in rocketstore.__all__:
+        assert getattr(rocketstore, name) is not None
+    listed = dir(rocketstore)
+    assert len(listed) == len(set(listed)) and set(rocketstore.__all__) <= set(listed)
+    public = [n for n in listed if not n.startswith("_") and not isinstance(getattr(rocketstore, n), ModuleType)]
+    assert sorted(public) == sorted(n for n in rocketstore.__all__ if n != "errors")  # (submodules aside)
+    assert rocketstore.CleanRun.__name__ == "CleanRun" and rocketstore.RecoveryReport.__name__ == "RecoveryReport"
     from rocketstore.errors import DataLossError, ImportLineError, SinkInUseError
     from rocketstore.export import ImportLineError as old_import
     from rocketstore.spark.commits import SinkInUseError as old_sink

@@ -13,13 +13,15 @@ import os as _os
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from importlib import import_module as _import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from rocketstore import errors
     from rocketstore.codec.message import Message, StoredMessage
     from rocketstore.config import StoreConfig
+    from rocketstore.log.recovery import RecoveryReport
     from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult, QueryResult
+    from rocketstore.services.clean import CleanRun
     from rocketstore.store import MessageStore
 
 __version__ = "0.1.0"
@@ -37,6 +39,9 @@ _LAZY = {
     "PutResult": "rocketstore.results",
     "QueryResult": "rocketstore.results",
     "MessageStore": "rocketstore.store",
+    # what store.clean_expired_files() returns, and what store.recovery and confirm_cut get
+    "CleanRun": "rocketstore.services.clean",
+    "RecoveryReport": "rocketstore.log.recovery",
 }
 
 
@@ -50,10 +55,11 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted({*globals(), *_LAZY})  # a lazy name is in both once used
 
 
 __all__ = [
+    "CleanRun",
     "GetMessageStatus",
     "GetResult",
     "Message",
@@ -61,6 +67,7 @@ __all__ = [
     "PutMessageStatus",
     "PutResult",
     "QueryResult",
+    "RecoveryReport",
     "StoreConfig",
     "StoredMessage",
     "errors",

@@ -8,6 +8,29 @@ from __future__ import annotations
 
 import reprlib
 
+__all__ = [  # the error classes (``shown`` is the package's own helper)
+    "ConfigError",
+    "CorruptStoreError",
+    "DataLossError",
+    "FlushError",
+    "ImportLineError",
+    "InvalidArgumentError",
+    "InvalidGroupError",
+    "InvalidMessageError",
+    "InvalidTopicError",
+    "MessageNotFoundError",
+    "PutMessageError",
+    "ReadOnlyStoreError",
+    "RecordError",
+    "RocketStoreError",
+    "SinkInUseError",
+    "StoreClosedError",
+    "StoreFileError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "StoreNotReadableError",
+]
+
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 80
 
