@@ -7,6 +7,7 @@ topic (spec 17.1). The store's writer, the CLI and the Spark sink's tasks share 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
@@ -66,7 +67,7 @@ def not_a_level(text: str) -> PutResult:
     return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {shown(text)}")
 
 
-def waits(properties: dict[str, str] | None) -> bool:
+def waits(properties: Mapping[str, str] | None) -> bool:
     """Whether a put waits for its flush (and replication), as isWaitStoreMsgOK: WAIT absent or "true" in any case."""
     value = properties.get(WAIT) if properties else None
     return value is None or (value.isascii() and value.lower() == "true")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from rocketstore import topic_deletion
@@ -292,7 +292,7 @@ class MessageStore:
         return self.writer.put(message, queue_id)
 
     def put_batch(
-        self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
+        self, messages: Sequence[Message], queue_id: int = 0, properties: Mapping[str, str] | None = None
     ) -> PutResult:
         """Store messages of one topic as consecutive records; ``properties`` are added to each."""
         self._writable()

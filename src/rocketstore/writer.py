@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
@@ -175,7 +175,7 @@ class MessageWriter(MessagePreparer):
         return self._append(topic, queue_id, [prepared], (message,), wait)
 
     def put_batch(
-        self, messages: Sequence[Message], queue_id: int = 0, properties: dict[str, str] | None = None
+        self, messages: Sequence[Message], queue_id: int = 0, properties: Mapping[str, str] | None = None
     ) -> PutResult:
         """Store messages of one topic as consecutive records; ``properties`` go into each one."""
         if self.refusal is not None:

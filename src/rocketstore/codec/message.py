@@ -80,7 +80,7 @@ class Message:
         body: bytes | bytearray | memoryview | str,
         tags: str | None = None,
         keys: str | Iterable[str] | None = None,
-        properties: dict[str, str] | None = None,
+        properties: Mapping[str, str] | None = None,
         flag: int = 0,
         *,
         born_timestamp: int | None = None,
