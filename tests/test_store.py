@@ -701,15 +701,23 @@ def test_concurrent_puts_get_unique_consecutive_offsets(make_store, tmp_path, st
 
 def test_a_batchs_common_properties_are_checked(make_store):
     """``put_batch(properties=...)`` goes into every record: its names and values are checked as
-    a Message's are, and what each message has for itself (tags, keys, UNIQ_KEY, a delay) cannot
-    be set there (the queue's tags code and the index would disagree with the record)."""
+    a Message's are, and what each message has for itself (tags, keys, UNIQ_KEY) cannot be set
+    there (the queue's tags code and the index would disagree with the record). A DELAY there is
+    taken as one each message has: a delay is refused as a delayed message is (it said "set it
+    per message", which is refused too), and "0" is no delay."""
     store = make_store()
     batch = [Message("T", b"a", tags="x", keys="k1"), Message("T", b"b")]
-    common = ({"DELAY": "3"}, {"TAGS": "y"}, {"KEYS": "kb"}, {"UNIQ_KEY": "u"})
+    common = ({"TAGS": "y"}, {"KEYS": "kb"}, {"UNIQ_KEY": "u"})
     for bad in (*common, {"X": "a\x02TAGS\x01zz"}, {"": "v"}, {"X": ""}):
         with pytest.raises(InvalidMessageError):
             store.put_batch(batch, properties=bad)
+    delayed = store.put_batch(batch, properties={"DELAY": "3"})
+    assert delayed.status == PutMessageStatus.MESSAGE_ILLEGAL and "delayed" in delayed.detail
+    assert store.put_batch(batch, properties={"DELAY": "x"}).status == PutMessageStatus.MESSAGE_ILLEGAL
     assert store.max_phy_offset == 0
+    assert store.put_batch(batch, properties={"DELAY": "0"}).ok
+    assert store.wait_for_dispatch() and store.get_max_offset_in_queue("T", 0) == 2
+    store.delete_topics(["T"])
     assert store.put_batch(batch, properties={"CLUSTER": "c"}).ok
     assert store.wait_for_dispatch()
     got = store.get_message("g", "T", 0, 0).messages

@@ -32,7 +32,20 @@ _ILLEGAL = PutMessageStatus.MESSAGE_ILLEGAL
 _time_ns = time.time_ns
 
 _store_host_of = operator.itemgetter(rec.P_STORE_HOST)  # a prepared record's store host bytes
-_PER_MESSAGE = frozenset({TAGS, KEYS, UNIQ_KEY, DELAY})  # not for a batch's common properties
+_PER_MESSAGE = frozenset({TAGS, KEYS, UNIQ_KEY})  # not for a batch's common properties
+
+
+def _delayed_in_batch(properties: Mapping[str, str]) -> PutResult | None:
+    """The refusal of a batch whose messages ``properties`` (their own or the common ones) delay:
+    RocketMQ's MessageBatch holds no delayed message ("-1" or "00" is no delay); a DELAY Java's
+    parseInt does not read is refused as for a single put. None when they delay nothing."""
+    text = properties.get(DELAY, "0")
+    if text in ("0", ""):
+        return None
+    level = java_int(text)
+    if level is None:
+        return not_a_level(text)
+    return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages") if level > 0 else None
 
 FlushHandler = Callable[[AppendResult], PutMessageStatus]  # waits for the SYNC flush of a put
 
@@ -204,12 +217,8 @@ class MessageWriter(MessagePreparer):
                     return PutResult.refused(
                         _ILLEGAL, "a batch cannot hold transaction messages (a prepared_transaction_offset)"
                     )
-                if m._props is not None and m._props.get(DELAY, "0") not in ("0", ""):
-                    level = java_int(m._props[DELAY])
-                    if level is None:
-                        return not_a_level(m._props[DELAY])
-                    if level > 0:  # as RocketMQ's MessageBatch: "-1" or "00" is no delay
-                        return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages")
+                if m._props is not None and (delayed := _delayed_in_batch(m._props)) is not None:
+                    return delayed
         extra = ""
         if properties:
             properties = checked_properties(properties)
@@ -217,6 +226,8 @@ class MessageWriter(MessagePreparer):
             if fixed:
                 names = ", ".join(fixed)
                 raise InvalidMessageError(f"a batch's common properties cannot set {names}: set it per message")
+            if (delayed := _delayed_in_batch(properties)) is not None:  # given for all: refused as for one
+                return delayed
             extra = encode_properties(properties)
         now = _time_ns() // 1_000_000
         busy = self.page_cache_busy(now)
