@@ -146,7 +146,8 @@ def test_look_message_by_offset_first_last_and_end(make_store):
     assert first.body == b"" and first.queue_offset == 0
     assert last.body == b"x" * 29 * 50 and last.queue_offset == 29
     sized = store.look_message_by_offset(results[-1].commit_log_offset, results[-1].wrote_bytes)
-    assert sized == last
+    assert sized == last and hash(sized) == hash(last)
+    assert len({first, last, sized, store.get_message("g", "TopicTest", 0, 0, 1).messages[0]}) == 2  # hashable
     end = store.max_phy_offset
     assert end == results[-1].commit_log_offset + results[-1].wrote_bytes
     assert store.look_message_by_offset(end) is None

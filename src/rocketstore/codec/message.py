@@ -494,7 +494,8 @@ class StoredMessage:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StoredMessage) and self._raw == other._raw
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:  # a stored record cannot change: by its bytes, as equality
+        return hash(self._raw)
 
 
 # the export's fields (StoredMessage.to_json_dict), in order; an export through the consume queues
