@@ -180,7 +180,8 @@ def test_a_commit_whose_recovery_would_drop_intact_records_is_refused(tmp_path, 
     open's recovery (after a clean shutdown), or by the plan made first under the store's lock (after
     a crash); nothing in the store changes but the commits' turn file."""
     from rocketstore.errors import CorruptStoreError
-    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+    from rocketstore.spark.commit_turn import COMMIT_LOCK
+    from rocketstore.spark.commits import append_staged
 
     store = _recovery_drops_records(tmp_path / "store")
     if crashed:
@@ -229,7 +230,8 @@ def test_a_commit_refused_in_a_folder_that_held_no_store_leaves_no_trace(tmp_pat
     missing folder is not made (nor its missing parents), an empty one stays empty (neither then
     passes for a store). A store's own commit lock stays."""
     from rocketstore.errors import ConfigError, StoreNotFoundError
-    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+    from rocketstore.spark.commit_turn import COMMIT_LOCK
+    from rocketstore.spark.commits import append_staged
 
     staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
     refused = small_config(enableDLegerCommitLog=True)  # refused when the commit opens the store
@@ -287,7 +289,8 @@ def test_a_commit_without_the_space_for_its_batch_is_refused_before_the_store_is
     disk's free space: a real refusal, nothing mocked."""
     import shutil
 
-    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+    from rocketstore.spark.commit_turn import COMMIT_LOCK
+    from rocketstore.spark.commits import append_staged
     from rocketstore.spark.sink import Staged
 
     huge = tmp_path / "huge.arrow"
@@ -310,7 +313,8 @@ def test_a_commit_that_appends_nothing_to_the_store_it_made_removes_it(tmp_path)
     an empty one is empty again (the batch's pending marker goes with it: nothing of the batch is
     in). A store that was there before keeps all it held."""
     from rocketstore.errors import InvalidMessageError, StoreNotFoundError
-    from rocketstore.spark.commits import COMMIT_LOCK, append_staged
+    from rocketstore.spark.commit_turn import COMMIT_LOCK
+    from rocketstore.spark.commits import append_staged
 
     staged = [_staged(tmp_path / "staged.arrow", [{"topic": "TopicA", "body": b"x"}])]
     slave = small_config(brokerRole="SLAVE")
@@ -350,7 +354,8 @@ def test_a_commit_waiting_on_a_new_folder_whose_first_commit_failed_takes_its_tu
     import threading
     import time
 
-    from rocketstore.spark.commits import COMMIT_LOCK, append_staged, commit_turn
+    from rocketstore.spark.commit_turn import COMMIT_LOCK, commit_turn
+    from rocketstore.spark.commits import append_staged
 
     store = tmp_path / "new"
     lock = store / COMMIT_LOCK
@@ -376,7 +381,7 @@ def test_a_commit_waiting_on_a_new_folder_whose_first_commit_failed_takes_its_tu
 
 _FAILING_COMMIT = """
 import sys
-from rocketstore.spark.commits import commit_turn
+from rocketstore.spark.commit_turn import commit_turn
 try:
     with commit_turn(sys.argv[1], 10_000):
         print("holding", flush=True)
@@ -399,7 +404,7 @@ def test_a_commit_takes_its_turn_when_a_failed_commit_removes_the_folder_it_is_m
     import subprocess
     import sys
 
-    from rocketstore.spark.commits import COMMIT_LOCK, commit_turn
+    from rocketstore.spark.commit_turn import COMMIT_LOCK, commit_turn
 
     root = tmp_path / "new"
     other = subprocess.Popen(
@@ -530,7 +535,7 @@ def test_a_failed_commit_that_waited_on_a_missing_folder_does_not_leave_it_made(
     import subprocess
     import sys
 
-    from rocketstore.spark.commits import commit_turn
+    from rocketstore.spark.commit_turn import commit_turn
 
     root = tmp_path / "new"
     other = subprocess.Popen(

@@ -38,16 +38,15 @@ Spark commits to one store, from this process or another, take turns: each holds
 (an flock) while it has the store open, and a commit waits for it up to ``lockWaitMs`` (default 60000). A
 store lock taken while that lock is held is another program's (a broker, a program with the store open, a
 rebuild): the commit fails at once (StoreLockedError), and so does the check a write makes on the driver
-before any task runs. A commit that fails with nothing appended in a folder that held no store leaves it as it
-was (no store, no lock: ``commit_turn``, ``_remove_store``); a folder that held anything keeps it all, and so
-does a store another program put messages in meanwhile. A store whose recovery (the open's) would cut the log
-where intact records follow is refused, nothing changed, as ``rocketstore produce`` refuses it (CorruptStoreError).
+before any task runs (``commit_turn``). A commit that fails with nothing appended in a folder that held no
+store leaves it as it was (no store, no lock); a folder that held anything keeps it all, and so does a store
+another program put messages in meanwhile. A store whose recovery (the open's) would cut the log where intact
+records follow is refused, nothing changed, as ``rocketstore produce`` refuses it (CorruptStoreError).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -71,13 +70,12 @@ from rocketstore.errors import (
     StoreLockedError,
 )
 from rocketstore.export import delivered_copy_key, skip_delivered
-from rocketstore.files.file_queue import only_zeros
 from rocketstore.files.syscalls import fsync_dir
-from rocketstore.meta.lockfile import describe_holder, held, lock_holder
-from rocketstore.meta.root import is_inside, require_store_or_new_folder
+from rocketstore.meta.root import require_store_or_new_folder
 from rocketstore.prepare import MessagePreparer
 from rocketstore.results import PutResult
 from rocketstore.services.wiring import no_cleanup, no_delayed_delivery
+from rocketstore.spark.commit_turn import commit_turn, held_elsewhere, holds_nothing, remove_made_store
 from rocketstore.spark.schema import option, split_scheme
 from rocketstore.spark.staging import staged_batches
 from rocketstore.store import MessageStore
@@ -85,8 +83,6 @@ from rocketstore.verify.recovery_plan import lossy_cut_guard
 
 log = logging.getLogger(__name__)
 MARKER = os.path.join("config", "sparkSinkCommits.json")
-COMMIT_LOCK_NAME = "sparkCommit.lock"
-COMMIT_LOCK = os.path.join("config", COMMIT_LOCK_NAME)
 DEFAULT_QUEUE_NUMS = 4
 DEFAULT_LOCK_WAIT_MS = 60_000
 
@@ -238,162 +234,6 @@ class QueueChooser:
         self.next.clear()
 
 
-@contextlib.contextmanager
-def commit_turn(root: str, wait_ms: int) -> Iterator[bool]:
-    """Hold ``config/sparkCommit.lock`` (an flock: threads of one process exclude each other too), waiting for
-    it up to ``wait_ms`` while another Spark commit holds it; yields whether the folder held nothing but that
-    lock then (no store: the commit makes it). A commit that fails in a folder holding nothing but that lock (a
-    new store whose open was refused, or one ``_remove_store`` removed) leaves it as it was (``_leave_no_trace``):
-    ``config`` would make it pass for a store. One waiting meanwhile takes its turn anew (``_take_turn``)."""
-    fd, made = _take_turn(root, wait_ms)
-    try:
-        yield _only_the_turn(root)
-    except BaseException:
-        _leave_no_trace(root, made)  # while the turn is still held
-        raise
-    finally:
-        os.close(fd)  # drops the flock
-
-
-def _take_turn(root: str, wait_ms: int) -> tuple[int, str | None]:
-    """An fd of the lock file at its path, flocked, and the topmost folder of root's path this call made (or
-    None); what a failed commit removed meanwhile (the file, ``config/``, folders) is made anew."""
-    path = os.path.join(root, COMMIT_LOCK)
-    folder = os.path.dirname(path)
-    deadline = time.monotonic() + wait_ms / 1000
-    pause = 0.002
-    fd, made = -1, None
-    try:
-        while True:
-            if fd < 0:
-                try:
-                    top = os.path.abspath(root)  # the topmost missing folder of root's path
-                    while not os.path.lexists(os.path.dirname(top)):
-                        top = os.path.dirname(top)
-                    with contextlib.suppress(FileExistsError):  # made meanwhile; a file: making config/ in it fails
-                        os.mkdir(top)
-                        made = top if made is None or len(top) < len(made) else made
-                    os.makedirs(folder, exist_ok=True)
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                except (FileExistsError, FileNotFoundError):  # a failed commit removed config/ or the folder
-                    if os.path.lexists(folder) and not os.path.isdir(folder):
-                        raise  # a file named config: no race, nothing to wait for; else try again
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    pass
-                else:
-                    if _at_path(fd, path):
-                        taken, fd = fd, -1
-                        return taken, made
-                    os.close(fd)  # a file a failed commit removed from the path: wait on the one there
-                    fd = -1
-                    continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise StoreLockedError(
-                    f"{root}: another Spark write kept committing to it for over {wait_ms} ms (the lockWaitMs option)"
-                )
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 0.1)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
-def _at_path(fd: int, path: str) -> bool:
-    """Whether ``fd`` is the file at ``path`` (not one removed from there)."""
-    try:
-        return os.path.samestat(os.stat(path), os.fstat(fd))
-    except FileNotFoundError:
-        return False
-
-
-def _only_the_turn(root: str) -> bool:
-    """Whether the folder holds nothing but ``config/sparkCommit.lock``."""
-    with contextlib.suppress(OSError):
-        return os.listdir(root) == ["config"] and os.listdir(os.path.join(root, "config")) == [COMMIT_LOCK_NAME]
-    return False
-
-
-def _leave_no_trace(root: str, made: str | None) -> None:
-    """Remove the commit lock and ``config/`` when they are all the folder holds (the commit failed before the
-    store was made, or removed it), and the folders it made (``made`` and those below it), while empty."""
-    with contextlib.suppress(OSError):
-        if not _only_the_turn(root):
-            return
-        os.unlink(os.path.join(root, COMMIT_LOCK))
-        os.rmdir(os.path.join(root, "config"))
-        if made is None:
-            fsync_dir(root)
-            return
-        path, up = os.path.abspath(root), ""
-        while up != made:  # root, then each parent up to ``made``; an OSError (one not empty) stops it
-            os.rmdir(path)
-            path, up = os.path.dirname(path), path
-
-
-def _holds_nothing(store: MessageStore) -> bool:
-    """Whether the store holds no message, nor a file in a commit-log folder outside its own."""
-    try:
-        outside = [p for p in store.config.commit_log_folders if not is_inside(p, store.root)]
-        return store.max_phy_offset == 0 and not any(os.path.isdir(p) and os.listdir(p) for p in outside)
-    except Exception:  # a store that cannot tell: kept
-        return False
-
-
-def _remove_store(root: str, config: StoreConfig) -> None:
-    """Remove what a commit made in a folder that held only the commit lock at its turn, but that lock (for
-    ``commit_turn``): under the store's lock, its file last, and only while no file of a commit-log folder holds
-    data (a program that has the store open, or filled it meanwhile without waiting for the turn, keeps it)."""
-    folders = config.copy(storePathRootDir=os.path.abspath(root)).commit_log_folders
-    with contextlib.suppress(OSError, StoreLockedError), held(root):
-        if not all(only_zeros(os.path.join(f, name)) for f in folders if os.path.isdir(f) for name in os.listdir(f)):
-            return  # messages are in (a file that cannot be read, or a folder, fails: kept as well)
-        config = os.path.join(root, "config")
-        paths = [os.path.join(config, name) for name in os.listdir(config) if name != COMMIT_LOCK_NAME]
-        names = sorted(os.listdir(root), key=lambda name: name == "lock")  # the lock's file last
-        paths += [os.path.join(root, name) for name in names if name != "config"]
-        for path in paths:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-
-
-def _held_elsewhere(root: str, exc: StoreLockedError) -> StoreLockedError:
-    return StoreLockedError(
-        f"{root} is open in another program (a broker, a program with the store open, a rebuild), not in a "
-        f"Spark write: a Spark write appends only to a store no other program has open ({exc})"
-    )
-
-
-def check_unheld(root: str) -> None:
-    """Refuse (StoreLockedError), on the driver before any task runs, a store another program holds open. A store a
-    Spark commit holds is not refused: the write waits for its turn. Nothing is written (``/proc/locks`` tells who
-    holds the lock; where it cannot, the commit will)."""
-    holder = lock_holder(root)
-    if holder is None:
-        return
-    try:  # a commit makes the turn's file before it takes the store's lock
-        fd = os.open(os.path.join(root, COMMIT_LOCK), os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        fd = -1
-    if fd >= 0:
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return  # a Spark commit has the turn: the store is its
-            holder = lock_holder(root)  # with the turn held, no Spark commit can hold the store
-            if holder is None:
-                return
-        finally:
-            os.close(fd)
-    raise _held_elsewhere(root, StoreLockedError(f"{describe_holder(holder)} holds its lock"))
-
-
 def _check_space(root: str, staged: list[Any], config: StoreConfig) -> None:
     """Refuse a batch the disk cannot take, before anything is appended."""
     need = sum(os.path.getsize(s.path) for s in staged) * 2 + config.mapped_file_size_commit_log
@@ -506,21 +346,21 @@ def append_staged(
             with no_cleanup(), no_delayed_delivery() if as_is else contextlib.nullcontext():
                 store = MessageStore.open(root, config, confirm_cut=lossy_cut_guard(root, config))
         except StoreLockedError as exc:  # no Spark commit holds it now (we have the turn)
-            raise _held_elsewhere(root, exc) from None
+            raise held_elsewhere(root, exc) from None
         except BaseException:
             if new:
-                _remove_store(root, config)
+                remove_made_store(root, config)
             raise
         unused = False
         try:
             return _append(store, config, staged, sink, batch_id, query, checkpoint, as_is)
         except BaseException:
-            unused = new and _holds_nothing(store)
+            unused = new and holds_nothing(store)
             raise
         finally:
             store.shutdown()
             if unused:  # the store this commit made, nothing put in it: the folder is left as it was
-                _remove_store(root, config)
+                remove_made_store(root, config)
 
 
 def _append(

@@ -71,7 +71,7 @@ from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import ConfigError, InvalidArgumentError, InvalidMessageError, InvalidTopicError, RecordError
 from rocketstore.meta.root import holds_store, require_store_or_new_folder
 from rocketstore.prepare import MessagePreparer
-from rocketstore.spark import commits
+from rocketstore.spark import commit_turn, commits
 from rocketstore.spark.schema import flag_option, int_option, option, store_config, store_path
 from rocketstore.spark.staging import OWNER, claim_folder, driver_tag, sweep_staging
 from rocketstore.verify.layout import check_sizes
@@ -359,7 +359,7 @@ class _Writer:
         if wait is None or wait < 0:
             raise ConfigError(f"option lockWaitMs must be an integer from 0, not {option(options, 'lockWaitMs')!r}")
         self.lock_wait_ms = wait
-        commits.check_unheld(self.path)  # a broker has it open: refused before any task runs
+        commit_turn.check_unheld(self.path)  # a broker has it open: refused before any task runs
         self.topic = option(options, "topic")
         self.as_is = flag_option(options, "asIs", False)
         self.staging_root = os.path.abspath(option(options, "stagingDir") or default_staging(self.path))
@@ -379,8 +379,8 @@ class _Writer:
             return
         check_sizes(self.path, rooted)
         plan = plan_recovery(self.path, self.config)
-        if plan.loses_data and os.path.exists(os.path.join(self.path, commits.COMMIT_LOCK)):
-            with commits.commit_turn(self.path, self.lock_wait_ms):
+        if plan.loses_data and os.path.exists(os.path.join(self.path, commit_turn.COMMIT_LOCK)):
+            with commit_turn.commit_turn(self.path, self.lock_wait_ms):
                 plan = plan_recovery(self.path, self.config)
         if plan.loses_data:
             raise cut_refused(plan)
