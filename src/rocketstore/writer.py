@@ -47,6 +47,7 @@ def _delayed_in_batch(properties: Mapping[str, str]) -> PutResult | None:
         return not_a_level(text)
     return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages") if level > 0 else None
 
+
 FlushHandler = Callable[[AppendResult], PutMessageStatus]  # waits for the SYNC flush of a put
 
 
