@@ -808,6 +808,34 @@ def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
     assert sorted(got) == sorted((r["topic"], base64.b64encode(r["body"]).decode()) for r in rows)
 
 
+def test_a_replayed_batch_that_differs_from_its_cut_short_try_is_told(tmp_path, caplog):
+    """Exactly once needs the replay of a batch to give the rows its first try gave (Spark's own
+    sinks assume it too): a query that gives other rows (a random value in them) matches none of
+    the first try's messages, which stay, and the batch is written again whole. A warning says so,
+    naming the record that is not the batch's next message; a faithful replay gets none."""
+    from rocketstore.spark.commits import append_staged
+
+    config = small_config()
+    store = tmp_path / "store"
+    first = [{"topic": "TopicD", "body": b"first-%d" % i} for i in range(4)]
+    again = [{"topic": "TopicD", "body": b"again-%d" % i} for i in range(4)]
+    append_staged(str(store), config, [_staged(tmp_path / "a.arrow", first[:2])], sink="q", batch_id=0)
+    markers = read_markers(str(store))
+    markers["q"]["state"] = "pending"  # the crash: two of the first try's messages were appended
+    (store / MARKER).write_text(json.dumps(markers))
+    with caplog.at_level("WARNING", logger="rocketstore"):
+        assert append_staged(str(store), config, [_staged(tmp_path / "b.arrow", again)], sink="q", batch_id=0) == 4
+    assert "is not the batch's next message" in caplog.text and "not deterministic" in caplog.text
+    assert len(log_rows(store, config)) == 6  # the first try's two stay
+    caplog.clear()
+    markers = read_markers(str(store))
+    markers["q"] |= {"state": "pending", "batchId": 1, "logStart": markers["q"]["logStart"]}
+    (store / MARKER).write_text(json.dumps(markers))
+    with caplog.at_level("WARNING", logger="rocketstore"):  # a faithful replay: all four were in
+        assert append_staged(str(store), config, [_staged(tmp_path / "c.arrow", again)], sink="q", batch_id=1) == 0
+    assert "was cut short; 4 messages were in" in caplog.text and "not the batch's next" not in caplog.text
+
+
 def _stream_copy(
     spark: Any,  # noqa: F811
     source: Path,

@@ -292,8 +292,10 @@ def _stored_as(
     return all(props.get(k) == v for k, v in target.properties.items() if k != REAL_QID or queue_id is not None)
 
 
-def _already_written(store: MessageStore, start: int, staged: list[Any], as_is: bool = False) -> int:
-    """How many of the staged messages are the records from ``start`` on, in order."""
+def _already_written(store: MessageStore, start: int, staged: list[Any], as_is: bool = False) -> tuple[int, int | None]:
+    """How many of the staged messages are the records from ``start`` on, in order; and the
+    offset of the record after them when it is not the next staged message (None: the log or
+    the staged messages end there)."""
     expected = _messages(staged, as_is)
     offset = start
     matched = 0
@@ -307,10 +309,10 @@ def _already_written(store: MessageStore, start: int, staged: list[Any], as_is: 
         if want is None:
             break
         if not _stored_as(msg, *want, store.writer, as_is):
-            break
+            return matched, offset
         matched += 1
         offset += msg.store_size
-    return matched
+    return matched, None
 
 
 def append_staged(
@@ -386,9 +388,19 @@ def _append(
             log.info("rocketstore sink %s: batch %d was committed before; skipped", sink, batch_id)
             return 0
         if entry.get("batchId") == batch_id and entry.get("state") == "pending":
-            skip = _already_written(store, int(entry["logStart"]), staged, as_is)
+            skip, other = _already_written(store, int(entry["logStart"]), staged, as_is)
             starts = entry.get("queueStarts")  # the replay chooses the queues the first try chose
             log.warning("rocketstore sink %s: batch %d was cut short; %d messages were in", sink, batch_id, skip)
+            if other is not None:  # exactly once needs the replay to give the rows the first try gave
+                log.warning(
+                    "rocketstore sink %s: batch %d: the record at commit-log offset %d is not the batch's "
+                    "next message: another writer's, or the first try's if the query gives other rows when "
+                    "a batch runs again (not deterministic); then those stay and the rest of the batch is "
+                    "written again after them: duplicates",
+                    sink,
+                    batch_id,
+                    other,
+                )
     _check_space(store.root, staged, config)
     choose = QueueChooser(store, starts)
     check_chosen_queues(store, staged, choose, as_is)  # fixes the start of every topic that needs one
