@@ -1132,6 +1132,27 @@ def _claim_in_child(folder: Path, part: bytes) -> None:
     subprocess.run([sys.executable, "-c", code, str(folder), part.decode()], check=True)
 
 
+def test_a_new_local_session_removes_the_work_folders_of_killed_programs(tmp_path, monkeypatch):
+    """local_session's work folder (Spark's local dirs) was removed only by an exit handler: a
+    killed program left it in the temporary folder for good. The next one removes those whose
+    recorded driver process is gone, and keeps a live program's and any it cannot judge."""
+    import os
+    import tempfile
+
+    from rocketstore.spark.session import WORK_PREFIX, new_work_dir
+    from rocketstore.spark.staging import OWNER, claim_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    _claim_in_child(tmp_path / f"{WORK_PREFIX}killed", b"x" * 4096)
+    claim_folder(str(tmp_path / f"{WORK_PREFIX}live"))  # this process: a program still running
+    (tmp_path / f"{WORK_PREFIX}unknown").mkdir()  # no record: not judged
+    (tmp_path / "other-killed").mkdir()
+    (tmp_path / "other-killed" / OWNER).write_text((tmp_path / f"{WORK_PREFIX}killed" / OWNER).read_text())
+    made = new_work_dir()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["other-killed", f"{WORK_PREFIX}live", f"{WORK_PREFIX}unknown", os.path.basename(made)])
+
+
 def test_a_streaming_query_restarted_by_another_driver_stages_in_a_folder_of_its_own(tmp_path):
     """A sweep removes the folder of a killed driver's query (its owner record says the driver is
     gone): the same query restarted by a new driver must not stage in that folder meanwhile. The

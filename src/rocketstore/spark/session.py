@@ -8,6 +8,7 @@ this interpreter (which has pyarrow and rocketstore) instead of whatever ``pytho
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -43,6 +44,25 @@ def _log4j_file(folder: str) -> str:
     return path
 
 
+WORK_PREFIX = "rocketstore-spark-"
+
+
+def new_work_dir() -> str:
+    """A work folder of our own in the temporary folder, removed when the program ends (Spark's
+    own files in it go first); the folders of sessions whose program was killed (no exit handler
+    ran) go now, those whose recorded driver process is known to be gone."""
+    from rocketstore.spark.staging import claim_folder, driver_gone
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(tempfile.gettempdir()):
+            if entry.name.startswith(WORK_PREFIX) and entry.is_dir(follow_symlinks=False) and driver_gone(entry.path):
+                shutil.rmtree(entry.path, ignore_errors=True)
+    work_dir = tempfile.mkdtemp(prefix=WORK_PREFIX)
+    claim_folder(work_dir)  # this process: the JVM's parent, gone with it
+    atexit.register(shutil.rmtree, work_dir, ignore_errors=True)
+    return work_dir
+
+
 def local_session(
     master: str = "local[2]",
     app_name: str = "rocketstore",
@@ -59,9 +79,8 @@ def local_session(
     prepare_environment()
     from pyspark.sql import SparkSession
 
-    if work_dir is None:  # ours: removed when the program ends (Spark's own files in it go first)
-        work_dir = tempfile.mkdtemp(prefix="rocketstore-spark-")
-        atexit.register(shutil.rmtree, work_dir, ignore_errors=True)
+    if work_dir is None:
+        work_dir = new_work_dir()
     os.makedirs(work_dir, exist_ok=True)
     java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file(work_dir)} -Dderby.system.home={work_dir}/derby"
     builder = (

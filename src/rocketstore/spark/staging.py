@@ -128,15 +128,25 @@ def _file_stats(folder: str) -> Iterator[os.stat_result]:
                 yield os.stat(os.path.join(parent, name))
 
 
+def recorded_driver(folder: str) -> Any:
+    """The driver process ``claim_folder`` recorded in ``folder``; None when none can be read."""
+    try:
+        with open(os.path.join(folder, OWNER), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def driver_gone(folder: str) -> bool:
+    """True only when the driver process recorded in ``folder`` is known to be gone."""
+    return bool(_driver_gone(recorded_driver(folder)))
+
+
 def _abandoned(folder: str) -> str | None:
     """Why a job folder may be removed, or None to keep it. A folder whose driver runs is kept,
     however old; one whose driver cannot be checked (another host, or a folder made before
     ``OWNER`` existed) only once nothing in it changed for ``STALE_SECONDS``."""
-    try:
-        with open(os.path.join(folder, OWNER), encoding="utf-8") as f:
-            owner = json.load(f)
-    except (OSError, ValueError):
-        owner = None
+    owner = recorded_driver(folder)
     gone = _driver_gone(owner)
     if gone:
         return f"its driver (pid {owner['pid']} on {owner['host']}) is gone"
