@@ -16,6 +16,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import CorruptStoreError, StoreFileError
+from rocketstore.export import iter_queued
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.verify import verify_store
 from test_cli import SRC
@@ -234,6 +235,49 @@ def test_a_record_with_a_negative_queue_id_is_queued_in_its_own_topic(make_store
     store.shutdown()
     reopened = make_store()  # the folder Java would name, "-16777216", loads again
     assert reopened.queue_ids() == {"A": [-16777216, 0], "B": [0]}
+
+
+@pytest.mark.parametrize("first", [b"/", b"\0"])
+def test_a_damaged_topic_that_is_no_folder_name_is_not_queued(make_store, tmp_path, store_config, first) -> None:
+    """A topic byte damaged into "/" made the name an absolute path: recovery's check of the queues
+    made its folder at the file system's root (os.path.join starts over at "/"); a NUL made the open
+    and the export fail with a bare ValueError. Such a record is not queued (verify names it), every
+    other message is read as before, and nothing is made outside the store."""
+    topic = "Z" + os.urandom(4).hex()  # its damaged name, "/" + the rest, is no folder anyone has
+    escaped = Path("/" + topic[1:])
+    store = make_store()
+    phys = [store.put(Message(topic if i == 15 else "T", b"m%d" % i), 0).commit_log_offset for i in range(20)]
+    store.shutdown()
+    segment = max((tmp_path / "store" / "commitlog").iterdir())  # the last one, which recovery walks
+    base = int(segment.name)
+    assert base <= phys[15]
+    raw = segment.read_bytes()
+    at = raw.index(bytes([len(topic)]) + topic.encode(), phys[15] - base) + 1
+    try:
+        with open(segment, "r+b") as f:
+            f.seek(at)
+            f.write(first)
+        store = make_store()
+        assert not escaped.exists()
+        got = [m.body for m, *_ in iter_queued(store, ["T"]) if m is not None]
+        assert got == [b"m%d" % i for i in range(20) if i != 15]
+        assert sorted(store.queue_ids()) == sorted(["T", topic])  # no queue of the damaged name
+        store.shutdown()
+        assert not escaped.exists() and not verify_store(tmp_path / "store", store_config).ok
+        shutil.rmtree(tmp_path / "store" / "consumequeue")  # a rebuild dispatches the whole log
+        store = make_store()
+        assert [m.body for m, *_ in iter_queued(store)] == [b"m%d" % i for i in range(20) if i != 15]
+        assert not escaped.exists() and sorted(store.queue_ids()) == ["T"]
+    finally:
+        if escaped.is_dir():
+            shutil.rmtree(escaped)
+
+
+def test_only_names_that_are_one_folder_can_be_a_queues_folder() -> None:
+    from rocketstore.codec.topic import queue_folder_ok
+
+    assert all(map(queue_folder_ok, ["T", "%RETRY%g", "SCHEDULE_TOPIC_XXXX", "a.b", "x" * 255, "\ufffdopic"]))
+    assert not any(map(queue_folder_ok, ["", ".", "..", "/T", "T/x", "a\0b", "x" * 256, "\u00e9" * 128]))
 
 
 def _field_at(path: Path, record: int, field: str) -> tuple[int, str]:

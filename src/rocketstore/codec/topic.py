@@ -87,6 +87,23 @@ def send_refusal(topic: str) -> str | None:
     return f"Sending message to topic[{topic}] is forbidden." if topic in NOT_ALLOWED_SEND_TOPICS else None
 
 
+_folder_ok: dict[str, bool] = {}
+
+
+def queue_folder_ok(topic: str) -> bool:
+    """Whether a record's topic (a damaged one's too) can name its consume-queue folder: one path
+    component (not empty, "." or "..", no "/" or NUL) of at most 255 bytes. Every name RocketMQ
+    takes can; a record whose topic cannot is not queued (verify names it), so no folder is made
+    outside ``consumequeue/`` and no open fails on it."""
+    ok = _folder_ok.get(topic)
+    if ok is None:
+        ok = topic not in ("", ".", "..") and "/" not in topic and "\0" not in topic
+        ok = ok and len(topic.encode("utf-8", "surrogatepass")) <= 255
+        if len(_folder_ok) < 65536:
+            _folder_ok[topic] = ok
+    return ok
+
+
 _topic_cache: dict[bytes, str] = {}
 
 

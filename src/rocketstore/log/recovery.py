@@ -41,6 +41,7 @@ from rocketstore.codec import record as rec
 from rocketstore.codec import sysflag as sf
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, mismatched_size
+from rocketstore.codec.topic import queue_folder_ok
 from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
@@ -326,7 +327,7 @@ def _find_short_queues(
     start (``lasts``): units at its end were lost, or its folder (then made again, empty). A
     deleted topic's records before its deletion belong to no queue."""
     for (topic, queue_id), (queue_offset, phy) in lasts.items():
-        if phy < deleted.get(topic, -1):
+        if phy < deleted.get(topic, -1) or not queue_folder_ok(topic):  # (a damaged record's: never queued)
             continue
         cq = queues.find_or_create(topic, queue_id)
         if not cq.behind and queue_offset >= cq.max_offset_in_queue():

@@ -8,7 +8,8 @@ import shutil
 import threading
 
 from rocketstore.codec.scan import java_int
-from rocketstore.codec.topic import NEVER_REMOVED
+from rocketstore.codec.topic import NEVER_REMOVED, queue_folder_ok
+from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import flush_each
 from rocketstore.queues.consume_queue import ConsumeQueue
 
@@ -77,6 +78,8 @@ class ConsumeQueueStore:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.table.get((topic, queue_id))
         if cq is None:
+            if not queue_folder_ok(topic):  # callers skip such records: nothing is made outside the store
+                raise CorruptStoreError(f"a record's topic {topic!r} cannot name a consume-queue folder")
             with self._lock:
                 cq = self.table.get((topic, queue_id))
                 if cq is None:

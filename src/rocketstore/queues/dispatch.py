@@ -15,6 +15,8 @@ batch for it.
 from __future__ import annotations
 
 import bisect
+import logging
+from collections.abc import Callable
 from operator import itemgetter
 
 import numpy as np
@@ -32,6 +34,7 @@ from rocketstore.codec.records import (
     REQUEST_LEN,
     Records,
 )
+from rocketstore.codec.topic import queue_folder_ok
 from rocketstore.config import StoreConfig
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, UNIT_DTYPE
@@ -42,6 +45,7 @@ SMALL = 16  # up to this many records, dispatch goes record by record
 CHUNK_BYTES = 4 << 20  # log bytes dispatched together (~3,500 1 KiB records): numpy temporaries stay small
 _offset = itemgetter(D_OFFSET)
 _PREPARED_BIT = sf.TRANSACTION_PREPARED_TYPE  # set for PREPARED (0x4) and ROLLBACK (0xC)
+log = logging.getLogger(__name__)
 
 
 class Dispatcher:
@@ -57,6 +61,17 @@ class Dispatcher:
         self.slave = config.broker_role == "SLAVE"  # stamps physicMsgTimestamp on dispatch too (it flushes no puts)
         self.deleted: dict[str, int] = {}  # deleted topic -> the log end when it was deleted
         self.skip_below = 0  # the highest of those ends: records at or after it are never skipped
+        self.unqueued: set[str] = set()  # topics of damaged records that name no folder (warned about)
+
+    def _queueable(self, topic: str) -> bool:
+        """Whether records of ``topic`` go to a consume queue: not when it names no folder (a damaged
+        record's, ``queue_folder_ok``), warned about once per name."""
+        if queue_folder_ok(topic):
+            return True
+        if topic not in self.unqueued:
+            self.unqueued.add(topic)
+            log.warning("records of topic %r are not queued: the name cannot be a folder (a damaged record)", topic)
+        return False
 
     def set_deleted(self, table: dict[str, int]) -> None:
         """Keep the records of each topic in ``table`` below its offset out of the consume queues
@@ -89,7 +104,7 @@ class Dispatcher:
         groups: dict[tuple[str, int], list[tuple]] = {}
         last_queued_ts = 0
         for r in queued:
-            if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT:
+            if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT and self._queueable(r[D_TOPIC]):
                 groups.setdefault((r[D_TOPIC], r[D_QUEUE_ID]), []).append(r)
                 last_queued_ts = r[D_STORE_TS]
         for (topic, queue_id), rows in groups.items():
@@ -118,11 +133,10 @@ class Dispatcher:
         live = records
         if records.offsets[0] < self.skip_below:  # recovery or a rebuild of a store with deleted topics
             live = drop_deleted(records, self.deleted)
-        # NOT (0) and COMMIT (8) records are queued: bit 0x4 clear
-        queued = live.select((live.sys_flags & _PREPARED_BIT) == 0)
+        queued, distinct = queued_records(live, self._queueable)
         n = len(queued)
         if n:
-            topic_ids = {t: i for i, t in enumerate(dict.fromkeys(queued.topics))}
+            topic_ids = {t: i for i, t in enumerate(distinct)}
             phys, sizes, queue_offsets = queued.offsets, queued.sizes, queued.queue_offsets
             packed = np.empty(n, dtype=UNIT_DTYPE)
             packed["phy"], packed["size"], packed["tags"] = phys, sizes, queued.tags
@@ -152,6 +166,20 @@ class Dispatcher:
             self._dispatched(int(queued.store_ts[-1]))
         if index and self.config.message_index_enable:
             self.index.build_index(records)
+
+
+def queued_records(
+    records: Records, queueable: Callable[[str], bool] = queue_folder_ok
+) -> tuple[Records, dict[str, None]]:
+    """The records that go to a consume queue, and their topics (each once, in order): NOT (0) and
+    COMMIT (8) ones, bit 0x4 clear, whose topic ``queueable`` takes (by default one that names a
+    folder, ``queue_folder_ok``: a damaged record's may not)."""
+    queued = records.select((records.sys_flags & _PREPARED_BIT) == 0)
+    distinct = dict.fromkeys(queued.topics)
+    if not all(map(queueable, distinct)):
+        queued = queued.select(np.fromiter(map(queue_folder_ok, queued.topics), dtype=bool, count=len(queued)))
+        distinct = dict.fromkeys(queued.topics)
+    return queued, distinct
 
 
 def drop_deleted(records: Records, deleted: dict[str, int]) -> Records:

@@ -42,7 +42,7 @@ from rocketstore.meta.lockfile import StoreLock
 from rocketstore.meta.root import overlapping_store_folder, require_store
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, PRE_BLANK, UNIT_DTYPE
 from rocketstore.queues.consume_queues import ConsumeQueueStore, deleted_leftover
-from rocketstore.queues.dispatch import drop_deleted
+from rocketstore.queues.dispatch import drop_deleted, queued_records
 from rocketstore.queues.index_service import IndexService, index_entries
 from rocketstore.verify.recovery_plan import cut_refused, lossy_recovery
 
@@ -128,8 +128,7 @@ def _scan_for_rebuild(
         count = 0
         for records in found:
             count += len(records)
-            live = drop_deleted(records, deleted)
-            queued = live.select((live.sys_flags & 0x4) == 0)
+            queued, _ = queued_records(drop_deleted(records, deleted))
             if len(queued):
                 tids = [topics.setdefault(t, len(topics)) for t in queued.topics]
                 cols["tid"].append(np.array(tids, dtype=np.int32))
