@@ -273,6 +273,15 @@ def test_a_damaged_topic_that_is_no_folder_name_is_not_queued(make_store, tmp_pa
             shutil.rmtree(escaped)
 
 
+def test_dispatch_of_a_few_records_queues_none_of_a_topic_that_names_no_folder(make_store, tmp_path) -> None:
+    """The record-by-record dispatch (a handful of requests, as a quiet store's reput gives) skips
+    them too, and the others of the round are queued."""
+    store = make_store()
+    # (topic, queueId, offset, size, tagsCode, storeTimestamp, queueOffset, KEYS, UNIQ_KEY, sysFlag)
+    store.dispatcher.dispatch([("/Tx", 0, 0, 60, 0, 1, 0, None, None, 0), ("T", 0, 60, 60, 0, 1, 0, None, None, 0)])
+    assert store.queue_ids() == {"T": [0]} and not Path("/Tx").exists()
+
+
 def test_only_names_that_are_one_folder_can_be_a_queues_folder() -> None:
     from rocketstore.codec.topic import queue_folder_ok
 

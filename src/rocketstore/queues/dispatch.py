@@ -104,10 +104,12 @@ class Dispatcher:
         groups: dict[tuple[str, int], list[tuple]] = {}
         last_queued_ts = 0
         for r in queued:
-            if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT and self._queueable(r[D_TOPIC]):
+            if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT:
                 groups.setdefault((r[D_TOPIC], r[D_QUEUE_ID]), []).append(r)
                 last_queued_ts = r[D_STORE_TS]
         for (topic, queue_id), rows in groups.items():
+            if not self._queueable(topic):
+                continue
             self.queues.find_or_create(topic, queue_id).put_unit_arrays(
                 [r[D_OFFSET] for r in rows],
                 [r[D_SIZE] for r in rows],
