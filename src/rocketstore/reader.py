@@ -320,8 +320,10 @@ class MessageReader:
         A message stored up to 999 ms after ``end`` can match, one stored up to 999 ms after
         ``begin`` can be missed.
 
-        Index hits whose real key differs (hash collisions) are dropped; hits inside the log whose
-        record does not decode are named in the result's ``unreadable`` and in a WARNING.
+        Index hits whose real key differs (hash collisions) are dropped, after ``max_num`` capped
+        the hits read (as RocketMQ's maxNum): newer messages of such keys can leave fewer, or none;
+        ``index_hits`` tells how many were read. Hits inside the log whose record does not decode
+        are named in the result's ``unreadable`` and in a WARNING.
         """
         topic, key, max_num, begin, end = check_arguments(
             "query_message",
