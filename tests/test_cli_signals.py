@@ -307,6 +307,17 @@ def test_an_import_onto_a_disk_that_fills_deletes_nothing_and_says_where_to_go_o
 
 
 # -- import: SIGTERM as Ctrl-C ----------------------------------------------------------------------------
+def test_an_import_stopped_as_its_store_shuts_down_says_every_line_was_stored() -> None:
+    """A stop that comes once every line is stored, during the store's shutdown (which runs whole,
+    the signal raised after it), said only "terminated": run again, the file would be stored twice."""
+    from rocketstore.cli.transfer import _stopped
+
+    stopped = _stopped(KeyboardInterrupt(), signal.SIGTERM, "in.jsonl", 3000)
+    assert stopped.exit_code == 143 and stopped.details == {"imported": 3000}
+    assert str(stopped) == "terminated (SIGTERM): 3000 message(s) stored, every line (the store shut down cleanly)"
+    assert str(_stopped(KeyboardInterrupt(), signal.SIGINT, "in.jsonl")) == "interrupted"  # before any line
+
+
 def test_import_terminated_says_what_was_stored_and_where_to_go_on(tmp_path: Path) -> None:
     """SIGTERM (a service manager's stop, `kill`) ends an import as Ctrl-C does, at a whole line:
     the store shut down cleanly (its config/ written), how many were stored and the `tail` to go on

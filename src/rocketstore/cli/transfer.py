@@ -158,11 +158,16 @@ def _resume_hint(line: int, input_path: str) -> str:
     return f"`tail -n +{line} {source}` gives the rest to import"
 
 
-def _stopped(exc: KeyboardInterrupt, signum: int, input_path: str) -> Interrupted:
+def _stopped(exc: KeyboardInterrupt, signum: int, input_path: str, count: int | None = None) -> Interrupted:
     """What an import stopped by ``signum`` (SIGINT or SIGTERM) says (``stopped_by``): once the
-    lines are being stored, how many are stored and the `tail` to go on from."""
+    lines are being stored, how many are stored and the `tail` to go on from; ``count`` when every
+    line was stored and the stop came during the store's shutdown (which ran whole)."""
     if not isinstance(exc, ImportInterrupted):
-        return stopped_by(signum)
+        if count is None:
+            return stopped_by(signum)
+        stopped = stopped_by(signum, f"{count} message(s) stored, every line (the store shut down cleanly)")
+        stopped.details = {"imported": count}
+        return stopped
     stored = f"{exc.imported} message(s) stored, from the lines before line {exc.line}"
     stopped = stopped_by(signum, f"{stored}; {_resume_hint(exc.line, input_path)}")
     stopped.details = {"line": exc.line, "imported": exc.imported}
@@ -228,6 +233,7 @@ def import_(opts: Common, input_path: str) -> None:
     """
     total = None if input_path == "-" else os.path.getsize(input_path)
     guard = DeferStops()
+    count = None
     try:
         with click.open_file(input_path, "rb") as lines, guard.installed():
             # no delivery during the import (the input may hold the delivered copies), and no cleanup
@@ -236,7 +242,7 @@ def import_(opts: Common, input_path: str) -> None:
             with shut_down_whole(store, guard), progress_bar("import", total, unit_bytes=True) as advance:
                 count = _import_lines(store, lines, advance, guard)
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM; ImportInterrupted while the lines are stored
-        raise with_notes(_stopped(exc, guard.signal, input_path), exc) from None
+        raise with_notes(_stopped(exc, guard.signal, input_path, count), exc) from None
     except ImportLineError as exc:
         exc.args = (f"{exc}; {_resume_hint(exc.line, input_path)}",)  # its type, line and count kept for --json
         raise
