@@ -980,3 +980,8 @@ def test_an_escaped_surrogate_pair_is_one_character_and_a_lone_half_is_refused(t
             StoreConfig.from_properties(conf)
         with pytest.raises(ConfigError, match="lone UTF-16 surrogate"):
             StoreConfig(**{key: "/x\udc00y"})
+    # Python's stand-ins for the bytes of a file name that is not UTF-8 name that file: kept
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/st\xffore")
+    with MessageStore.open(odd, StoreConfig(storePathCommitLog=odd + "-cl")) as store:
+        store.put(Message("T", b"x")).raise_for_status()
+    assert os.listdir(odd) and os.listdir(odd + "-cl")  # the store, and its commit log beside it

@@ -379,11 +379,14 @@ def _coerce(snake: str, value: Any) -> Any:
 def _utf16_joined(name: str, value: str) -> str:
     """``value`` with each UTF-16 surrogate pair (``\\uD83D\\uDE00``, as native2ascii escapes a
     character past U+FFFF in broker.conf) as the one character Java's String holds; ConfigError
-    for a lone surrogate, which no file name (nor UTF-8 text) can hold."""
+    for a lone surrogate no file name can hold (Python's stand-ins for the bytes of a name that
+    is not UTF-8, U+DC80 to U+DCFF, are kept: they name such a file)."""
+    joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
     try:
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    except UnicodeDecodeError:
+        os.fsencode(joined)
+    except UnicodeEncodeError:
         raise ConfigError(f"{name} holds a lone UTF-16 surrogate (half of an escaped pair): {shown(value)}") from None
+    return joined
 
 
 def _resolve(name: str) -> str:
