@@ -1153,6 +1153,39 @@ def test_a_new_local_session_removes_the_work_folders_of_killed_programs(tmp_pat
     assert left == sorted(["other-killed", f"{WORK_PREFIX}live", f"{WORK_PREFIX}unknown", os.path.basename(made)])
 
 
+def test_a_work_folder_is_its_own_programs_under_a_launcher_named_java(tmp_path, monkeypatch):
+    """The folder recorded the first ancestor named java (a job's driver JVM, for staging): a
+    program started by a Java launcher (an IDE, a build agent) that then exits had its live
+    folder removed by the next session. It records the program itself."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from rocketstore.spark.session import new_work_dir
+
+    child = (
+        "import sys, tempfile\ntempfile.tempdir = sys.argv[1]\n"
+        "from rocketstore.spark.session import new_work_dir\nprint(new_work_dir(), flush=True)\nsys.stdin.read()\n"
+    )
+    launcher = tmp_path / "bin" / "java"  # its process is named java, as a JVM's is
+    launcher.parent.mkdir()
+    launcher.write_text(
+        f"#!{sys.executable}\nimport subprocess, sys\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1]], stdout=subprocess.PIPE, text=True)\n"
+        "print(child.stdout.readline().strip(), flush=True)\n"
+    )
+    launcher.chmod(0o755)
+    proc = subprocess.Popen([str(launcher), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    made = proc.stdout.readline().strip()
+    assert proc.wait(timeout=60) == 0  # the launcher is gone, the program it started runs on
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    new_work_dir()
+    assert os.path.isdir(made)
+    proc.stdin.close()  # the program ends
+
+
 def test_a_streaming_query_restarted_by_another_driver_stages_in_a_folder_of_its_own(tmp_path):
     """A sweep removes the folder of a killed driver's query (its owner record says the driver is
     gone): the same query restarted by a new driver must not stage in that folder meanwhile. The

@@ -58,7 +58,7 @@ def new_work_dir() -> str:
             if entry.name.startswith(WORK_PREFIX) and entry.is_dir(follow_symlinks=False) and driver_gone(entry.path):
                 shutil.rmtree(entry.path, ignore_errors=True)
     work_dir = tempfile.mkdtemp(prefix=WORK_PREFIX)
-    claim_folder(work_dir)  # this process: the JVM's parent, gone with it
+    claim_folder(work_dir, this_process=True)  # the JVM's parent (a launcher above it may outlive it)
     atexit.register(shutil.rmtree, work_dir, ignore_errors=True)
     return work_dir
 

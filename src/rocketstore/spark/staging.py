@@ -81,9 +81,9 @@ def driver_pid() -> int | None:
     return None if in_worker else os.getpid()
 
 
-def _driver() -> tuple[int | None, int | None]:
-    """(pid, start time) of ``driver_pid``; (None, None) when it cannot be told."""
-    pid = driver_pid()
+def _driver(this_process: bool = False) -> tuple[int | None, int | None]:
+    """(pid, start time) of ``driver_pid`` (or of this process); (None, None) when it cannot be told."""
+    pid = os.getpid() if this_process else driver_pid()
     fields = _stat_fields(pid) if pid is not None else None
     return (pid, int(fields[19])) if fields else (None, None)
 
@@ -96,11 +96,12 @@ def driver_tag() -> str:
     return f"-{pid}-{start}" if pid is not None else ""
 
 
-def claim_folder(folder: str) -> None:
+def claim_folder(folder: str, this_process: bool = False) -> None:
     """Make a job's staging folder (on the driver) and record in it the driver process the job
-    lives in (``OWNER``), written whole (a sweep never reads half of it)."""
+    lives in (``OWNER``; with ``this_process``, this one: a folder of this program's own), written
+    whole (a sweep never reads half of it)."""
     os.makedirs(folder, exist_ok=True)
-    pid, start = _driver()
+    pid, start = _driver(this_process)
     owner = {"pid": pid, "start": start, **_machine()}
     tmp = os.path.join(folder, f".{OWNER}.{uuid.uuid4().hex[:8]}")
     with open(tmp, "w", encoding="utf-8") as f:
