@@ -278,8 +278,11 @@ def test_dispatch_of_a_few_records_queues_none_of_a_topic_that_names_no_folder(m
     them too, and the others of the round are queued."""
     store = make_store()
     # (topic, queueId, offset, size, tagsCode, storeTimestamp, queueOffset, KEYS, UNIQ_KEY, sysFlag)
-    store.dispatcher.dispatch([("/Tx", 0, 0, 60, 0, 1, 0, None, None, 0), ("T", 0, 60, 60, 0, 1, 0, None, None, 0)])
+    later = 2 * 10**12  # the unqueued record's time: the checkpoint's queue time is not moved to it
+    requests = [("T", 0, 0, 60, 0, 10**12, 0, None, None, 0), ("/Tx", 0, 60, 60, 0, later, 0, None, None, 0)]
+    store.dispatcher.dispatch(requests)
     assert store.queue_ids() == {"T": [0]} and not Path("/Tx").exists()
+    assert store.checkpoint.logics_dispatched_timestamp == 10**12
 
 
 def test_only_names_that_are_one_folder_can_be_a_queues_folder() -> None:

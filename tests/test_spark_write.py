@@ -811,7 +811,8 @@ def test_a_batch_cut_short_after_delayed_messages_is_completed_once(tmp_path):
 def test_a_replayed_batch_that_differs_from_its_cut_short_try_is_told(tmp_path, caplog):
     """Exactly once needs the replay of a batch to give the rows its first try gave (Spark's own
     sinks assume it too): a query that gives other rows (a random value in them) matches none of
-    the first try's messages, which stay, and the batch is written again whole. A warning says so,
+    the first try's messages, which stay, and the batch is written again from its first row that
+    differs (here the first). A warning says so,
     naming the record that is not the batch's next message; a faithful replay gets none."""
     from rocketstore.spark.commits import append_staged
 

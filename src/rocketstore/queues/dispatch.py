@@ -102,22 +102,23 @@ class Dispatcher:
             deleted = self.deleted
             queued = [r for r in requests if r[D_OFFSET] >= deleted.get(r[D_TOPIC], -1)]
         groups: dict[tuple[str, int], list[tuple]] = {}
-        last_queued_ts = 0
         for r in queued:
             if r[D_TOPIC] is not None and not r[D_SYSFLAG] & _PREPARED_BIT:
                 groups.setdefault((r[D_TOPIC], r[D_QUEUE_ID]), []).append(r)
-                last_queued_ts = r[D_STORE_TS]
+        last = None  # the last record queued, in log order
         for (topic, queue_id), rows in groups.items():
             if not self._queueable(topic):
                 continue
+            if last is None or rows[-1][D_OFFSET] > last[D_OFFSET]:
+                last = rows[-1]
             self.queues.find_or_create(topic, queue_id).put_unit_arrays(
                 [r[D_OFFSET] for r in rows],
                 [r[D_SIZE] for r in rows],
                 [r[D_QUEUE_OFFSET] for r in rows],
                 b"".join([UNIT.pack(r[D_OFFSET], r[D_SIZE], r[D_TAGS_CODE]) for r in rows]),
             )
-        if last_queued_ts:
-            self._dispatched(last_queued_ts)
+        if last is not None:
+            self._dispatched(last[D_STORE_TS])
         if self.config.message_index_enable:
             self.index.build_index_requests(requests)
 
@@ -178,8 +179,10 @@ def queued_records(
     folder, ``queue_folder_ok``: a damaged record's may not)."""
     queued = records.select((records.sys_flags & _PREPARED_BIT) == 0)
     distinct = dict.fromkeys(queued.topics)
-    if not all(map(queueable, distinct)):
-        queued = queued.select(np.fromiter(map(queue_folder_ok, queued.topics), dtype=bool, count=len(queued)))
+    unqueued = {t for t in distinct if not queueable(t)}
+    if unqueued:
+        kept = np.fromiter((t not in unqueued for t in queued.topics), dtype=bool, count=len(queued))
+        queued = queued.select(kept)
         distinct = dict.fromkeys(queued.topics)
     return queued, distinct
 
