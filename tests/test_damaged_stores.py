@@ -10,11 +10,13 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.codec import record as rec
 from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.export import iter_queued
 from rocketstore.meta.checkpoint import StoreCheckpoint
@@ -196,6 +198,28 @@ def test_a_log_cut_drops_an_empty_index_file_that_carries_the_cut_records(make_s
     assert [i for i in range(10) if _found(store, f"k{i}") != [offsets[i]]] == []
     again = _put(store, 14, 10)
     assert [i for i in range(10, 14) if _found(store, f"k{i}") != [again[i - 10]]] == []
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_store_times_never_go_back_across_a_reopen(make_store, tmp_path, store_config, crash) -> None:
+    """Within a run a store time is never below the one before (a clock stepped back stamps the
+    last one again); after a reopen it started from the clock, so a clock found behind the log
+    stamped new records earlier than the kept ones, and the next abnormal recovery, which picks its
+    first segment by store time, could start past unflushed data. It goes on from the newest kept.
+    (The clock behind the log is made by moving the last record's time ahead, a field no CRC covers.)"""
+    store = make_store()
+    last = [store.put(Message("T", b"m%d" % i), 0) for i in range(5)][-1]
+    store.shutdown()
+    ahead = int(time.time() * 1000) + 3_600_000
+    segment = tmp_path / "store" / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(last.commit_log_offset + rec.store_timestamp_position(0))
+        f.write(struct.pack(">q", ahead))
+    if crash:
+        (tmp_path / "store" / "abort").touch()
+    store = make_store()
+    put = store.put(Message("T", b"after"), 0)
+    assert store.look_message_by_offset(put.commit_log_offset).store_timestamp >= ahead
 
 
 def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(make_store, tmp_path, store_config) -> None:

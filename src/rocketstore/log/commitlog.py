@@ -419,6 +419,13 @@ class CommitLog:
         take = handoff.popleft
         return [take() for _ in range(n)]
 
+    def store_times_from(self, newest: int) -> None:
+        """Store times go on from ``newest``, the latest of the records recovery kept: a clock found
+        behind the log at an open does not stamp new records earlier than those (abnormal recovery
+        picks the first segment it checks by store time, and would start past unflushed data)."""
+        with self.put_lock:
+            self._last_store_ts = max(self._last_store_ts, newest)
+
     def reset_topic_queue_table(self, table: dict[tuple[str, int], int]) -> None:
         with self.put_lock:
             self.topic_queue_table.clear()

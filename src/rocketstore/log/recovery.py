@@ -276,6 +276,7 @@ def recover(
     commit_log.confirm_offset = process_offset
     report.newest_kept = newest[0]
     _claim_only_what_is_kept(checkpoint, index, newest[0])
+    commit_log.store_times_from(newest[0])  # never back across a restart, as within a run
     return report
 
 
