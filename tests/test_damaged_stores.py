@@ -222,6 +222,32 @@ def test_store_times_never_go_back_across_a_reopen(make_store, tmp_path, store_c
     assert store.look_message_by_offset(put.commit_log_offset).store_timestamp >= ahead
 
 
+def test_a_full_last_index_file_ending_in_the_checkpoints_millisecond_is_rebuilt_after_a_crash(
+    make_store, tmp_path, store_config
+) -> None:
+    """One batch (one store time) fills two index files: both end in the millisecond the checkpoint
+    names, which the first set when the second was made, so the second passed for flushed whole.
+    A full file is flushed only when the next is made: after a crash the last one is rebuilt."""
+    config = store_config.copy(mappedFileSizeCommitLog=65536)
+    store = make_store(config=config)
+    per_file = store_config.max_index_num - 1  # entries a file holds (counted from 1)
+    batch = [Message("T", b"m%d" % i, keys=f"k{i}") for i in range(per_file)]  # 2 entries each
+    put = store.put_batch(batch, 0)
+    assert put.ok and store.wait_for_dispatch()
+    first, second = store.index.files
+    assert first.is_write_full() and second.is_write_full() and first.end_timestamp == second.end_timestamp
+    store.shutdown()
+    # the crash: the second file's pages of entries were never written (a power cut took them)
+    entries_at = 40 + store_config.max_hash_slot_num * 4
+    with open(second.path, "r+b") as f:
+        f.seek(entries_at + 20 * 20)
+        f.write(bytes(20 * 80))
+    (tmp_path / "store" / "abort").touch()
+    store = make_store(config=config)
+    missing = [i for i in range(per_file) if not _found(store, f"k{i}")]
+    assert missing == []
+
+
 def test_a_power_cut_taking_every_record_leaves_no_checkpoint_time_ahead(make_store, tmp_path, store_config) -> None:
     """ASYNC_FLUSH: the consume queues were flushed (the checkpoint names their store time) but the
     log was not, and the power cut takes every record. Recovery brings the checkpoint's times back

@@ -214,7 +214,8 @@ class IndexService:
                 found.append((path, None))
             checked = self.mode == "rw" or not last_exit_ok  # else maybe verify's load: it keeps what it finds
             dropping = False  # from the first file not known whole on: rebuilt from there
-            for path, index in creation_order(found, earliest=checked):
+            ordered = creation_order(found, earliest=checked)
+            for k, (path, index) in enumerate(ordered):
                 if index is None:  # of the wrong size
                     dropping = True
                     if self.mode == "rw":
@@ -227,7 +228,7 @@ class IndexService:
                 damage = index.header_problem(files[-1].end_phy_offset if files else None) if checked else None
                 if damage is not None:
                     log.warning("dropping index file %s (a damaged header: %s); rebuilt by recovery", path, damage)
-                elif not (last_exit_ok or self._durable(index)):
+                elif not (last_exit_ok or (self._durable(index) and k < len(ordered) - 1)):
                     damage = "not known to be on disk whole"
                     log.info("dropping index file %s: %s, rebuilt by recovery", path, damage)
                 if damage is not None:
@@ -243,9 +244,11 @@ class IndexService:
         self.files = files
 
     def _durable(self, index: IndexFile) -> bool:
-        """After a crash, an index file is trusted only if it was flushed whole: full (a file is
-        flushed when it fills up) and not newer than the checkpoint (its header is checked on
-        every load, ``IndexFile.header_problem``)."""
+        """After a crash, an index file is trusted only if it was flushed whole: full and not newer
+        than the checkpoint (its header is checked on every load, ``IndexFile.header_problem``),
+        and not the last file (``load``): a full file is flushed before the next one is made, so
+        the last may not be, even when it ended in the millisecond the checkpoint names (a file
+        filled before it in the same millisecond set that)."""
         return (
             index.is_write_full()
             and 0 < index.end_timestamp <= self.checkpoint.index_msg_timestamp
@@ -349,6 +352,10 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_write_full():
             return last
+        if last is not None:  # flushed whole before the next file exists: a failure raises here, and
+            last.flush()  # the retried dispatch flushes it again (never vouched for by a later file)
+            self.checkpoint.index_msg_timestamp = last.end_timestamp
+            self.checkpoint.flush()
         if self.mode == "rw":
             os.makedirs(self.dir, exist_ok=True)
         now = int(time.time() * 1000)
@@ -362,10 +369,6 @@ class IndexService:
         if self.allocator is not None:  # keys land on random slots: fault the slot table in at once
             self.allocator.populate_soon(index.mapped, 0, INDEX_HEADER_SIZE + self.slot_num * HASH_SLOT_SIZE)
         self.files = [*self.files, index]
-        if last is not None:
-            last.flush()
-            self.checkpoint.index_msg_timestamp = last.end_timestamp
-            self.checkpoint.flush()
         return index
 
     def truncate(self, offset: int) -> int | None:
