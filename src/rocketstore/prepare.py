@@ -62,9 +62,13 @@ def _bad_properties() -> PutResult:
     return PutResult.refused(_ILLEGAL, "property names and values must be non-empty UTF-8 text without \\x01 or \\x02")
 
 
-def not_a_level(text: str) -> PutResult:
-    """The refusal of a DELAY that Java's Integer.parseInt does not read."""
-    return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {shown(text)}")
+def delay_level(text: str) -> int | PutResult:
+    """The level a ``DELAY`` text asks for, as Java's Integer.parseInt reads it; where that
+    throws, the refusal of the put."""
+    level = java_int(text)
+    if level is None:
+        return PutResult.refused(_ILLEGAL, f"DELAY must be a delay level (an integer), not {shown(text)}")
+    return level
 
 
 def waits(properties: Mapping[str, str] | None) -> bool:
@@ -152,8 +156,8 @@ class MessagePreparer:
             text = f"{text}\x02{extra_props}"
         topic = message._topic
         if topic == SCHEDULE_TOPIC:
-            if DELAY in props and java_int(props[DELAY]) is None:
-                return not_a_level(props[DELAY])  # RocketMQ would end the log at it when it reads it back
+            if DELAY in props and type(level := delay_level(props[DELAY])) is PutResult:
+                return level  # RocketMQ would end the log at it when it reads it back
             if (undeliverable := self._undeliverable(props, queue_id)) is not None:
                 return undeliverable
         topic_bytes = self._topic_bytes.get(topic)
@@ -260,10 +264,9 @@ class MessagePreparer:
         queue ``level - 1``. Other messages (no delay, prepared or rolled-back transactions, a
         message already in the schedule topic) come back unchanged."""
         props = message._props
-        text = props[DELAY]
-        level = java_int(text)
-        if level is None:
-            return not_a_level(text)
+        level = delay_level(props[DELAY])
+        if type(level) is PutResult:
+            return level
         if level <= 0 or message.topic == SCHEDULE_TOPIC or not sf.goes_to_consume_queue(message.sys_flag):
             return message, queue_id
         delayed = dict(props)

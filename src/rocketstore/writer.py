@@ -18,11 +18,10 @@ from rocketstore.codec.crc import crc32
 from rocketstore.codec.ids import _tags_cache, tags_code
 from rocketstore.codec.message import Message, checked_properties
 from rocketstore.codec.properties import DELAY, KEYS, TAGS, UNIQ_KEY, encode_properties
-from rocketstore.codec.scan import java_int
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.log.commitlog import AppendResult, CommitLog, too_big_for_segment
-from rocketstore.prepare import SENT_FIELDS, MessagePreparer, checked_queue_id, not_a_level, plain_properties, waits
+from rocketstore.prepare import SENT_FIELDS, MessagePreparer, checked_queue_id, delay_level, plain_properties, waits
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.running_flags import DISK_FULL, NOT_WRITEABLE_BITS
 from rocketstore.running_flags import describe as describe_flags
@@ -42,9 +41,9 @@ def _delayed_in_batch(properties: Mapping[str, str]) -> PutResult | None:
     text = properties.get(DELAY, "0")
     if text in ("0", ""):
         return None
-    level = java_int(text)
-    if level is None:
-        return not_a_level(text)
+    level = delay_level(text)
+    if type(level) is PutResult:
+        return level
     return PutResult.refused(_ILLEGAL, "a batch cannot hold delayed messages") if level > 0 else None
 
 
