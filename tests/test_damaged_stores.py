@@ -17,10 +17,12 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.codec import record as rec
+from rocketstore.codec.crc import body_crc
 from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.export import iter_queued
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.verify import verify_store
+from rocketstore.verify.recovery_plan import plan_recovery
 from test_cli import SRC
 from test_verify_live import HOLD_LOCK
 
@@ -641,3 +643,75 @@ def test_a_last_unit_pointing_back_is_not_answered_with_the_queue_again(make_sto
         got += [m.body for m in result.messages]
         offset = result.next_begin_offset
     assert got == [b"b%d" % i for i in range(24)] + [b"a0", b"new"]  # unit 24 as it was: verify names it
+
+
+def _fill_segment_to_its_end(root: Path, offsets: list[int], size: int, cq_size: int) -> int:
+    """Lengthen the body of segment 0's last record so that it ends exactly at the segment's end,
+    where the BLANK marker was (a writer always leaves room for one; a hand-made or damaged store
+    may not). Its consume-queue unit follows (topic T, queue ``index % 2`` as ``_put`` spreads
+    them). Returns that record's index in ``offsets``."""
+    last = max(i for i, o in enumerate(offsets) if o < size)
+    segment = root / "commitlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    at = offsets[last]
+    (total,) = struct.unpack_from(">i", data, at)
+    (body_len,) = struct.unpack_from(">i", data, at + 84)
+    record = data[at : at + total]
+    body = bytes(record[88 : 88 + body_len]) + b"y" * (size - at - total)
+    longer = record[:88] + body + record[88 + body_len :]
+    struct.pack_into(">i", longer, 0, len(longer))
+    struct.pack_into(">i", longer, 84, len(body))
+    struct.pack_into(">i", longer, 8, body_crc(body))
+    data[at:size] = longer
+    segment.write_bytes(bytes(data))
+    unit_at = last // 2 * 20  # the unit's place in its queue
+    file_at = unit_at - unit_at % cq_size
+    with open(root / "consumequeue" / "T" / str(last % 2) / f"{file_at:020d}", "r+b") as f:
+        f.seek(unit_at - file_at + 8)
+        f.write(struct.pack(">i", len(longer)))
+    return last
+
+
+def test_a_record_ending_at_its_segments_end_drops_the_next_segment_with_a_warning(
+    make_store, tmp_path, store_config, caplog
+) -> None:
+    """A record filling its segment to the last byte (no room for the BLANK marker) ends RocketMQ's
+    recovery there: the next segment's records go with the end. Recovery said nothing of them
+    (the segment starts at the end, so it was not counted among those dropped)."""
+    root = tmp_path / "store"
+    size = store_config.mapped_file_size_commit_log
+    offsets = _written(make_store, 60)
+    assert max(offsets) >= size
+    _fill_segment_to_its_end(root, offsets, size, store_config.mapped_file_size_consume_queue)
+    plan = plan_recovery(str(root), store_config)
+    assert plan.end == size and plan.loses_data
+    assert plan.bad is not None and (plan.bad.file, plan.bad.position) == (f"commitlog/{0:020d}", size)
+    assert "no room for the BLANK marker" in plan.bad.problem
+    asked = []
+    with caplog.at_level("WARNING", logger="rocketstore.log.recovery"):
+        store = make_store(confirm_cut=asked.append)
+    assert store.max_phy_offset == size
+    assert len(asked) == 1
+    warned = [r.getMessage() for r in caplog.records if "later segment(s) holding records" in r.getMessage()]
+    assert len(warned) == 1 and f"{size:020d}" in warned[0], warned
+
+
+@pytest.mark.parametrize("damage", ["zeros", "blank"])
+def test_records_dropped_inside_the_last_segment_are_warned_about(
+    make_store, tmp_path, store_config, caplog, damage
+) -> None:
+    """Zeros where a record starts, or a BLANK marker, in the middle of the last segment end the
+    log there, as in RocketMQ; the records after it that the consume queues held are dropped
+    with a warning, not in silence."""
+    root = tmp_path / "store"
+    offsets = _written(make_store, 12)
+    marker = offsets[3]
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.seek(marker)
+        size = store_config.mapped_file_size_commit_log
+        f.write(bytes(8) if damage == "zeros" else struct.pack(">ii", size - marker, rec.BLANK_MAGIC_CODE))
+    with caplog.at_level("WARNING", logger="rocketstore.log.recovery"):
+        store = make_store()
+    assert store.max_phy_offset == marker
+    warned = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(warned) == 1 and str(marker) in warned[0] and str(store.recovery.consume_queue_end) in warned[0], warned

@@ -235,9 +235,10 @@ def recover(
         break  # a BLANK in the last segment ends the log where it stands, as in RocketMQ
 
     report.process_offset = process_offset
-    dropped = [f for f in files if f.file_from_offset > process_offset]
-    report.dropped_files = [f.file_name for f in dropped]
-    holding = [f.file_name for f in dropped if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
+    report.dropped_files = [f.file_name for f in files if f.file_from_offset > process_offset]
+    # the segments after the one the walk ended in: one starting at the end (a record filled the
+    # segment before to its last byte, leaving no room for the BLANK marker) is kept, emptied
+    holding = [f.file_name for f in files[i + 1 :] if f.mm is not None and f.mm[:4] != b"\0\0\0\0"]
     if confirm_cut is not None and _may_drop_records(report, holding):
         confirm_cut(report)
     if cut_in:
@@ -270,6 +271,25 @@ def recover(
             process_offset,
             len(holding),
             ", ".join(holding),
+        )
+    elif (
+        not cut_in
+        and max(report.consume_queue_end, report.index_end) > process_offset
+        and not _in_use(commit_log, checkpoint)
+    ):
+        if reason == STOP_BLANK:
+            what = "a BLANK marker in the last segment"
+        elif pos == files[i].file_size:
+            what = "a segment's end, filled to the last byte with no BLANK marker"
+        else:
+            what = "zeros where a record should start"
+        log.warning(
+            "commit log ends at %d (%s), though the consume queues and index held records up to %d: the "
+            "records past the end are dropped, as RocketMQ's recovery drops them (rocketstore recover "
+            "--dry-run counts them)",
+            process_offset,
+            what,
+            max(report.consume_queue_end, report.index_end),
         )
     commit_log.queue.flushed_where = commit_log.queue.committed_where = process_offset
     commit_log.queue.truncate_dirty_files(process_offset)

@@ -243,6 +243,16 @@ def _look_past_end(
     if plan.recovery.stopped_at_bad_record:
         why, _claimed, trusted = diagnose(holder, pos, prop_crc)
         plan.bad = BadRecord(segment_label(holder.path, plan.root), pos, end, why, trusted and not prop_crc)
+    elif pos == 0 and files.index(holder) > 0 and bool((scans[0].part.offsets == end).any()):
+        # a record starts at the end: the one before it fills its segment
+        before = files[files.index(holder) - 1]
+        plan.bad = BadRecord(
+            segment_label(before.path, plan.root),
+            before.file_size,
+            end,
+            "a record fills the segment to its last byte, leaving no room for the BLANK marker: RocketMQ's "
+            "recovery ends the log at the segment's end (the records of the segments after it are dropped)",
+        )
     else:
         blank = next((s for s in scans[0].stops if s.pos == pos and s.reason == STOP_BLANK), None)
         follow = "data follows" if plan.intact_records else "only stale records of an earlier cut follow"
