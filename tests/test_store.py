@@ -137,6 +137,15 @@ def test_an_ipv4_mapped_ipv6_host_is_stored_as_ipv4_as_java_reads_it(make_store)
     assert stored.sys_flag & 0x30 == 0 and stored.store_size == r.wrote_bytes == len(stored.raw)
 
 
+def test_an_ipv4_mapped_address_in_a_v6_record_reads_as_ipv4_as_java_decodes_it() -> None:
+    """16 stored bytes ::ffff:a.b.c.d (a record another writer made) are an Inet4Address to Java's
+    decoder (InetAddress.getByAddress): the host reads as a.b.c.d:port, as RocketMQ serves it, and
+    an import of the export stores that host (in 4 bytes). It read as [0:0:0:0:0:ffff:102:304]."""
+    mapped = bytes(10) + b"\xff\xff" + bytes([1, 2, 3, 4]) + (65535).to_bytes(4, "big")
+    assert format_host(mapped) == "1.2.3.4:65535"
+    assert format_host(bytes(10) + b"\xff\xfe" + bytes(4) + bytes(4)) == "[0:0:0:0:0:fffe:0:0]:0"
+
+
 def test_look_message_by_offset_first_last_and_end(make_store):
     store = make_store()
     results = [put_ok(store, Message("TopicTest", b"x" * (i * 50), tags="T")) for i in range(30)]

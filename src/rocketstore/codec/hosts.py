@@ -39,10 +39,16 @@ def parse_host(text: str) -> bytes:
     return packed + number.to_bytes(4, "big")
 
 
+_MAPPED = bytes(10) + b"\xff\xff"  # the prefix of an IPv4-mapped IPv6 address (::ffff:a.b.c.d)
+
+
 @lru_cache(maxsize=4096)
 def format_host(raw: bytes) -> str:
-    """8 or 20 stored bytes -> ``ip:port`` text (IPv6 in brackets, Java's uncompressed form)."""
+    """8 or 20 stored bytes -> ``ip:port`` text (IPv6 in brackets, Java's uncompressed form). An
+    IPv4-mapped IPv6 address is the IPv4 one, as Java's decoder (InetAddress.getByAddress) reads it."""
     addr, port = raw[:-4], int.from_bytes(raw[-4:], "big", signed=True)
+    if len(addr) == 16 and addr[:12] == _MAPPED:
+        addr = addr[12:]
     if len(addr) == 4:
         return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
     groups = ":".join(f"{int.from_bytes(addr[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
