@@ -244,10 +244,10 @@ def _line(**fields: object) -> str:
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
-        (_line(properties={"p": None}), "must be a JSON string"),
+        (_line(properties={"p": None}), "must be a JSON string, not null"),
         (_line(properties={"p": 5}), "must be a JSON string"),
         (_line(properties={"p": {"x": 1}}), "must be a JSON string"),
-        (_line(bornHost=5), "bornHost"),
+        (_line(bornHost=5), "bornHost must be an ip:port string, not 5"),
         (_line(storeHost={}), "storeHost"),
         (_line(bornHost=""), "bornHost"),
         (_line(tags="A", properties={"TAGS": "B"}), "does not agree"),
@@ -256,16 +256,23 @@ def _line(**fields: object) -> str:
         # a false value of the wrong type is no empty one: it was stored as an empty body, tags...
         (_line(body=[]), "body must be a base64 string"),
         (_line(body={}), "body must be a base64 string"),
-        (_line(body=False), "body must be a base64 string"),
+        (_line(body=False), r"body must be a base64 string \(an empty body is \"\"\), not false"),
         (_line(body=0), "body must be a base64 string"),
         (_line(properties=False), "properties must be a JSON object"),
         (_line(properties=[]), "properties must be a JSON object"),
-        (_line(tags=0), "tags must be a JSON string"),
-        (_line(keys=[]), "keys must be a JSON string"),
+        (_line(tags=0), "tags must be a JSON string, not 0"),
+        (_line(tags=False), "tags must be a JSON string, not false"),
+        (_line(keys=[]), r"keys must be a JSON string, not \[\]"),
         # numbers are JSON numbers: int("1_000") and int(" ١٢ ") took these
-        (_line(flag="1_000"), "flag must be an integer"),
+        (_line(flag="1_000"), 'flag must be an integer, not "1_000"'),
+        # Python's own advice (sys.set_int_max_str_digits) is nothing an importing user can follow
+        (_line()[:-1] + ', "flag": ' + "9" * 5000 + "}", "a number of more than 4300 digits"),
         (_line(reconsumeTimes=" \u0661\u0662 "), "reconsumeTimes must be an integer"),
-        (_line(queueId="3"), "queueId must be an integer"),
+        (_line(queueId="3"), 'queueId must be an integer, not "3"'),
+        (
+            _line(topic="SCHEDULE_TOPIC_XXXX", properties={"REAL_TOPIC": "T", "DELAY": "3"}),
+            "no REAL_QID property",
+        ),
     ],
 )
 def test_an_import_line_of_the_wrong_shape_is_refused_with_its_number(make_store, line, reason):

@@ -6,6 +6,7 @@ catch one type. Errors that describe bad arguments also derive from :class:`Valu
 
 from __future__ import annotations
 
+import json
 import reprlib
 
 __all__ = [  # the error classes (``shown`` is the package's own helper)
@@ -39,6 +40,16 @@ def shown(value: object) -> str:
     """``repr(value)`` cut to about 80 characters, for an error message: a value of megabytes
     given by mistake is not repeated whole."""
     return _SHOWN.repr(value)
+
+
+def shown_json(value: object) -> str:
+    """A value read from JSON as its JSON text (``false``, ``null``, ``"3"``), cut to about 80
+    characters; ``shown`` for a value JSON cannot hold (a Spark row's)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return shown(value)
+    return text if len(text) <= 80 else text[:76] + " ..."
 
 
 class RocketStoreError(Exception):

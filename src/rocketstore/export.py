@@ -11,6 +11,7 @@ import contextlib
 import difflib
 import json
 import logging
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -215,7 +216,13 @@ def import_jsonl(
                 if not text.strip():
                     resume = number + 1
                     continue
-                obj = json.loads(text)
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError:
+                    raise
+                except ValueError:  # the one other: an integer of more digits than Python converts
+                    limit = sys.get_int_max_str_digits()
+                    raise InvalidMessageError(f"a number of more than {limit} digits: no field takes one") from None
                 if not isinstance(obj, dict):
                     raise InvalidMessageError("each line is a JSON object")
                 if set(obj) == {"error"} and isinstance(error := obj["error"], dict):  # `export --json > F`

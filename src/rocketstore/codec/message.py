@@ -26,7 +26,7 @@ from rocketstore.codec.properties import (
 from rocketstore.codec.topic import known_topics as _known_topics
 from rocketstore.codec.topic import topic_text as _topic_text
 from rocketstore.codec.topic import validate_topic
-from rocketstore.errors import InvalidMessageError, shown
+from rocketstore.errors import InvalidMessageError, shown, shown_json
 
 # the (lowest, highest) of Java's int and long: the record's 4- and 8-byte number fields
 JAVA_INT = (-(2**31), 2**31 - 1)
@@ -529,7 +529,7 @@ def check_int_fields(obj: dict[str, Any]) -> None:
                 raise ValueError
             number = int(value)
         except (ValueError, TypeError, OverflowError):
-            raise InvalidMessageError(f"{name} must be an integer, not {shown(value)}") from None
+            raise InvalidMessageError(f"{name} must be an integer, not {shown_json(value)}") from None
         check_range(name, number, bounds, value)
 
 
@@ -537,7 +537,7 @@ def message_from_json(obj: dict[str, Any]) -> Message:
     """An export JSON object -> a Message keeping what the store does not assign."""
     text = obj.get("body")
     if not isinstance(text, str):  # [], {}, false and 0 are no empty body: "" is
-        raise InvalidMessageError(f'body must be a base64 string (an empty body is ""), not {shown(text)}')
+        raise InvalidMessageError(f'body must be a base64 string (an empty body is ""), not {shown_json(text)}')
     try:
         body = base64.b64decode(text, validate=True)
     except (ValueError, TypeError) as exc:
@@ -556,7 +556,7 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
         raise InvalidMessageError("properties must be a JSON object")
     for name, value in properties.items():
         if not isinstance(value, str):
-            raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {shown(value)}")
+            raise InvalidMessageError(f"property {name!r}: its value must be a JSON string, not {shown_json(value)}")
     properties = dict(properties)
     properties.pop(PROPERTY_CRC32, None)  # the source record's checksum (enabledAppendPropCRC): the store's own
     for name, field in ((TAGS, "tags"), (KEYS, "keys"), (UNIQ_KEY, "uniqKey")):  # the export's own columns, alone
@@ -564,13 +564,13 @@ def message_from_fields(obj: dict[str, Any], body: bytes) -> Message:
         if value is None or value == "" or value == properties.get(name):  # "" is no tags, as Message(tags="")
             continue
         if not isinstance(value, str):
-            raise InvalidMessageError(f"{field} must be a JSON string, not {shown(value)}")
+            raise InvalidMessageError(f"{field} must be a JSON string, not {shown_json(value)}")
         if name in properties:
-            raise InvalidMessageError(f"{field} {shown(value)} does not agree with the properties' {name}")
+            raise InvalidMessageError(f"{field} {shown_json(value)} does not agree with the properties' {name}")
         properties[name] = value
     for field in ("bornHost", "storeHost"):
         if obj.get(field) is not None and (not isinstance(obj[field], str) or not obj[field]):
-            raise InvalidMessageError(f"{field} must be an ip:port string, not {obj[field]!r}")
+            raise InvalidMessageError(f"{field} must be an ip:port string, not {shown_json(obj[field])}")
     return Message(
         obj.get("topic"),  # type: ignore[arg-type]
         body,

@@ -107,6 +107,8 @@ def real_destination(props: Mapping[str, str]) -> tuple[str, int] | None:
         raise InvalidTopicError(f"its REAL_TOPIC is not a topic RocketMQ takes: {exc}") from None
     if topic == SCHEDULE_TOPIC:
         raise InvalidTopicError(f"its REAL_TOPIC is {SCHEDULE_TOPIC} itself: it would be delayed again, for ever")
+    if qid is None:
+        raise InvalidMessageError("it has no REAL_QID property (the queue to deliver it to)")
     queue_id = java_int(qid)  # as Integer.parseInt: None for "1_0" or " 2", which int() takes
     if queue_id is None or queue_id < 0:
         raise InvalidMessageError(f"its REAL_QID {qid!r} is not a queue id (an int >= 0, as Java reads it)")
