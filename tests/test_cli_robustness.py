@@ -324,6 +324,56 @@ def test_a_closed_pipe_exits_0_for_table_output_too(tmp_path: Path) -> None:
         assert (proc.returncode, err) == (0, b""), command
 
 
+def test_a_closed_pipe_keeps_the_status_of_problems_found(tmp_path: Path) -> None:
+    """`verify | head -1` under `set -o pipefail`: the problems verify found still give status 1
+    when its reader stops early (it gave 0, as a clean store), and so do the messages export and
+    consume could not read (warned about on stderr before their reader went)."""
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=2)
+    for command in (
+        ["verify"],
+        ["verify", "--json"],
+        ["export", "--topic", "U"],  # T's messages come first: the pipe is gone before U's are met
+        ["consume", "--topic", "U", "--group", "G", "--queue", "1"],
+    ):
+        proc = cli_process(*command[:1], root, *TINY_SETS, *command[1:])
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, (command, err)
+        assert b"Traceback" not in err, err
+
+
+def test_a_stdout_closed_once_recover_or_clean_is_done_ends_quietly(tmp_path: Path) -> None:
+    """recover and clean into a stdout closed before they write their report: the store is
+    recovered (cleaned) and shut down, so that is no interruption: status 0, as for produce and
+    import (it was 141, "interrupted", after the work was done)."""
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    (root / "abort").touch()
+    for command in (["recover"], ["clean"]):
+        proc = cli_process(command[0], root, *TINY_SETS, *command[1:])
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, b""), (command, err)
+    assert not (root / "abort").exists()
+
+
+def test_a_stdout_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A full disk under stdout (/dev/full): status 2 and one line saying stdout could not be
+    written, not Python's exit status 120 and its "Exception ignored" lines."""
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    for command in (["inspect"], ["inspect", "--json"], ["export"], ["verify"]):
+        with open("/dev/full", "w") as full:
+            proc = cli_process(*command[:1], root, *TINY_SETS, *command[1:], stdout=full)
+            _out, err = proc.communicate(timeout=120)
+        text = err.decode()
+        assert proc.returncode == 2, (command, text)
+        assert text.startswith("error: stdout cannot be written: ") and text.count("\n") == 1, (command, text)
+
+
 def test_consume_commit_into_a_closed_pipe_commits_only_what_was_written(tmp_path: Path) -> None:
     root = tmp_path / "s"
     sets = ["--set", "mappedFileSizeCommitLog=1048576", "--set", "brokerIP1=127.0.0.1"]

@@ -11,6 +11,7 @@ from rocketstore.cli.common import (
     ProblemsFound,
     check_commit_log,
     check_store,
+    found_problems,
     lost_log,
     max_problems_option,
     open_store,
@@ -19,6 +20,7 @@ from rocketstore.cli.common import (
     store_options,
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
+from rocketstore.cli.stops import done_storing
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.meta.lockfile import held, refuse_if_locked
 from rocketstore.services.wiring import no_delayed_delivery
@@ -98,6 +100,8 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
     check_commit_log(opts, writes=False)
     with progress_bar("verify", _log_bytes(opts), unit_bytes=True) as advance:
         report = verify_store(opts.store, opts.config, max_problems=max_problems, progress=advance)
+    if not report.ok:
+        found_problems()
     if opts.as_json:
         print_json(report.to_dict())
     else:
@@ -142,6 +146,8 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     if dry_run:
         lost = None if force else lost_log(opts)
         refused = lost is not None or (plan.loses_data and not force)
+        if refused:
+            found_problems()
         _show_plan(opts, plan, refused, lost and f"{lost}: recover refuses it without --force ({advice})")
         if refused:
             ctx.exit(EXIT_PROBLEMS)
@@ -156,6 +162,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
         steps = _left(plan, store.recovery.kept_bad_records if store.recovery else [])
         warnings = [w for w in (_delay_offsets_lost(store),) if w]
+    done_storing()  # recovered and shut down: a closed stdout now cuts only the report
     for text in warnings:
         warn(f"WARNING: {text}")
     info = {

@@ -6,6 +6,7 @@ import click
 
 from rocketstore.cli.common import Common, known_topics, open_store, open_store_checked, require_topics, store_options
 from rocketstore.cli.output import kv_table, out_console, print_json, say
+from rocketstore.cli.stops import done_storing
 from rocketstore.services.clean import MANUAL_DELETE_TIMES
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
@@ -56,6 +57,7 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
             "maxOffset": store.max_phy_offset,
             "disk": store.disk_report(),
         }
+    done_storing()  # cleaned and shut down: a closed stdout now cuts only the report
     if opts.as_json:
         print_json(info)
         return

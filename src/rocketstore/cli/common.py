@@ -63,6 +63,23 @@ class ProblemsFound(CommandError):
         self.details = details
 
 
+_PROBLEMS = "rocketstore.problems"  # ctx.meta: the command found problems its status 1 reports
+
+
+def found_problems() -> None:
+    """Say that the running command found problems its exit status 1 reports (verify's findings, a
+    message it could not read), before it writes its output: a stdout closed early (``| head``)
+    then ends it with status 1, not the 0 of a quiet end (``set -o pipefail`` sees them)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[_PROBLEMS] = True  # meta is shared by the whole context chain: the group sees it
+
+
+def problems_found(ctx: click.Context) -> bool:
+    """True when the command running in ``ctx`` has said it found problems (``found_problems``)."""
+    return bool(ctx.meta.get(_PROBLEMS))
+
+
 WARNED_UNITS = 20  # unreadable units named one by one; the rest are counted
 
 
@@ -77,6 +94,7 @@ class UnreadableUnits:
 
     def add(self, unit: QueuedUnit) -> None:
         self.count += 1
+        found_problems()
         if self.count <= WARNED_UNITS:
             warn(
                 f"WARNING: {unit.topic}/{unit.queue_id} queue offset {unit.queue_offset} (commit-log offset "

@@ -1,12 +1,13 @@
 """The ``rocketstore`` command group and its entry point.
 
 Exit codes: 0 success; 1 a check found problems (``verify``), a cut that drops intact records was
-refused (``recover``), nothing was found (``query``) or messages could not be read (``export``); 2 a
-usage error or a typed store error (``RocketStoreError``: printed on stderr, no traceback); 130
+refused (``recover``), nothing was found (``query``) or messages could not be read (``export``),
+also when stdout is closed early; 2 a usage error, a typed store error (``RocketStoreError``:
+printed on stderr, no traceback) or a stdout that cannot be written (a full disk); 130
 interrupted (Ctrl-C); 143 ``import`` or ``produce`` terminated (SIGTERM); 141 stdout closed early (``| head``)
-under a command that stores (``produce``, ``import``, ``recover``, ``clean``: what was stored is
-said on stderr); a command that only reads
-(and ``consume``, which commits only what it wrote out) ends quietly with 0 then.
+under a command that is storing (``produce``, ``import``: what was stored is said on stderr); a
+command that only reads or has stored all (and ``consume``, which commits only what it wrote out)
+ends quietly with 0 then, or 1 for the problems it found before.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from rocketstore.cli import (
 )
 from rocketstore.cli.common import (
     echo_error,
+    problems_found,
     with_notes,
 )
 from rocketstore.cli.output import print_json_error
 from rocketstore.cli.stops import (
     Interrupted,
+    OutputUnwritable,
     PipeClosed,
     silence_stdout,
     storing,
@@ -80,7 +83,8 @@ class _Group(click.Group):
             silence_stdout()
             if storing(ctx):  # cut short while storing: an interruption (the command said what it stored)
                 raise PipeClosed() from None
-            ctx.exit(0)  # a command that reads: done, quietly, as Unix tools are
+            # a command that reads: done, quietly, as Unix tools are, with the status of what it found
+            ctx.exit(EXIT_PROBLEMS if problems_found(ctx) else 0)
         except OSError as exc:  # a file the store needs cannot be read or written
             echo_error(exc)
             ctx.exit(EXIT_ERROR)
@@ -113,15 +117,63 @@ for _command in (
     cli.add_command(_command)
 
 
-def _whole_writes(stream: Any) -> Any:
-    """stdout on a buffered writer when it writes straight to the raw file (``python -u``,
+class _Output(io.BufferedWriter):
+    """stdout's buffer, whose write errors other than a closed pipe say they are stdout's
+    (``OutputUnwritable``): a full disk under it was an ``error: [Errno 28] ...`` that could be a
+    store file's, then Python's exit status 120 and "Exception ignored" lines when it flushed at
+    exit. Its file is pointed at /dev/null then, so that nothing fails again."""
+
+    def write(self, data: Any) -> int:
+        try:
+            return super().write(data)
+        except (BrokenPipeError, BlockingIOError):
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except (BrokenPipeError, BlockingIOError):
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    @staticmethod
+    def _failed(exc: OSError) -> OutputUnwritable:
+        silence_stdout()
+        return OutputUnwritable(exc)
+
+
+def _output(stream: Any) -> Any:
+    """stdout on an ``_Output`` buffer, also when it wrote straight to the raw file (``python -u``,
     PYTHONUNBUFFERED): a pipe's reader closing mid-write cuts a raw write short, and TextIOWrapper
     ignores the count, so a line consume --commit then committed was lost unnoticed. A buffered
-    writer writes all of it or raises BrokenPipeError. Lines still go out as they are written."""
-    raw = getattr(stream, "buffer", None)
-    if not isinstance(raw, io.RawIOBase):
+    writer writes all of it or raises BrokenPipeError. A terminal's lines (and an unbuffered
+    stdout's) still go out as they are written. A stdout that is no file (a test runner's) is kept."""
+    buffer = getattr(stream, "buffer", None)
+    raw = buffer if isinstance(buffer, io.RawIOBase) else getattr(buffer, "raw", None)
+    if not isinstance(raw, io.FileIO):
         return stream
-    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True)
+    stream.flush()
+    line_buffering = stream.line_buffering or buffer is raw
+    return io.TextIOWrapper(_Output(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=line_buffering)
+
+
+def _flush_at_exit(status: Any) -> Any:
+    """The exit status once what stdout still holds is written: a closed pipe keeps the command's
+    status (it ends as it would have); a stdout that cannot be written is an error (status 2). A
+    stdout closed meanwhile (a UTF-8 wrapper over its buffer let go after a closed pipe) holds nothing."""
+    if getattr(sys.stdout, "closed", False):
+        return status
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OutputUnwritable as exc:
+        exc.show()
+        return exc.exit_code
+    return status
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,11 +185,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_ERROR)
     if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # loaded: Ctrl-C is the commands' now
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.stdout = _whole_writes(sys.stdout)
+    sys.stdout = _output(sys.stdout)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
         reconfigure(errors="replace")
-    cli.main(args=argv, prog_name="rocketstore")
+    try:
+        cli.main(args=argv, prog_name="rocketstore")
+    except SystemExit as done:
+        sys.exit(_flush_at_exit(done.code))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import re
 
 import click
 
-from rocketstore.cli.common import Common, ProblemsFound, open_store, store_options
+from rocketstore.cli.common import Common, ProblemsFound, found_problems, open_store, store_options
 from rocketstore.cli.messaging import reader_warnings_left_out
 from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
@@ -189,6 +189,7 @@ def query(
                     f"checks (the message, or one of another key with the same hash): {'; '.join(damaged)}"
                 )
                 if messages:  # given, and exit status 1: the answer may lack what those held
+                    found_problems()
                     print_messages(messages, opts.as_json)
                     raise ProblemsFound(hits)
                 what += f" can be read: {hits}"

@@ -21,6 +21,7 @@ from rocketstore.cli.common import (
     Common,
     ProblemsFound,
     check_commit_log,
+    found_problems,
     guard_lost_log,
     max_problems_option,
     queue_topics,
@@ -184,6 +185,8 @@ def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> 
     spark_session = _session(master, "verify")
     with spark_errors("the verify job failed"):
         report = run(spark_session, opts.store, opts.config, max_problems=max_problems)
+    if not report.ok:
+        found_problems()
     if opts.as_json:
         print_json(report.to_dict())
     else:

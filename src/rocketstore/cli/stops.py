@@ -48,6 +48,14 @@ class PipeClosed(Interrupted):
         super().__init__("interrupted: stdout was closed (broken pipe)")
 
 
+class OutputUnwritable(CommandError):
+    """stdout cannot be written (a full disk under it, /dev/full, an I/O error): one line saying
+    so and exit status 2, rather than the error of a store file it could be taken for."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(f"stdout cannot be written: {exc.strerror or exc}")
+
+
 def mark_storing() -> None:
     """Say that the running command stores (it has opened a store to write to it): from now on a
     closed stdout interrupts it (``PipeClosed``, exit status 141)."""
