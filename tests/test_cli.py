@@ -510,6 +510,7 @@ def test_a_commit_log_outside_the_store_is_warned_about_and_refused_for_writing(
     for args in (
         ("clean", "--set", "fileReservedTime=0"),
         ("recover",),
+        ("recover", "--dry-run"),  # what recover would do: refuse (it said recover would go ahead)
         ("import", "-i", lines),
         ("produce", "--topic", "T", "--body", "x"),
         ("consume", "--topic", "TopicA", "--group", "g", "--commit"),
@@ -517,6 +518,7 @@ def test_a_commit_log_outside_the_store_is_warned_about_and_refused_for_writing(
         result = run(args[0], copy, *TINY_SETS, "--config", conf, *args[1:])
         assert result.exit_code == 2, (args, result.stdout)
         assert "outside" in result.stderr and "--external-commit-log" in result.stderr
+        assert "WARNING" not in result.stderr, args  # not "this command acts on it", then a refusal
     assert tree_hashes(live) == before
     result = run("produce", copy, *TINY_SETS, "--config", conf, "--external-commit-log", "--topic", "T", "--body", "x")
     assert result.exit_code == 0 and "WARNING" in result.stderr

@@ -141,7 +141,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     Refused without --force when the commit log is missing or empty but consume queues hold units,
     and without --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
     advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
-    check_store(opts, writes=not dry_run, allow_lost_log=force, lost_log_advice=advice)
+    check_store(opts, writes=not dry_run, allow_lost_log=force, lost_log_advice=advice, as_writer=True)
     plan = _plan(opts, dry_run)
     if dry_run:
         lost = None if force else lost_log(opts)

@@ -350,10 +350,15 @@ def open_store(
 def open_store_checked(opts: Common, check: Callable[[MessageStore], object], **kwargs: Any) -> MessageStore:
     """``open_store`` (``kwargs``) once ``check`` (what refuses a command's bad input: a topic the
     store lacks) passed on a read-only open, when the command opens STORE for writing: a refused
-    command leaves the store as it was (a writable open recovers a crashed store, rewrites files)."""
+    command leaves the store as it was (a writable open recovers a crashed store, rewrites files).
+    The checks of an open for writing (``check_store``) come first, said once: a commit log outside
+    STORE is refused, not first warned about as the read-only open acting on it."""
     if not kwargs.get("read_only"):
-        with quiet_store_logs(), open_store(opts, read_only=True, create=False) as store:  # the writable open tells
-            check(store)
+        advice = kwargs.get("lost_log_advice", RECOVER_FORCE)
+        check_store(opts, writes=True, allow_lost_log=kwargs.get("allow_lost_log", False), lost_log_advice=advice)
+        with quiet_store_logs(), open_store(opts, read_only=True, create=False, checked=True) as store:
+            check(store)  # the writable open tells what recovery does
+        kwargs["checked"] = True
     return open_store(opts, **kwargs)
 
 
@@ -422,15 +427,21 @@ def refusal(
 
 
 def check_store(
-    opts: Common, *, writes: bool, allow_lost_log: bool = False, lost_log_advice: str = RECOVER_FORCE
+    opts: Common,
+    *,
+    writes: bool,
+    allow_lost_log: bool = False,
+    lost_log_advice: str = RECOVER_FORCE,
+    as_writer: bool = False,
 ) -> None:
     """The checks an operator expects before a store is opened: a commit log outside STORE (warned
     about; refused for writing without --external-commit-log), a ``commitlog`` that is not a
     folder, files that are all one size other than the configured one (every setting to give named
     at once, as ``verify`` names them), and a commit log gone while the queues remain (recovery
     would drop every queue: warned about when reading, refused when writing unless
-    ``allow_lost_log``)."""
-    check_commit_log(opts, writes=writes)
+    ``allow_lost_log``). ``as_writer``: a commit log outside STORE is refused as for writing (what
+    ``recover --dry-run`` says recover would do)."""
+    check_commit_log(opts, writes=writes or as_writer)
     for path in opts.commit_log_paths:
         if os.path.exists(path) and not os.path.isdir(path):
             raise CorruptStoreError("the commit log is not a folder", path)
