@@ -5,8 +5,11 @@ messages name what is wrong."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -431,7 +434,7 @@ def test_recover_names_the_segment_where_it_is_and_copies_a_commit_log_outside_t
         segment.write_bytes(data)
         name = str(segment.relative_to(root)) if inside in segment.parents else str(segment)
         names.append(name)
-        dry = run("recover", root, *sets, "--dry-run", "--json")
+        dry = run("recover", root, *sets, "--dry-run", "--json", "--external-commit-log")
         assert dry.exit_code == 1, dry.output
         assert json.loads(dry.stdout)["plan"]["badRecord"]["file"] == name
         result = run("recover", root, *sets, "--external-commit-log")
@@ -488,6 +491,28 @@ def test_verify_next_step_for_consume_queues_works(tmp_path: Path) -> None:
     assert run("recover", root, *TINY_SETS).exit_code == 0
     result = run("verify", root, *TINY_SETS)
     assert result.exit_code == 0 and "next step" not in result.stdout
+
+
+def test_verify_next_steps_can_be_pasted_into_a_shell(tmp_path: Path) -> None:
+    """A store path with a space (or any the shell would split) is quoted in the commands the next
+    steps give, and the table says to give them the settings verify was given: pasted, they ran
+    on other paths, and without the --set the store needs they refused its files' sizes."""
+    root = tmp_path / "a store"
+    _store(root)
+    sorted((root / "consumequeue" / "T" / "0").iterdir())[0].unlink()
+    (step,) = _next_steps(root)
+    quoted = shlex.quote(str(root))
+    assert f"`rocketstore recover {quoted}`" in step, step
+    move = re.search(r"`(mv [^`]*)`", step)
+    assert move is not None, step
+    subprocess.run(["sh", "-c", move[1]], check=True)
+    assert not (root / "consumequeue").exists()
+    table = run("verify", tmp_path / "a store", *TINY_SETS)
+    assert table.exit_code == 1
+    last = table.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("next steps: give each command the same --config and --set"), last
+    assert run("recover", root, *TINY_SETS).exit_code == 0
+    assert run("verify", root, *TINY_SETS).exit_code == 0
 
 
 def test_verify_next_step_for_the_index_works(tmp_path: Path) -> None:

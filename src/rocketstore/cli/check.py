@@ -17,6 +17,7 @@ from rocketstore.cli.common import (
     open_store,
     recovery_info,
     refusal,
+    say_settings,
     store_options,
 )
 from rocketstore.cli.output import kv_table, out_console, print_json, progress_bar, say, warn
@@ -32,11 +33,13 @@ from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
 EXIT_PROBLEMS = 1
 
 
-def _render(report: VerifyReport) -> None:
+def _render(opts: Common, report: VerifyReport) -> None:
     console = out_console()
     console.print(kv_table(f"verify {report.store}", report.summary_rows()))
     for line in iter_problem_lines(report):
         say(line)
+    if report.next_steps:
+        say_settings(opts)
 
 
 def _log_bytes(opts: Common) -> int:
@@ -105,7 +108,7 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
     if opts.as_json:
         print_json(report.to_dict())
     else:
-        _render(report)
+        _render(opts, report)
     if not report.ok:
         ctx.exit(EXIT_PROBLEMS)
 
@@ -196,6 +199,8 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     out_console().print(kv_table(f"recovered {store.root}", rows))
     for step in steps:
         say(f"next step: {step}")
+    if steps:
+        say_settings(opts)
 
 
 def _plan(opts: Common, dry_run: bool) -> RecoveryPlan:

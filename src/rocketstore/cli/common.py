@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import click
 
-from rocketstore.cli.output import print_json_error, warn
+from rocketstore.cli.output import print_json_error, say, warn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
 from rocketstore.export import QueuedUnit
@@ -246,6 +246,13 @@ def check_output_file(option: str, path: str) -> None:
     if os.path.exists(folder):
         raise CommandError(f"{option} {path}: {folder} is not a folder")
     raise CommandError(f"{option} {path}: folder {folder} does not exist")
+
+
+def say_settings(opts: Common) -> None:
+    """After the next steps a command printed: when it was given settings (--config, --set), that
+    the commands in them need the same (a store of other file sizes is refused without them)."""
+    if {k: v for k, v in opts.config.changed().items() if k != "storePathRootDir"}:
+        say("next steps: give each command the same --config and --set as this one")
 
 
 def check_commit_log(opts: Common, *, writes: bool) -> None:

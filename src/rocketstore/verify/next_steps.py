@@ -6,6 +6,7 @@ rebuild``), and copying the readable messages into a new store (``export``, then
 from __future__ import annotations
 
 import os
+import shlex
 
 from rocketstore.meta.lockfile import describe_holder
 from rocketstore.verify.log_columns import LogColumns
@@ -27,6 +28,7 @@ DELAY_OFFSETS = (
 
 def recover_log(store: str) -> str:
     """The next step for damage recovery cuts the log at."""
+    store = shlex.quote(store)
     return (
         f"commit log: `rocketstore recover {store} --dry-run` says where recovery ends the log and what that "
         f"drops; `rocketstore recover {store}` then cuts it there (it asks for --force before it drops records "
@@ -36,6 +38,7 @@ def recover_log(store: str) -> str:
 
 def in_place(store: str) -> str:
     """The next step for damage recovery leaves: none in place; a copy without it."""
+    store = shlex.quote(store)
     return (
         "commit log: no command repairs a record in place, and recovery leaves damage where it does not check "
         "(before the last 3 segments after a clean shutdown, before the checkpoint's after a crash; a body whose CRC "
@@ -76,8 +79,9 @@ def rebuild(store: str, folder: str, units_record_elsewhere: int = 0, blanks_ins
     if blanks_inside:
         caveat += BLANK_INSIDE
     return (
-        f"{what}: build them again from the commit log: `mv {store}/{folder} {store}-{folder}.old`, then "
-        f"`rocketstore recover {store}`; or `rocketstore spark rebuild {store}`{caveat}"
+        f"{what}: build them again from the commit log: "
+        f"`mv {shlex.quote(os.path.join(store, folder))} {shlex.quote(f'{store}-{folder}.old')}`, then "
+        f"`rocketstore recover {shlex.quote(store)}`; or `rocketstore spark rebuild {shlex.quote(store)}`{caveat}"
     )
 
 
@@ -85,9 +89,10 @@ def unreadable_config(path: str) -> str:
     """The next step for a config file that cannot be read, nor its backup: the store does not
     load (as RocketMQ's broker does not start), so nothing but moving both aside gets it going."""
     name = os.path.basename(path)
+    both = f"{shlex.quote(path)} {shlex.quote(path + '.bak')}"
     return (
         f"config files: {name} cannot be read, nor its backup, so the store does not load (nor would RocketMQ's "
-        f"broker start): move both out of the store (`mv {path} {path}.bak SOMEWHERE/`); the store then starts "
+        f"broker start): move both out of the store (`mv {both} SOMEWHERE/`); the store then starts "
         f"with {name} empty (what was in it is lost: put back what you can by hand), and verify checks the rest"
         + (DELAY_OFFSETS if name == "delayOffset.json" else "")
     )
@@ -106,6 +111,7 @@ def add_next_steps(
     store = report.store
     steps: list[str] = []
     kinds = {_kind(path, store, log_folders) for path in layout_paths}
+    quoted = shlex.quote(store)
     if "log files" in kinds:
         steps.append(
             "commit-log files: move a stray file or folder out of the commit-log folder; the records of a missing "
@@ -121,12 +127,12 @@ def add_next_steps(
         steps.append(rebuild(store, "index", blanks_inside=report.blanks_inside))
     if found.get("config"):
         steps.append(
-            f"config files: `rocketstore recover {store}` writes each one again as the store loads it (from its "
+            f"config files: `rocketstore recover {quoted}` writes each one again as the store loads it (from its "
             "backup, or empty), keeping the bad file as .corrupt-*"
             + (DELAY_OFFSETS if found.get("delay offsets") else "")
         )
     if found.get("checkpoint") or "checkpoint" in kinds:
-        steps.append(f"checkpoint: `rocketstore recover {store}` writes it again")
+        steps.append(f"checkpoint: `rocketstore recover {quoted}` writes it again")
     if steps and report.lock_held_by is not None:
         steps.insert(
             0,
