@@ -283,6 +283,17 @@ def test_an_import_line_of_the_wrong_shape_is_refused_with_its_number(make_store
     assert store.wait_for_dispatch() and store.get_max_offset_in_queue("T", 0) == 1
 
 
+def test_consumes_offsets_moved_line_is_skipped_by_import(make_store, caplog):
+    """`consume --json` ends with {"offsetsMoved": [...]} when it moved a start offset; its help
+    says import takes its lines as they are: that line is said and skipped, not refused as a
+    message without a body (which stopped the import there)."""
+    store = make_store()
+    moved = json.dumps({"offsetsMoved": [{"topic": "T", "queueId": 0, "offset": 9, "movedTo": 1}]})
+    with caplog.at_level("WARNING", logger="rocketstore.export"):
+        assert import_jsonl(store, [_line(), moved, _line()]) == 2
+    assert any("line 2" in r.getMessage() and "offsetsMoved" in r.getMessage() for r in caplog.records)
+
+
 def test_an_import_file_that_starts_with_a_utf8_bom_imports(make_store):
     """An editor's BOM before the first line is not data: the advice to resume with `tail -n +1`
     would meet it again."""

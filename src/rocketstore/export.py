@@ -230,6 +230,10 @@ def import_jsonl(
                     raise InvalidMessageError(
                         f"the error object a command run with --json writes last, not a message ({what})"
                     )
+                if set(obj) == {"offsetsMoved"}:  # the last line of `consume --json`: no message
+                    log.warning("import: line %d: consume's offsetsMoved line, not a message: skipped", number)
+                    resume = number + 1
+                    continue
                 if obj.get("body") is None:  # export writes one on every line ("" for an empty body)
                     raise InvalidMessageError('no body field (an empty body is "body": "")')
                 check_int_fields(obj)
