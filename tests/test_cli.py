@@ -172,6 +172,10 @@ def test_export_to_a_file_and_by_topic(tmp_path: Path, clean_rows: list[dict]) -
     want = [line for line in lines if json.loads(line)["topic"] == "PayTopic"]
     assert out.read_text("utf-8").splitlines() == want
     assert len(want) == sum(r["topic"] == "PayTopic" for r in clean_rows) > 0
+    # --json: stdout is free for the count, as import --json gives its own
+    result = run("export", VECTORS / "sample-clean" / "store", *VECTOR_SETS, "--topic", "PayTopic", "-o", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"exported": len(want), "output": str(out)}
 
 
 @needs_vectors

@@ -144,11 +144,16 @@ def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
         with guard.installed(), _output(output) as out, progress_bar("export", total, enabled=to_file) as advance:
             count = export_topics(store, out, selected, advance, guard)
     if output not in (None, "-"):
-        warn(f"exported {count.exported} messages to {output}")
+        if not opts.as_json:
+            warn(f"exported {count.exported} messages to {output}")
+        elif not count.skipped:  # stdout is free for it, as import --json gives its count (else: the error's)
+            print_json({"exported": count.exported, "output": output})
     if count.skipped:
         raise ProblemsFound(
             f"{count.skipped} message(s) could not be read and are not in the export (the warnings above say "
-            f"which); {count.exported} exported"
+            f"which); {count.exported} exported",
+            exported=count.exported,
+            skipped=count.skipped,
         )
 
 
