@@ -271,7 +271,7 @@ def _line(**fields: object) -> str:
         (_line(queueId="3"), 'queueId must be an integer, not "3"'),
         (
             _line(topic="SCHEDULE_TOPIC_XXXX", properties={"REAL_TOPIC": "T", "DELAY": "3"}),
-            "no REAL_QID property",
+            "MESSAGE_ILLEGAL: .*no REAL_QID property",  # the status and why, as PutMessageError says them
         ),
     ],
 )

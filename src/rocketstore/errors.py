@@ -125,7 +125,7 @@ class PutMessageError(RocketStoreError):
     """Raised by ``PutResult.raise_for_status`` for a put that was not stored."""
 
     def __init__(self, status: str, detail: str = "") -> None:
-        super().__init__(f"{status}: {detail}" if detail else status)
+        super().__init__(f"{status}: {detail}" if detail else status)  # PutResult.refusal
         self.status = status
         self.detail = detail
 

@@ -252,7 +252,7 @@ def import_jsonl(
             except RecursionError:
                 raise ImportLineError(number, "JSON nested too deeply", count) from None
             if not result.ok:
-                raise ImportLineError(number, f"{result.status.value} {result.detail}", count)
+                raise ImportLineError(number, result.refusal, count)
             if (key := delivered_copy_key(message)) is not None:
                 copies[key] += 1
             if progress is not None:

@@ -121,6 +121,11 @@ class PutResult(tuple):
         """The UNIQ_KEYs joined with commas; None for a message stored without one (``put_as_is``)."""
         return ",".join(k for k in self.uniq_keys if k is not None) or None
 
+    @property
+    def refusal(self) -> str:
+        """The status and why, as an error says them (``MESSAGE_ILLEGAL: ...``)."""
+        return f"{self.status.value}: {self.detail}" if self.detail else self.status.value
+
     def raise_for_status(self) -> PutResult:
         """Raise PutMessageError unless the message was stored; returns self otherwise."""
         if not self.ok:

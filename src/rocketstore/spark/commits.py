@@ -264,8 +264,7 @@ def check_chosen_queues(store: MessageStore, staged: list[Any], choose: QueueCho
             refused = store.writer.check(message, queue_id)
             if refused is not None:
                 raise InvalidMessageError(
-                    f"a delayed {message.topic} message for queue {queue_id}: the store refuses it: "
-                    f"{refused.status.value} {refused.detail}"
+                    f"a delayed {message.topic} message for queue {queue_id}: the store refuses it: {refused.refusal}"
                 )
 
 
@@ -430,7 +429,7 @@ def _append(
             if i >= skip:
                 result = put(message, qid)
                 if not result.ok:
-                    raise InvalidMessageError(f"message {i}: {result.status.value} {result.detail}")
+                    raise InvalidMessageError(f"message {i}: {result.refusal}")
                 appended += 1
             if as_is and message.topic == SCHEDULE_TOPIC:
                 units = True

@@ -436,8 +436,7 @@ class _Writer:
                         raise kind(f"row {i} of partition {part}: {exc}") from None
                     if refused is not None:
                         raise InvalidMessageError(
-                            f"row {i} of partition {part} ({message.topic}): the store refuses it: "
-                            f"{refused.status.value} {refused.detail}"
+                            f"row {i} of partition {part} ({message.topic}): the store refuses it: {refused.refusal}"
                         )
                 out.write_batch(staged)
                 rows += staged.num_rows
