@@ -269,7 +269,7 @@ def test_an_import_refuses_a_schedule_line_of_a_level_the_target_does_not_have(t
     assert run("export", src, *TINY_SETS, "-o", exported).exit_code == 0  # queue 17, then queue 19
     result = run("import", tmp_path / "dst", *TINY_SETS, "-i", exported)  # 18 levels, RocketMQ's
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: line 2: MESSAGE_ILLEGAL ")
+    assert result.stderr.startswith("error: line 2: MESSAGE_ILLEGAL: ")
     assert "delay level 20" in result.stderr and "messageDelayLevel has 18 levels" in result.stderr
     assert "--set messageDelayLevel=" in result.stderr and "1 message(s) before it stored" in result.stderr
     with MessageStore.open(tmp_path / "dst", StoreConfig(**TINY), read_only=True) as store:
