@@ -210,7 +210,8 @@ def store_options(
             metavar="KEY=VALUE",
             callback=_parse_settings,
             help="Any MessageStoreConfig key by its RocketMQ (or snake_case) name, e.g. mappedFileSizeCommitLog=65536, "
-            "and the broker keys brokerIP1 and listenPort (the store host of records) (repeatable).",
+            "and the broker keys the store uses: brokerIP1 and listenPort (the store host of records), "
+            "brokerClusterName, brokerName, brokerId and flushConsumerOffsetInterval (repeatable).",
         )
         @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
         @functools.wraps(func)
