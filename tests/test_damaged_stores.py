@@ -687,13 +687,42 @@ def test_a_record_ending_at_its_segments_end_drops_the_next_segment_with_a_warni
     assert plan.end == size and plan.loses_data
     assert plan.bad is not None and (plan.bad.file, plan.bad.position) == (f"commitlog/{0:020d}", size)
     assert "no room for the BLANK marker" in plan.bad.problem
-    asked = []
     with caplog.at_level("WARNING", logger="rocketstore.log.recovery"):
-        store = make_store(confirm_cut=asked.append)
+        store = make_store(read_only=True)
     assert store.max_phy_offset == size
-    assert len(asked) == 1
     warned = [r.getMessage() for r in caplog.records if "later segment(s) holding records" in r.getMessage()]
     assert len(warned) == 1 and f"{size:020d}" in warned[0], warned
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "abort"])
+def test_a_log_ending_at_a_segment_without_room_for_the_blank_marker_is_not_written_to(
+    make_store, tmp_path, store_config, hash_tree, crashed
+) -> None:
+    """Past a segment filled to its last bytes (no room for the BLANK marker, which every writer
+    leaves) RocketMQ's recovery reads nothing, at every open: a message stored after it was
+    acknowledged, then lost at the next open (also after `recover --force`). An open for writing
+    is refused, naming the segment and the way on (a copy into a new store), with nothing
+    changed (after a crash, the queues and index recovery trims first); a read-only open
+    (export) serves what RocketMQ serves."""
+    root = tmp_path / "store"
+    size = store_config.mapped_file_size_commit_log
+    offsets = _written(make_store, 60)
+    last = _fill_segment_to_its_end(root, offsets, size, store_config.mapped_file_size_consume_queue)
+    if crashed:
+        (root / "abort").touch()
+    before = hash_tree(root)
+    for asked in (None, [].append):
+        with pytest.raises(CorruptStoreError, match="no room for the BLANK marker") as refused:
+            make_store(confirm_cut=asked)
+        assert f"{0:020d}" in str(refused.value) and "rocketstore export" in str(refused.value)
+        after = hash_tree(root)
+        if crashed:  # recovery after a crash writes the queues and index before it knows the log's end
+            before = {k: v for k, v in before.items() if k.startswith("commitlog/")}
+            after = {k: v for k, v in after.items() if k.startswith("commitlog/")}
+        assert after == before
+    with MessageStore.open(root, store_config, read_only=True) as view:
+        assert view.max_phy_offset == size
+        assert view.look_message_by_offset(offsets[last]) is not None
 
 
 @pytest.mark.parametrize("damage", ["zeros", "blank"])

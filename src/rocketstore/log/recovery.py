@@ -42,6 +42,7 @@ from rocketstore.codec import sysflag as sf
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, mismatched_size
 from rocketstore.codec.topic import queue_folder_ok
+from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
@@ -90,6 +91,13 @@ class RecoveryReport:
 
 
 ConfirmCut = Callable[[RecoveryReport], None]  # asked before a cut that may drop records; raises to refuse it
+
+
+class NoRoomForBlank(CorruptStoreError):
+    """The log ends in a segment filled to within 8 bytes of its end, leaving no room for the BLANK
+    marker every writer leaves: RocketMQ's recovery (this one too) reads nothing past it, at every
+    open, so a record written after it would be lost at the next one. An open for writing is
+    refused before recovery has written anything but what ``recover``'s docstring says."""
 
 
 def _camel_case(name: str) -> str:
@@ -235,6 +243,17 @@ def recover(
         break  # a BLANK in the last segment ends the log where it stands, as in RocketMQ
 
     report.process_offset = process_offset
+    no_room = reason != STOP_BLANK and files[i].file_size - pos < rec.END_FILE_MIN_BLANK_LENGTH
+    if no_room and commit_log.queue.mode != "cow":
+        raise NoRoomForBlank(
+            f"the record before offset {process_offset} fills the segment to {files[i].file_size - pos} byte(s) "
+            "of its end, leaving no room for the BLANK marker that RocketMQ's writer always leaves: RocketMQ's "
+            "recovery, as this store's, ends the log there at every open, so a message stored after it would be "
+            "lost at the next open. Opening for writing is refused (nothing was changed); copy the readable "
+            "messages into a new store: `rocketstore export STORE -o all.jsonl`, then `rocketstore import "
+            "NEW_STORE -i all.jsonl`",
+            files[i].path,
+        )
     report.dropped_files = [f.file_name for f in files if f.file_from_offset > process_offset]
     # the segments after the one the walk ended in: one starting at the end (a record filled the
     # segment before to its last byte, leaving no room for the BLANK marker) is kept, emptied
