@@ -22,6 +22,7 @@ from rocketstore.files.mapped_file import MappedFile
 from rocketstore.log.recovery import RecoveryReport
 from rocketstore.results import PutResult
 from test_cli import TINY, TINY_SETS, jsonl, open_in_another_process, run
+from test_damaged_stores import _fill_segment_to_its_end
 
 COUNT = 60  # about 4 segments of 4 KiB
 BODY_AT = 90  # a byte of the body of a record (its body starts at 88: IPv4 hosts, no properties before it)
@@ -513,6 +514,30 @@ def test_verify_next_steps_can_be_pasted_into_a_shell(tmp_path: Path) -> None:
     assert last.startswith("next steps: give each command the same --config and --set"), last
     assert run("recover", root, *TINY_SETS).exit_code == 0
     assert run("verify", root, *TINY_SETS).exit_code == 0
+
+
+@pytest.mark.parametrize("after", [True, False], ids=["records-after", "nothing-after"])
+def test_recover_refuses_a_log_without_room_for_its_blank_marker_even_with_force(tmp_path: Path, after: bool) -> None:
+    """--dry-run says recover refuses such a store even with --force, and recover does, with the
+    copy to make (--force cut the log and went ahead: a message stored then was lost at the next
+    open); when nothing follows the end, --dry-run said recover would go ahead."""
+    root = tmp_path / "s"
+    config = StoreConfig(**TINY)
+    with MessageStore.open(root, config) as store:
+        offsets = [store.put(Message("T", b"m%d" % i), i % 2).raise_for_status().commit_log_offset for i in range(60)]
+    size = TINY["mappedFileSizeCommitLog"]
+    _fill_segment_to_its_end(root, offsets, size, config.mapped_file_size_consume_queue)
+    if not after:  # the segments after it gone
+        for segment in (root / "commitlog").iterdir():
+            if int(segment.name) >= size:
+                segment.unlink()
+    before = tree_hashes(root)
+    for extra in ([], ["--force"]):
+        dry = json.loads(run("recover", root, *TINY_SETS, "--dry-run", "--json", *extra).stdout)
+        assert dry["wouldRefuse"] and "no open for writing takes the store" in dry["why"], dry
+        result = run("recover", root, *TINY_SETS, *extra)
+        assert result.exit_code in (1, 2) and "rocketstore export" in result.stderr, result.stderr
+        assert tree_hashes(root) == before
 
 
 def test_verify_next_step_for_the_index_works(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from rocketstore.cli.common import (
     found_problems,
     lost_log,
     max_problems_option,
+    no_room,
     open_store,
     recovery_info,
     refusal,
@@ -148,7 +149,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     plan = _plan(opts, dry_run)
     if dry_run:
         lost = None if force else lost_log(opts)
-        refused = lost is not None or (plan.loses_data and not force)
+        refused = lost is not None or plan.recovery.no_room_for_blank or (plan.loses_data and not force)
         if refused:
             found_problems()
         _show_plan(opts, plan, refused, lost and f"{lost}: recover refuses it without --force ({advice})")
@@ -265,11 +266,19 @@ def _cut_rows(plan: RecoveryPlan) -> list[tuple[str, object]]:
     ]
 
 
+def _verdict(plan: RecoveryPlan, refused: bool) -> str:
+    if plan.recovery.no_room_for_blank:
+        return "recover refuses, even with --force (below)"
+    return "recover refuses without --force (below)" if refused else "recover would go ahead"
+
+
 def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None) -> None:
     """--dry-run's answer: what recover would do, or why it would refuse."""
     why = lost
     if plan.loses_data and refused:
         why = refusal(opts, plan, dry_run=True)
+    elif plan.recovery.no_room_for_blank:
+        why = no_room(opts)
     checked = {"checked": plan.checked(), "notChecked": _not_checked(plan)}  # as recover's own answer names them
     if opts.as_json:
         print_json(
@@ -282,7 +291,7 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
         ("log would end at", plan.end),
         *_cut_rows(plan),
         ("segments dropped", ", ".join(plan.recovery.dropped_files) or "none"),
-        ("verdict", "recover refuses without --force (below)" if refused else "recover would go ahead"),
+        ("verdict", _verdict(plan, refused)),
     ]
     out_console().print(kv_table(f"recover --dry-run {opts.root}: nothing changed", rows))
     if why:

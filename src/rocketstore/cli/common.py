@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -385,6 +386,17 @@ def _lossy_refusal(opts: Common, plan: RecoveryPlan) -> ProblemsFound:
     return ProblemsFound(refusal(opts, plan, command=command), plan=plan.to_dict())
 
 
+def no_room(opts: Common) -> str:
+    """Why no open for writing takes a store whose log ends without room for its BLANK marker
+    (``RecoveryReport.no_room_for_blank``), and the way on."""
+    return (
+        "the log ends in a segment without room for its BLANK marker: no open for writing takes the store, "
+        "recover --force included (a message stored after the end would be lost at the next open); copy the "
+        f"readable messages into a new store: `rocketstore export {shlex.quote(opts.root)} -o all.jsonl`, then "
+        "`rocketstore import NEW_STORE -i all.jsonl`"
+    )
+
+
 def refusal(
     opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command: str = "recover", why: str | None = None
 ) -> str:
@@ -419,7 +431,9 @@ def refusal(
             else []
         ),
         "options:",
-        f"  {how}: cut the log there, as RocketMQ's recovery does (those records are lost)",
+        f"  {no_room(opts)}"
+        if plan.recovery.no_room_for_blank
+        else f"  {how}: cut the log there, as RocketMQ's recovery does (those records are lost)",
     ]
     if plan.crc_keeps_all:
         lines.append(
@@ -430,7 +444,8 @@ def refusal(
     outside = [p for p in opts.commit_logs_outside if os.path.exists(p)]
     copies = "; ".join(f"cp -a {p} {p}.bak" for p in (opts.root, *outside))
     also = f", its commit-log folder(s) outside {opts.root} too" if outside else ""
-    lines.append(f"  either way, copy the store first{also} ({copies})")
+    if not plan.recovery.no_room_for_blank:  # the copy to make is the way on
+        lines.append(f"  either way, copy the store first{also} ({copies})")
     return "\n".join(lines)
 
 

@@ -72,6 +72,8 @@ class RecoveryReport:
     records_checked: int = 0
     records_dispatched: int = 0
     stopped_at_bad_record: bool = False
+    # the log ends within 8 bytes of its segment's end, no BLANK marker there: no open writes to it
+    no_room_for_blank: bool = False
     bytes_checked: int = 0
     dropped_files: list[str] = field(default_factory=list)
     # bad records not cut: before the checked segments, or a BLANK marker with data after it mid-file
@@ -243,15 +245,16 @@ def recover(
         break  # a BLANK in the last segment ends the log where it stands, as in RocketMQ
 
     report.process_offset = process_offset
-    no_room = reason != STOP_BLANK and files[i].file_size - pos < rec.END_FILE_MIN_BLANK_LENGTH
-    if no_room and commit_log.queue.mode != "cow":
+    left = files[i].file_size - pos
+    report.no_room_for_blank = reason != STOP_BLANK and left < rec.END_FILE_MIN_BLANK_LENGTH
+    if report.no_room_for_blank and commit_log.queue.mode != "cow":
+        where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
         raise NoRoomForBlank(
-            f"the record before offset {process_offset} fills the segment to {files[i].file_size - pos} byte(s) "
-            "of its end, leaving no room for the BLANK marker that RocketMQ's writer always leaves: RocketMQ's "
-            "recovery, as this store's, ends the log there at every open, so a message stored after it would be "
-            "lost at the next open. Opening for writing is refused (nothing was changed); copy the readable "
-            "messages into a new store: `rocketstore export STORE -o all.jsonl`, then `rocketstore import "
-            "NEW_STORE -i all.jsonl`",
+            f"the segment's records end {where} (offset {process_offset}), leaving no room for the BLANK marker "
+            "RocketMQ's writer always leaves: RocketMQ's recovery, as this store's, ends the log there at every "
+            "open, so a message stored after it would be lost at the next open. Opening for writing is refused; "
+            "copy the readable messages into a new store: `rocketstore export STORE -o all.jsonl`, then "
+            "`rocketstore import NEW_STORE -i all.jsonl`",
             files[i].path,
         )
     report.dropped_files = [f.file_name for f in files if f.file_from_offset > process_offset]
