@@ -381,12 +381,9 @@ def test_loads_values() -> None:
         "{",
         "}",
         "{1:}",
-        "{a:1}",
         "{1 2}",
         "{1.5:2}",
-        "{1:2,}",
         "{1:2 3:4}",
-        "[1,]",
         "[1 2]",
         '{"a" 1}',
         '{"a":1}}',
@@ -396,8 +393,12 @@ def test_loads_values() -> None:
         "tru",
         "-",
         "01",
-        "{'a':1}",
         "{1a:2}",
+        "{a b:1}",
+        "{'a:1}",
+        "{/* unterminated:1}",
+        "[1] /",
+        "{'a':'\\q'}",
     ],
 )
 def test_loads_malformed_raises_value_error(text: str) -> None:
@@ -407,9 +408,32 @@ def test_loads_malformed_raises_value_error(text: str) -> None:
 
 def test_loads_error_carries_position() -> None:
     with pytest.raises(json.JSONDecodeError) as info:
-        fastjson.loads('{\n\t"offsetTable":{1:5,,3:12}\n}')
-    assert info.value.pos == 22  # the second comma, where a key was due
+        fastjson.loads('{\n\t"offsetTable":{1:5 3:12}\n}')
+    assert info.value.pos == 22  # the second key, where a comma was due
     assert info.value.lineno == 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'offsetTable':{'TopicTest@g':{0:12,1:5}}}",  # AllowSingleQuotes
+        '{offsetTable:{"TopicTest@g":{0:12,1:5}}}',  # AllowUnQuotedFieldNames
+        '{"offsetTable":{"TopicTest@g":{0:12,1:5,},},}',  # AllowArbitraryCommas
+        '{,,"offsetTable":{,"TopicTest@g":{0:12,,1:5}}}',
+        '/* edited by hand */ {"offsetTable": // the groups\n{"TopicTest@g":{0:12,1:5}}}',  # the lexer's comments
+        '{\f"offsetTable":{\b"TopicTest@g":{0:12,1:5}}}',  # \f and \b are whitespace to it
+    ],
+)
+def test_loads_what_fastjsons_default_features_take(text: str) -> None:
+    """RocketMQ reads its config files with fastjson's default parser features (JSON.DEFAULT_PARSER_FEATURE:
+    AllowUnQuotedFieldNames, AllowSingleQuotes, AllowArbitraryCommas) and lexer: a hand-edited file
+    in that dialect was read as corrupt, its .bak (older) or nothing loaded instead."""
+    assert fastjson.loads(text) == {"offsetTable": {"TopicTest@g": {0: 12, 1: 5}}}
+
+
+def test_loads_single_quoted_strings_with_their_escapes() -> None:
+    assert fastjson.loads("['it\\'s', '\"q\"', '\\u00e9\\n\\\\', '']") == ["it's", '"q"', "é\n\\", ""]
+    assert fastjson.loads("[1,,2,]") == [1, 2]
 
 
 def test_loads_deep_nesting_is_a_value_error() -> None:
@@ -1001,7 +1025,7 @@ def test_leftover_tmp_is_ignored(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['{"offsetTable":{"T@g":{0:5,},}}', "{'offsetTable':{'T@g':{0:5}}}", '{"offsetTable":{"T@g":{0:'],
+    ['{"offsetTable":{"T@g":{0:5 1:6}}}', "{'offsetTable':{'T@g':{0:5}}} x", '{"offsetTable":{"T@g":{0:'],
 )
 @pytest.mark.parametrize("backup", [False, True])
 def test_an_unreadable_main_file_is_kept_aside_before_it_is_replaced(tmp_path, text: str, backup: bool) -> None:

@@ -12,8 +12,12 @@ Writer (:func:`dumps`) rules, as ``JSON.toJSONString(obj, true)`` produces them:
   not pretty-print); sets are sorted to keep the output stable;
 * no trailing newline. Key order is the dict's insertion order: callers sort bean properties.
 
-Reader (:func:`loads`): standard JSON plus bare integer object keys (``{1:23,2:32}``, any
-whitespace), which come back as Python ``int`` keys; quoted keys stay ``str``.
+Reader (:func:`loads`): standard JSON plus what fastjson's default parser features and lexer take
+(``JSON.DEFAULT_PARSER_FEATURE``, which RocketMQ's ``RemotingSerializable.fromJson`` reads config
+files with): bare integer object keys (``{1:23,2:32}``), which come back as Python ``int`` keys
+(quoted keys stay ``str``); unquoted identifier keys (AllowUnQuotedFieldNames); single-quoted
+strings (AllowSingleQuotes); extra and trailing commas (AllowArbitraryCommas); ``\f`` and ``\b``
+as whitespace, and ``/* */`` and ``//`` comments where whitespace may be.
 """
 
 from __future__ import annotations
@@ -146,10 +150,15 @@ def dumps(obj: object) -> str:
 
 # --------------------------------------------------------------------------------------------- reader
 
-_WS_RE = re.compile(r"[ \t\n\r]*")
+_WS_RE = re.compile(r"(?:[ \t\n\r\f\b]+|/\*.*?\*/|//[^\n]*)*", re.DOTALL)  # fastjson's skipWhitespace
 _NUMBER_RE = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _INT_KEY_RE = re.compile(r"-?[0-9]+")
-_WS_CHARS = " \t\n\r"
+_NAME_KEY_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")  # an unquoted field name (AllowUnQuotedFieldNames)
+_WS_CHARS = " \t\n\r\f\b/"
+# single-quoted strings (AllowSingleQuotes): the body up to the first unescaped quote, then its escapes
+_SINGLE_QUOTED_RE = re.compile(r"((?:[^'\\]|\\.)*)'", re.DOTALL)
+_ESCAPE_IN_SINGLE_RE = re.compile(r"\\(u[0-9A-Fa-f]{4}|.)", re.DOTALL)
+_SINGLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "/": "/"}
 
 
 class _Parser:
@@ -161,8 +170,34 @@ class _Parser:
     def skip_ws(self, pos: int) -> int:
         text = self.text
         if pos < len(text) and text[pos] in _WS_CHARS:
-            return _WS_RE.match(text, pos).end()  # type: ignore[union-attr]
+            end = _WS_RE.match(text, pos).end()  # type: ignore[union-attr]
+            if text.startswith("/*", end):
+                raise self.error("Unterminated comment", end)
+            return end
         return pos
+
+    def skip_commas(self, pos: int) -> int:
+        """Past any commas (and whitespace) at ``pos``: fastjson's AllowArbitraryCommas."""
+        text = self.text
+        while text.startswith(",", pos):
+            pos = self.skip_ws(pos + 1)
+        return pos
+
+    def single_quoted(self, pos: int) -> tuple[str, int]:
+        """The string whose body starts at ``pos`` (after its ``'``), escapes read as fastjson's."""
+        match = _SINGLE_QUOTED_RE.match(self.text, pos)
+        if match is None:
+            raise self.error("Unterminated string starting at", pos - 1)
+
+        def escape(m: re.Match[str]) -> str:
+            code = m.group(1)
+            if len(code) == 5:
+                return chr(int(code[1:], 16))
+            if code not in _SINGLE_ESCAPES:
+                raise self.error(f"Invalid \\escape: {code!r}", m.start())
+            return _SINGLE_ESCAPES[code]
+
+        return _ESCAPE_IN_SINGLE_RE.sub(escape, match.group(1)), match.end()
 
     def error(self, message: str, pos: int) -> JSONDecodeError:
         return JSONDecodeError(message, self.text, pos)
@@ -174,6 +209,8 @@ class _Parser:
         ch = text[pos]
         if ch == '"':
             return scanstring(text, pos + 1, False)
+        if ch == "'":
+            return self.single_quoted(pos + 1)
         if ch == "{":
             return self.object(pos + 1)
         if ch == "[":
@@ -195,18 +232,21 @@ class _Parser:
     def object(self, pos: int) -> tuple[dict[object, object], int]:
         text = self.text
         result: dict[object, object] = {}
-        pos = self.skip_ws(pos)
+        pos = self.skip_commas(self.skip_ws(pos))
         if text.startswith("}", pos):
             return result, pos + 1
         while True:
             key: object
             if text.startswith('"', pos):
                 key, pos = scanstring(text, pos + 1, False)
-            else:
-                match = _INT_KEY_RE.match(text, pos)
-                if match is None:
-                    raise self.error("Expecting a double-quoted property name or an integer key", pos)
+            elif text.startswith("'", pos):
+                key, pos = self.single_quoted(pos + 1)
+            elif (match := _INT_KEY_RE.match(text, pos)) is not None:
                 key, pos = int(match.group()), match.end()
+            elif (match := _NAME_KEY_RE.match(text, pos)) is not None:
+                key, pos = match.group(), match.end()
+            else:
+                raise self.error("Expecting a property name", pos)
             pos = self.skip_ws(pos)
             if not text.startswith(":", pos):
                 raise self.error("Expecting ':' delimiter", pos)
@@ -214,7 +254,9 @@ class _Parser:
             result[key] = value
             pos = self.skip_ws(pos)
             if text.startswith(",", pos):
-                pos = self.skip_ws(pos + 1)
+                pos = self.skip_commas(pos)
+                if text.startswith("}", pos):
+                    return result, pos + 1
             elif text.startswith("}", pos):
                 return result, pos + 1
             else:
@@ -223,7 +265,7 @@ class _Parser:
     def array(self, pos: int) -> tuple[list[object], int]:
         text = self.text
         result: list[object] = []
-        pos = self.skip_ws(pos)
+        pos = self.skip_commas(self.skip_ws(pos))
         if text.startswith("]", pos):
             return result, pos + 1
         while True:
@@ -231,7 +273,9 @@ class _Parser:
             result.append(value)
             pos = self.skip_ws(pos)
             if text.startswith(",", pos):
-                pos = self.skip_ws(pos + 1)
+                pos = self.skip_commas(pos)
+                if text.startswith("]", pos):
+                    return result, pos + 1
             elif text.startswith("]", pos):
                 return result, pos + 1
             else:
