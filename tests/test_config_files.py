@@ -12,6 +12,7 @@ import pytest
 import conftest
 from rocketstore.errors import CorruptStoreError, StoreFileError
 from rocketstore.meta import fastjson
+from rocketstore.meta.config_file import next_version
 from rocketstore.meta.json_files import load_json_file, write_json_file
 from rocketstore.meta.offset_files import ConsumerOffsetManager, DelayOffsetManager
 from rocketstore.meta.subscription_groups import SubscriptionGroupManager
@@ -567,6 +568,37 @@ def test_consumer_offset_533_file_keeps_its_top_level_fields(tmp_path) -> None:
     assert written["groupTopicMap"] == {GROUP: ["TopicTest", "T3"], "g2": ["T2"]}
     assert written["offsetTable"][f"TopicTest@{GROUP}"] == {0: 251, 1: 248}
     assert list(written) == ["dataVersion", "groupTopicMap", "offsetTable"]
+
+
+def test_consumer_offset_group_topic_map_is_the_offset_tables(tmp_path) -> None:
+    """5.x's getGroupTopicMap is built from the offset table at each write: a topic whose offsets
+    went (a deleted topic) leaves it, and a group left without topics goes. It kept them."""
+    path = tmp_path / "consumerOffset.json"
+    _write(path, '{"groupTopicMap":{"g4":["A","B"],"g5":["A"]},"offsetTable":{"A@g4":{0:1},"B@g4":{2:9},"A@g5":{0:3}}}')
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.remove_topics({"A"}) == ["A@g4", "A@g5"]
+    mgr.persist()
+    assert fastjson.loads(_read(path))["groupTopicMap"] == {"g4": ["B"]}
+
+
+def test_consumer_offset_keys_removed_by_topic_are_topic_at_group_only(tmp_path) -> None:
+    """cleanOffsetByTopic removes a key only when it splits into exactly topic and group: keys
+    with another '@', or none (only a file can hold them), stay."""
+    path = tmp_path / "consumerOffset.json"
+    _write(path, '{"offsetTable":{"T@g":{0:1},"T@g@x":{0:2},"T":{0:3},"O@g":{0:4}}}')
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.load() is True
+    assert mgr.remove_topics({"T"}) == ["T@g"]
+    assert sorted(mgr.offset_table) == ["O@g", "T", "T@g@x"]
+
+
+def test_a_data_version_counter_wraps_as_a_java_long() -> None:
+    """DataVersion.nextVersion increments an AtomicLong: at Long.MAX_VALUE it wraps to
+    Long.MIN_VALUE. It became 2**63, which no reader (this one included) takes as a long."""
+    version = {"counter": 2**63 - 1, "timestamp": 0}
+    next_version(version)
+    assert version["counter"] == -(2**63)
 
 
 def test_consumer_offset_unknown_top_level_fields_are_kept_sorted(tmp_path) -> None:

@@ -38,7 +38,8 @@ def new_data_version(with_state_version: bool = False) -> dict[str, int]:
 def next_version(data_version: dict[str, Any]) -> None:
     """``DataVersion.nextVersion()``: new timestamp, counter + 1 (5.x: stateVersion back to 0)."""
     data_version["timestamp"] = _now_ms()
-    data_version["counter"] = int(data_version.get("counter", 0)) + 1
+    counter = int(data_version.get("counter", 0)) + 1  # an AtomicLong: Long.MAX_VALUE + 1 wraps
+    data_version["counter"] = counter - 2**64 if counter >= 2**63 else counter
     if "stateVersion" in data_version:
         data_version["stateVersion"] = 0
 

@@ -31,12 +31,19 @@ def _decode_extra(obj: dict[Any, Any]) -> dict[Any, Any]:
     return extra
 
 
-def _group_topic_map(read: dict[str, list[Any]], offset_table: dict[str, Any]) -> dict[str, list[Any]]:
-    """The ``groupTopicMap`` read, with every group and topic of the offset table added."""
-    out = {group: list(topics) for group, topics in read.items()}
+def _topic_and_group(key: str) -> list[str] | None:
+    """An offset table key split as RocketMQ splits it: [topic, group], or None when it is not
+    exactly two parts (such a key is never a topic's offsets to RocketMQ)."""
+    parts = key.split(TOPIC_GROUP_SEPARATOR)
+    return parts if len(parts) == 2 else None
+
+
+def _group_topic_map(offset_table: dict[str, Any]) -> dict[str, list[Any]]:
+    """5.x's ``getGroupTopicMap``: group -> topics, built from the offset table at each write."""
+    out: dict[str, list[Any]] = {}
     for key in offset_table:
-        parts = key.split(TOPIC_GROUP_SEPARATOR)
-        if len(parts) == 2:
+        parts = _topic_and_group(key)
+        if parts is not None:
             topics = out.setdefault(parts[1], [])
             if parts[0] not in topics:
                 topics.append(parts[0])
@@ -48,8 +55,8 @@ class ConsumerOffsetManager(ConfigFile):
 
     Written in the 4.9.8 form ``{"offsetTable":{...}}`` (queue ids ascending, bare integer keys).
     Other top-level fields of a 5.x file (``dataVersion``, ``groupTopicMap``, ``lmqOffsetTable``,
-    ...) are written back as read, except ``groupTopicMap`` (group -> topics), which also gets
-    every group and topic of the offset table so that it stays consistent with it.
+    ...) are written back as read, except ``groupTopicMap`` (group -> topics), which 5.x builds from
+    the offset table at each write, as it is here.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, writable: bool = True) -> None:
@@ -96,7 +103,7 @@ class ConsumerOffsetManager(ConfigFile):
         extra, offset_table, _ = snapshot
         top: dict[str, Any] = dict(extra)
         if "groupTopicMap" in top:
-            top["groupTopicMap"] = _group_topic_map(top["groupTopicMap"], offset_table)
+            top["groupTopicMap"] = _group_topic_map(offset_table)
         top["offsetTable"] = {key: dict(sorted(queues.items())) for key, queues in offset_table.items()}
         return fastjson.dumps(sorted_bean(top))
 
@@ -130,7 +137,7 @@ class ConsumerOffsetManager(ConfigFile):
         go; the ``topic@group`` keys removed (persist to make it last: ``on_dropped`` is called with
         ``topics`` once the file is written without them)."""
         with self._lock:
-            gone = [key for key in self.offset_table if key.split(TOPIC_GROUP_SEPARATOR)[0] in topics]
+            gone = [key for key in self.offset_table if (parts := _topic_and_group(key)) and parts[0] in topics]
             for key in gone:
                 del self.offset_table[key]
             self._dropping = self._dropping | set(topics)
