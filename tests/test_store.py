@@ -1089,6 +1089,34 @@ def test_get_message_statuses_and_next_begin_offset(make_store):
     assert offset == 25
 
 
+@pytest.mark.parametrize(("size", "scanned"), [(0, 1), (10, 1), (-5, 1), (30, 2), (50, 3), (40, 2)])
+def test_a_pull_scans_max_filter_message_size_in_units_rounded_up(make_store, store_config, size, scanned):
+    """The filter window is the units whose place (offset - start) * 20 stays under
+    maxFilterMessageSize: at least the first unit. A size under 20 with max_nums <= 0 scanned none
+    and answered OFFSET_FOUND_NULL with the next file's start, skipping the queue's messages; a
+    size that is no multiple of 20 was rounded down."""
+    store = make_store(config=store_config.copy(maxFilterMessageSize=size))
+    for _ in range(10):
+        put_ok(store, Message("T", b"x", tags="A"))
+    assert store.wait_for_dispatch()
+    first = store.get_message("g", "T", 0, 0, max_nums=0)
+    assert (first.status, len(first.messages), first.next_begin_offset) == (GetMessageStatus.FOUND, 1, 1)
+    none = store.get_message("g", "T", 0, 0, max_nums=0, tags="B")
+    assert (none.status, none.next_begin_offset) == (GetMessageStatus.NO_MATCHED_MESSAGE, scanned)
+
+
+def test_a_huge_max_nums_scans_what_javas_int_arithmetic_gives(make_store, store_config):
+    """RocketMQ's window is max(maxFilterMessageSize, maxMsgNums * 20) in Java ints: 2**31-1 * 20
+    wraps to -20, so the window stays 800 units (16000 bytes); it scanned past them."""
+    store = make_store(config=store_config.copy(mappedFileSizeConsumeQueue=40000))
+    for _ in range(1000):
+        put_ok(store, Message("T", b"x", tags="A"))
+    put_ok(store, Message("T", b"y", tags="B"))
+    assert store.wait_for_dispatch()
+    got = store.get_message("g", "T", 0, 0, max_nums=2**31 - 1, tags="B")
+    assert (got.status, got.next_begin_offset) == (GetMessageStatus.NO_MATCHED_MESSAGE, 800)
+
+
 def test_tag_filter(make_store):
     store = make_store()
     tags = ["TagA", "TagB", "TagC", None, "TagA", "TagB", "TagA||TagB"]

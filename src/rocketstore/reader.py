@@ -16,7 +16,7 @@ from rocketstore.codec.ids import decode_offset_msg_id, java_hash
 from rocketstore.codec.message import JAVA_LONG, StoredMessage, as_int, plain_str
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
-from rocketstore.config_values import java_trim
+from rocketstore.config_values import java_int_sum, java_trim
 from rocketstore.errors import InvalidArgumentError, StoreClosedError, shown
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
@@ -155,7 +155,10 @@ class MessageReader:
         config = self.config
         accepted = subscription_tags(tags) if tags is not None else None
         wanted = tag_hashes(accepted)
-        max_filter_units = max(config.max_filter_message_size, max_nums * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        # the units whose place (i - offset) * 20 is under max(maxFilterMessageSize, maxMsgNums * 20), that
+        # product a Java int's: at least the first
+        window = max(config.max_filter_message_size, java_int_sum(max_nums * CQ_STORE_UNIT_SIZE, 0))
+        max_filter_units = max(1, -(-window // CQ_STORE_UNIT_SIZE))
         want_units = max_filter_units if wanted is not None else min(max_filter_units, max(max_nums, 1))
         data = cq.read_units(offset, min(want_units, max_offset - offset))
         if not data:
