@@ -361,6 +361,7 @@ def test_a_queue_created_after_the_stream_started_is_read_from_its_earliest(spar
         s.wait_for_dispatch()
     end = stream.latestOffset(begin, ReadAllAvailable())
     at_a_start = {**at_a, "@deleted": {}}
+    assert set(end.pop("@last")) == {"TopicA", "TopicLater"}  # the message below each queue's end
     assert end == {**at_a, "TopicLater": {str(q): 1 for q in range(4)}, "@start": at_a_start, "@deleted": {}}
     held = stream._snapshot  # latestOffset's view of the store: the batch's partitions use it (one open a trigger)
     assert held is not None and not held.store.closed
@@ -492,7 +493,7 @@ def test_the_start_of_batch_zero_travels_in_its_end_offset(tmp_path):
     ]
     assert sorted(slices) == [(q, 2, 4) for q in range(4)]
     nxt = restarted.latestOffset(end, ReadAllAvailable())
-    assert nxt == {"TopicA": {str(q): 6 for q in range(4)}, "@deleted": {}}
+    assert {k: v for k, v in nxt.items() if k != "@last"} == {"TopicA": {str(q): 6 for q in range(4)}, "@deleted": {}}
     slices = [(x.queue_id, x.start, x.end) for p in restarted.partitions(end, nxt) for x in p.slices]
     assert sorted(slices) == [(q, 4, 6) for q in range(4)]
     assert restarted.latestOffset(nxt, ReadAllAvailable()) == nxt
@@ -541,8 +542,48 @@ def test_the_trigger_budget_counts_only_messages_the_store_still_holds(tmp_path)
     stream = StreamReader(options, StructType())
     start = {"T1": {"0": 0}}  # the checkpoint's offset: retention removed 0..lo-1 since
     end = stream.latestOffset(start, ReadMaxRows(10))
-    assert end == {"T1": {"0": lo + 10}, "@deleted": {}}
+    assert {k: v for k, v in end.items() if k != "@last"} == {"T1": {"0": lo + 10}, "@deleted": {}}
     assert [(x.start, x.end) for p in stream.partitions(start, end) for x in p.slices] == [(lo, lo + 10)]
+
+
+def test_a_queue_cut_back_and_written_again_past_the_checkpoint_is_data_loss(tmp_path, caplog):
+    """A recovery cut a queue back below the checkpoint's offset (a torn record after a crash),
+    then puts took it past that offset again: the messages stored since the cut below the
+    checkpoint's offset were never read, and nothing said so (the queue's max was back above it).
+    The offsets keep what the message below each queue's offset was (its commit-log offset and
+    store time): a different one there is data loss, or (failOnDataLoss=false) a warning."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    from pyspark.sql.types import StructType
+
+    from rocketstore import Message
+    from rocketstore.errors import DataLossError
+    from rocketstore.spark.stream import StreamReader
+
+    store = tmp_path / "store"
+    with MessageStore.open(store, small_config()) as s:
+        for i in range(20):
+            s.put(Message("T", b"old %d" % i)).raise_for_status()
+    options = {**SMALL_OPTIONS, "path": str(store), "topics": "T", "startingOffsets": "earliest"}
+    reader = StreamReader(options, StructType())
+    end = json.loads(json.dumps(reader.latestOffset(reader.initialOffset(), ReadAllAvailable())))
+    reader.stop()
+    assert from_json(end) == {("T", 0): 20}
+    damage_record(store, "T", 0, 15)  # torn: recovery ends the log there, the queue back to 15
+    with MessageStore.open(store, small_config()) as s:
+        assert s.get_max_offset_in_queue("T", 0) == 15
+        for i in range(10):
+            s.put(Message("T", b"new %d" % i)).raise_for_status()  # offsets 15..24: new 0..4 below 20
+    failing = StreamReader(options, StructType())
+    with pytest.raises(DataLossError, match=r"T/0: the message at offset 19, the last the stream read, is not"):
+        failing.latestOffset(end, ReadAllAvailable())
+    failing.stop()
+    going_on = StreamReader({**options, "failOnDataLoss": "false"}, StructType())
+    with caplog.at_level("WARNING", logger="rocketstore.spark"):
+        nxt = going_on.latestOffset(end, ReadAllAvailable())
+    assert from_json(nxt) == {("T", 0): 25}
+    assert any("is not the one it read" in r.getMessage() for r in caplog.records)
+    assert going_on.latestOffset(json.loads(json.dumps(nxt)), ReadAllAvailable()) == json.loads(json.dumps(nxt))
+    going_on.stop()
 
 
 def test_a_topic_deleted_and_created_again_between_batches_is_read_from_its_start(tmp_path):

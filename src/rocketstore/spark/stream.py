@@ -28,7 +28,11 @@ otherwise (the store replaced by an older copy): a checkpointed offset above the
 offset fails the query, or (failOnDataLoss=false) the stream warns and goes on from the queue's
 max offset, as Kafka's source does when a partition's offsets went backwards (the batch's end
 offset is the queue's latest, below its start, and the batch reads nothing of it): an older copy
-of the store holds only messages that were delivered already. A queue in the offsets that is gone
+of the store holds only messages that were delivered already. A queue a recovery cut back below
+the offset (a torn record after a crash) that puts then took past it again is told by ``@last``:
+the commit-log offset and store time of the message below each queue's offset, kept in every
+offset, and another message there now is data loss (failOnDataLoss=false: the stream goes on from
+its offset, the messages written below it since the cut unread). A queue in the offsets that is gone
 from the store (its topic deleted) is data loss too, as in Kafka, even if the stream had read all
 of it (the store keeps no trace of its max offset); with failOnDataLoss=false it is dropped from
 the offsets, so a topic created again is a new queue, read from its earliest offset.
@@ -72,6 +76,7 @@ INITIAL = "@initial"  # true in what initialOffset returns: the start of a new q
 START = "@start"  # in batch 0's end offset: the offsets batch 0 starts at
 FROM_TS = "@startingTimestamp"  # in every offset of a query started from startingTimestamp (epoch ms)
 DELETED = "@deleted"  # the store's deletion marks (deletedTopics.json) of the offsets' topics, when planned
+LAST = "@last"  # per queue, [commit-log offset, store time] of the message below its offset, when planned
 
 
 def _reserved(key: str) -> bool:
@@ -128,6 +133,43 @@ def _started_over(key: Key, offset: int, lo: int, hi: int, what: str = "checkpoi
         f"{key[0]}/{key[1]}: the {what} {offset} is above the queue's max offset {hi} (min {lo}): the queue "
         f"started over (its topic deleted and created again, or the store replaced by an older copy), and "
         f"messages of it may have been missed"
+    )
+
+
+def last_read(snap: Snapshot, offsets: dict[Key, int], bounds: dict[Key, tuple[int, int]]) -> dict[str, Any]:
+    """Per queue, [commit-log offset, store time] of the message below its offset in ``offsets``
+    (``LAST``, as JSON keeps it): the next batch tells by it a queue that recovery cut back below
+    that offset and puts then took past it again (its max offset alone cannot)."""
+    store = snap.store
+    out: dict[str, Any] = {}
+    for (topic, queue_id), offset in sorted(offsets.items()):
+        lo, hi = bounds.get((topic, queue_id), (0, 0))
+        if lo < offset <= hi:
+            at = store.get_message_store_timestamp(topic, queue_id, offset - 1)
+            if at >= 0:
+                phy = store.get_commit_log_offset_in_queue(topic, queue_id, offset - 1)
+                out.setdefault(topic, {})[str(queue_id)] = [phy, at]
+    return out
+
+
+def rewritten(snap: Snapshot, start: dict[str, Any], begin: dict[Key, int], bounds: dict[Key, tuple[int, int]]) -> str:
+    """The queues of ``begin`` whose message below their offset is not the one ``start``'s
+    ``LAST`` says the stream read (a recovery cut the queue back, and puts wrote it again), in
+    words; "" when there is none."""
+    recorded = start.get(LAST) or {}
+    now = last_read(snap, {k: v for k, v in begin.items() if str(k[1]) in recorded.get(k[0], {})}, bounds)
+    changed = [
+        f"{topic}/{queue_id}: the message at offset {begin[(topic, int(queue_id))] - 1}, the last the stream read, is "
+        f"not the one it read (commit-log offset and store time {was} then, {now[topic][queue_id]} now)"
+        for topic, queues in sorted(recorded.items())
+        for queue_id, was in sorted(queues.items())
+        if queue_id in now.get(topic, {}) and now[topic][queue_id] != was
+    ]
+    if not changed:
+        return ""
+    return (
+        "; ".join(changed) + ": recovery cut the queue back below the stream's offset (a torn record after a "
+        "crash) and new messages took it past it again; those stored below the stream's offset were not read"
     )
 
 
@@ -286,6 +328,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for key in again:
                     del begin[key]
                     ahead.discard(key)  # a starting offset past the old queue's end means nothing now
+        cut_back = rewritten(snap, start, begin, bounds)
+        if cut_back:
+            data_loss(cut_back, self.opts.fail_on_data_loss, "go on from the stream's offsets")
         gone = sorted(set(begin) - present)
         if gone:  # as Kafka's "... are gone. Some data may have been missed"
             then = "drop them from the stream's offsets (a topic created again is read from its earliest offset)"
@@ -311,7 +356,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = rate_limit(held, end, earliest, limit.max_rows)
         still_ahead = {k for k in ahead if k in end and (k not in bounds or end[k] > bounds[k][1])}
         marks = deletion_marks(snap, end)  # of the stream's topics only: another's deletion plans no batch
-        if end == from_json(start) and marks == start.get(DELETED):  # no batch to plan: Spark calls no
+        last = last_read(snap, end, bounds)
+        if end == from_json(start) and marks == start.get(DELETED) and not cut_back:  # no batch: Spark calls no
             self._drop_snapshot()  # partitions, so nothing holds the store's files
             if still_ahead == ahead and not start.get(INITIAL):
                 return start  # as given: Spark compares the JSON, and plans no batch
@@ -321,6 +367,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start.get(FROM_TS) is not None:
             out[FROM_TS] = start[FROM_TS]
         out[DELETED] = marks
+        if last:
+            out[LAST] = last
         return out
 
     def reportLatestOffset(self) -> dict | None:
