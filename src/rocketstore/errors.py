@@ -20,6 +20,7 @@ __all__ = [  # the error classes (``shown`` is the package's own helper)
     "InvalidMessageError",
     "InvalidTopicError",
     "MessageNotFoundError",
+    "NoRoomForBlankError",
     "PutMessageError",
     "ReadOnlyStoreError",
     "RecordError",
@@ -103,6 +104,13 @@ class CorruptStoreError(RocketStoreError):
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
+
+
+class NoRoomForBlankError(CorruptStoreError):
+    """The commit log ends in a segment filled to within 8 bytes of its end, leaving no room for
+    the BLANK marker every writer leaves: RocketMQ's recovery (the store's too) reads nothing past
+    it at any open, so a message stored after it would be lost at the next one. An open for
+    writing refuses the store (a read-only one, an export's, serves what it holds)."""
 
 
 class StoreFileError(RocketStoreError, OSError):

@@ -22,6 +22,7 @@ from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     InvalidArgumentError,
+    NoRoomForBlankError,
     ReadOnlyStoreError,
     RocketStoreError,
     StoreClosedError,
@@ -32,7 +33,7 @@ from rocketstore.errors import (
 from rocketstore.files.allocate import SegmentAllocator
 from rocketstore.files.transient_pool import TransientStorePool
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.log.recovery import ConfirmCut, NoRoomForBlank, RecoveryReport, recover
+from rocketstore.log.recovery import ConfirmCut, RecoveryReport, recover
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.deleted_topics import FILE_NAME as DELETED_TOPICS_FILE
 from rocketstore.meta.deleted_topics import DeletedTopics
@@ -217,7 +218,7 @@ class MessageStore:
                 self.put = self.writer.put  # the hot path, without the method call
                 self.services.start()
         except BaseException as exc:
-            if isinstance(exc, NoRoomForBlank) and self.last_exit_ok:  # refused before recovery wrote
+            if isinstance(exc, NoRoomForBlankError) and self.last_exit_ok:  # refused before recovery wrote
                 remove_abort(self.root)
             self.services.stop_started()
             self._close_files()

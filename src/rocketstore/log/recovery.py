@@ -42,7 +42,7 @@ from rocketstore.codec import sysflag as sf
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK, mismatched_size
 from rocketstore.codec.topic import queue_folder_ok
-from rocketstore.errors import CorruptStoreError
+from rocketstore.errors import NoRoomForBlankError
 from rocketstore.files.mapped_file import MappedFile, holds_data
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
@@ -93,13 +93,6 @@ class RecoveryReport:
 
 
 ConfirmCut = Callable[[RecoveryReport], None]  # asked before a cut that may drop records; raises to refuse it
-
-
-class NoRoomForBlank(CorruptStoreError):
-    """The log ends in a segment filled to within 8 bytes of its end, leaving no room for the BLANK
-    marker every writer leaves: RocketMQ's recovery (this one too) reads nothing past it, at every
-    open, so a record written after it would be lost at the next one. An open for writing is
-    refused before recovery has written anything but what ``recover``'s docstring says."""
 
 
 def _camel_case(name: str) -> str:
@@ -249,7 +242,7 @@ def recover(
     report.no_room_for_blank = reason != STOP_BLANK and left < rec.END_FILE_MIN_BLANK_LENGTH
     if report.no_room_for_blank and commit_log.queue.mode != "cow":
         where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
-        raise NoRoomForBlank(
+        raise NoRoomForBlankError(
             f"the segment's records end {where} (offset {process_offset}), leaving no room for the BLANK marker "
             "RocketMQ's writer always leaves: RocketMQ's recovery, as this store's, ends the log there at every "
             "open, so a message stored after it would be lost at the next open. Opening for writing is refused; "
