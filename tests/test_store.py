@@ -2672,7 +2672,13 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     store.shutdown()
     (root / "abort").touch()  # as after a crash: the next writable open would recover
     before = hash_tree(root)
-    for key in ("enableLmq", "enableMultiDispatch", "enableDLegerCommitLog", "duplicationEnable"):
+    for key in (
+        "enableLmq",
+        "enableMultiDispatch",
+        "enableDLegerCommitLog",
+        "duplicationEnable",
+        "enableConsumeQueueExt",
+    ):
         with pytest.raises(ConfigError, match=key):
             MessageStore.open(root, store_config, **{key: True})
     assert hash_tree(root) == before
@@ -2685,6 +2691,31 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     assert hash_tree(root) == before
     with MessageStore.open(root, store_config, read_only=True, enableLmq=True) as reader:
         assert [m.body for m in reader.get_message("g", "Plain", 0, 0).messages] == [b"x"]
+
+
+def test_a_unit_whose_tags_code_is_a_consume_queue_ext_address_is_filtered_by_its_tags(
+    make_store, store_config, tmp_path
+):
+    """With enableConsumeQueueExt (RocketMQ 5.x) a unit's tags code below Integer.MIN_VALUE is an
+    address in consumequeue_ext, which this store does not read: RocketMQ, when its lookup fails,
+    takes the unit as matching (the consumer filters by TAGS). A tag-filtered pull passed such
+    units over as filtered out, in silence; it now keeps those whose record's TAGS match."""
+    store = make_store()
+    for tag in ("A", "B", "A"):
+        put_ok(store, Message("T", b"m" + tag.encode(), tags=tag))
+    store.shutdown()
+    path = tmp_path / "store" / "consumequeue" / "T" / "0" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    for i in range(3):
+        struct.pack_into(">q", data, i * 20 + 12, -(2**63) + i * 64)  # ConsumeQueueExt.decorate's addresses
+    path.write_bytes(bytes(data))
+    with MessageStore.open(tmp_path / "store", store_config, read_only=True) as view:
+        got = view.get_message("g", "T", 0, 0, tags="A")
+        assert (got.status, [m.body for m in got.messages]) == (GetMessageStatus.FOUND, [b"mA", b"mA"])
+        assert [m.body for m in view.get_message("g", "T", 0, 0, tags="B").messages] == [b"mB"]
+        assert len(view.get_message("g", "T", 0, 0).messages) == 3
+    report = verify_store(tmp_path / "store", store_config)
+    assert report.ok and any("consume-queue ext addresses" in note for note in report.notes), report.problems
 
 
 def test_suggest_pulling_from_slave_looks_at_every_unit_examined(make_store, store_config):

@@ -255,6 +255,7 @@ _UNSUPPORTED = {
     "enableMultiDispatch": "multi-dispatch (INNER_MULTI_DISPATCH)",
     "enableDLegerCommitLog": "a DLedger commit log (its entries are framed differently)",
     "duplicationEnable": "duplication mode (DUP_INFO checks)",
+    "enableConsumeQueueExt": "consume-queue ext files (consumequeue_ext: tags codes that are addresses in them)",
 }
 
 

@@ -101,6 +101,12 @@ def _warn_unreadable(queue: str, unreadable: list[tuple[int, int, str]]) -> None
     )
 
 
+# a tags code below Integer.MIN_VALUE is an address in consumequeue_ext (RocketMQ 5.x's
+# ConsumeQueueExt.isExtAddr), not read here: as RocketMQ when its lookup fails, the unit matches
+# the filter (the record's TAGS decide below)
+_EXT_ADDRESSES = -(2**31)
+
+
 class MessageReader:
     def __init__(
         self, commit_log: CommitLog, queues: ConsumeQueueStore, index: IndexService, config: StoreConfig
@@ -259,7 +265,7 @@ class MessageReader:
                     break
             next_offset += 1
             matched = True
-            if wanted is not None:
+            if wanted is not None and code >= _EXT_ADDRESSES:
                 code32 = code & 0xFFFFFFFF
                 matched = (code32 - (1 << 32) if code32 & 0x80000000 else code32) in wanted
             if phy < next_file_start:  # in a segment found gone

@@ -183,6 +183,14 @@ def _check_units(
                 f"does not give (it changed since they were written); {served}"
             )
             tags_bad &= ~other_level
+    ext = tags_bad & (tags[check] < -(2**31))  # an address in consumequeue_ext (RocketMQ 5.x's CQ ext)
+    if ext.any():
+        report.note(
+            f"{where}: {int(ext.sum())} units hold consume-queue ext addresses for tags codes "
+            "(enableConsumeQueueExt): consumequeue_ext is not read, and a tag-filtered pull decides by the "
+            "records' TAGS"
+        )
+        tags_bad &= ~ext
     elsewhere = (
         (log.topic_ids[r] != tid) | (log.queue_ids[r] != queue_id) | (log.queue_offsets[r] != index[check]) | not_queued
     )
