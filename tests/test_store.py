@@ -2681,6 +2681,8 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     ):
         with pytest.raises(ConfigError, match=key):
             MessageStore.open(root, store_config, **{key: True})
+    with pytest.raises(ConfigError, match="storeType=defaultRocksDB"):
+        MessageStore.open(root, store_config, storeType="defaultRocksDB")
     assert hash_tree(root) == before
     topics = json.loads((root / "config" / "topics.json").read_text())
     topics["topicConfigTable"]["Plain"]["attributes"] = {"queue.type": "BatchCQ"}

@@ -266,5 +266,10 @@ def refuse_unsupported(config: StoreConfig) -> None:
     for key, what in _UNSUPPORTED.items():
         if config.get(key):
             raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
+    if config.get("storeType") != "default":  # 5.x's defaultRocksDB keeps the consume queues in RocksDB
+        raise ConfigError(
+            f"storeType={config.get('storeType')}: consume queues in RocksDB are not supported; a writable store "
+            "would write file consume queues beside them"
+        )
     if config.broker_ip1:
         resolve_broker_ip(config.broker_ip1)
