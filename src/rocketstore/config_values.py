@@ -109,14 +109,20 @@ def finite_double(name: str, value: object) -> float:
 # -- deleteWhen ------------------------------------------------------------------------------
 
 
+def java_split(text: str, separator: str) -> list[str]:
+    """``text.split(separator)`` as Java's ``String.split`` gives it: trailing empty parts dropped."""
+    parts = text.split(separator)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
 def delete_hours(value: str) -> tuple[int, ...]:
     """``deleteWhen`` ("04", "04;05") -> its hours, as ``UtilAll.isItTimeToDo`` parses it:
     ``split(";")`` (trailing empty parts dropped) and ``Integer.parseInt`` of each part, which
     must be an hour 0..23. ConfigError otherwise: RocketMQ would throw at every check (or never
     match an hour) and files would never be deleted by time."""
-    parts = value.split(";")
-    while parts and parts[-1] == "":  # Java's String.split drops trailing empty strings
-        parts.pop()
+    parts = java_split(value, ";")
     hours = []
     for part in parts:
         hour = int(part) if _INT.fullmatch(part) else None
@@ -212,9 +218,7 @@ def delay_level_millis(levels: str) -> tuple[int, ...]:
     second space, or a leading one, is an empty level, which fails its load), and each number is
     Java's ``Long.parseLong``, which takes no ``1_0`` and no blanks. A negative delay, or one past
     2**62 ms (whose delivery times would overflow a long), which Java would take, is refused too."""
-    items = levels.split(" ")
-    while items and not items[-1]:  # String.split drops trailing empty strings
-        items.pop()
+    items = java_split(levels, " ")
     if not items:
         raise ConfigError('messageDelayLevel is empty: it needs at least one level (e.g. "1s 5s 10s")')
     millis = []

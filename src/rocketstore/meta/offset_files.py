@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Collection
 from typing import Any
 
+from rocketstore.config_values import java_split
 from rocketstore.errors import StoreClosedError
 from rocketstore.meta import fastjson
 from rocketstore.meta.config_file import ConfigFile, decode_data_version, sorted_bean
@@ -34,7 +35,7 @@ def _decode_extra(obj: dict[Any, Any]) -> dict[Any, Any]:
 def _topic_and_group(key: str) -> list[str] | None:
     """An offset table key split as RocketMQ splits it: [topic, group], or None when it is not
     exactly two parts (such a key is never a topic's offsets to RocketMQ)."""
-    parts = key.split(TOPIC_GROUP_SEPARATOR)
+    parts = java_split(key, TOPIC_GROUP_SEPARATOR)
     return parts if len(parts) == 2 else None
 
 
@@ -156,8 +157,8 @@ class ConsumerOffsetManager(ConfigFile):
         with self._lock:
             seen: dict[str, None] = {}
             for key in self.offset_table:
-                parts = key.split(TOPIC_GROUP_SEPARATOR)
-                if len(parts) == 2:
+                parts = _topic_and_group(key)
+                if parts is not None:
                     seen.setdefault(parts[1], None)
             return list(seen)
 
