@@ -435,6 +435,11 @@ def test_loads_what_fastjsons_default_features_take(text: str) -> None:
 def test_loads_single_quoted_strings_with_their_escapes() -> None:
     assert fastjson.loads("['it\\'s', '\"q\"', '\\u00e9\\n\\\\', '']") == ["it's", '"q"', "é\n\\", ""]
     assert fastjson.loads("[1,,2,]") == [1, 2]
+    # fastjson's lexer also takes \x with two hex digits, \v, \F and \0 to \7, in both quotes
+    assert fastjson.loads(r"""['\x41\F\v\0\7', "\x42\'"]""") == ["A\f\v\x00\x07", "B'"]
+    with pytest.raises(json.JSONDecodeError) as info:
+        fastjson.loads(r"{'a':'abc\q'}")
+    assert info.value.pos == 9  # where the escape is, not where the string's body starts
 
 
 def test_loads_deep_nesting_is_a_value_error() -> None:

@@ -155,10 +155,25 @@ _NUMBER_RE = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _INT_KEY_RE = re.compile(r"-?[0-9]+")
 _NAME_KEY_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")  # an unquoted field name (AllowUnQuotedFieldNames)
 _WS_CHARS = " \t\n\r\f\b/"
-# single-quoted strings (AllowSingleQuotes): the body up to the first unescaped quote, then its escapes
-_SINGLE_QUOTED_RE = re.compile(r"((?:[^'\\]|\\.)*)'", re.DOTALL)
-_ESCAPE_IN_SINGLE_RE = re.compile(r"\\(u[0-9A-Fa-f]{4}|.)", re.DOTALL)
-_SINGLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\", "/": "/"}
+# a quoted string's body up to the first unescaped quote (single quotes: AllowSingleQuotes), then
+# its escapes as fastjson's lexer reads them (scanString, scanStringSingleQuote): JSON's, and \' \v
+# \F, \0 to \7 as those characters, \xHH
+_QUOTED_RE = {q: re.compile(f"((?:[^{q}\\\\]|\\\\.)*){q}", re.DOTALL) for q in "'\""}
+_ESCAPE_RE_IN = re.compile(r"\\(u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|.)", re.DOTALL)
+_ESCAPES = {
+    **{c: chr(int(c)) for c in "01234567"},
+    "b": "\b",
+    "f": "\f",
+    "F": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "'": "'",
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+}
 
 
 class _Parser:
@@ -183,21 +198,28 @@ class _Parser:
             pos = self.skip_ws(pos + 1)
         return pos
 
-    def single_quoted(self, pos: int) -> tuple[str, int]:
-        """The string whose body starts at ``pos`` (after its ``'``), escapes read as fastjson's."""
-        match = _SINGLE_QUOTED_RE.match(self.text, pos)
+    def quoted(self, pos: int, quote: str) -> tuple[str, int]:
+        """The string whose body starts at ``pos`` (after its ``quote``), escapes read as fastjson's."""
+        match = _QUOTED_RE[quote].match(self.text, pos)
         if match is None:
             raise self.error("Unterminated string starting at", pos - 1)
 
         def escape(m: re.Match[str]) -> str:
             code = m.group(1)
-            if len(code) == 5:
+            if len(code) > 1:
                 return chr(int(code[1:], 16))
-            if code not in _SINGLE_ESCAPES:
-                raise self.error(f"Invalid \\escape: {code!r}", m.start())
-            return _SINGLE_ESCAPES[code]
+            if code not in _ESCAPES:
+                raise self.error(f"Invalid \\escape: {code!r}", pos + m.start())
+            return _ESCAPES[code]
 
-        return _ESCAPE_IN_SINGLE_RE.sub(escape, match.group(1)), match.end()
+        return _ESCAPE_RE_IN.sub(escape, match.group(1)), match.end()
+
+    def double_quoted(self, pos: int) -> tuple[str, int]:
+        """JSON's string at ``pos`` (after its ``"``); one with fastjson's other escapes the long way."""
+        try:
+            return scanstring(self.text, pos, False)
+        except JSONDecodeError:
+            return self.quoted(pos, '"')
 
     def error(self, message: str, pos: int) -> JSONDecodeError:
         return JSONDecodeError(message, self.text, pos)
@@ -208,9 +230,9 @@ class _Parser:
             raise self.error("Expecting value", pos)
         ch = text[pos]
         if ch == '"':
-            return scanstring(text, pos + 1, False)
+            return self.double_quoted(pos + 1)
         if ch == "'":
-            return self.single_quoted(pos + 1)
+            return self.quoted(pos + 1, "'")
         if ch == "{":
             return self.object(pos + 1)
         if ch == "[":
@@ -238,9 +260,9 @@ class _Parser:
         while True:
             key: object
             if text.startswith('"', pos):
-                key, pos = scanstring(text, pos + 1, False)
+                key, pos = self.double_quoted(pos + 1)
             elif text.startswith("'", pos):
-                key, pos = self.single_quoted(pos + 1)
+                key, pos = self.quoted(pos + 1, "'")
             elif (match := _INT_KEY_RE.match(text, pos)) is not None:
                 key, pos = int(match.group()), match.end()
             elif (match := _NAME_KEY_RE.match(text, pos)) is not None:
