@@ -372,6 +372,11 @@ def test_a_stdout_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -
         text = err.decode()
         assert proc.returncode == 2, (command, text)
         assert text.startswith("error: stdout cannot be written: ") and text.count("\n") == 1, (command, text)
+    # a command that stored all before its report could not be written says what it stored
+    with open("/dev/full", "w") as full:
+        proc = cli_process("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 3, stdout=full)
+        _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "(3 message(s) stored in T/0: only the report is lost)" in err.decode(), err
 
 
 def test_consume_commit_into_a_closed_pipe_commits_only_what_was_written(tmp_path: Path) -> None:

@@ -166,7 +166,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         offsets = {"minOffset": store.min_phy_offset, "maxOffset": store.max_phy_offset}
         steps = _left(plan, store.recovery.kept_bad_records if store.recovery else [])
         warnings = [w for w in (_delay_offsets_lost(store),) if w]
-    done_storing()  # recovered and shut down: a closed stdout now cuts only the report
+    done_storing(f"{opts.root} was recovered")  # recovered and shut down: a closed stdout now cuts only the report
     for text in warnings:
         warn(f"WARNING: {text}")
     info = {

@@ -57,7 +57,7 @@ def clean(opts: Common, delete_topics: tuple[str, ...]) -> None:
             "maxOffset": store.max_phy_offset,
             "disk": store.disk_report(),
         }
-    done_storing()  # cleaned and shut down: a closed stdout now cuts only the report
+    done_storing(f"{store.root} was cleaned")  # cleaned and shut down: a closed stdout now cuts only the report
     if opts.as_json:
         print_json(info)
         return

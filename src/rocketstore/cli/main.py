@@ -40,6 +40,7 @@ from rocketstore.cli.stops import (
     Interrupted,
     OutputUnwritable,
     PipeClosed,
+    forget_stored,
     silence_stdout,
     storing,
 )
@@ -68,6 +69,7 @@ class _Group(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        forget_stored()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:

@@ -244,7 +244,8 @@ def produce(
         if isinstance(exc, KeyboardInterrupt) and guard.signal == signal.SIGTERM:
             raise with_notes(stopped_by(signal.SIGTERM), exc) from None
         raise
-    done_storing()  # every message stored and the store shut down: a closed stdout now cuts only the table
+    # every message stored and the store shut down: a closed stdout now cuts only the table
+    done_storing(f"{stored} message(s) stored" + (f" in {_place(last)}" if last else ""))
     if not opts.as_json:
         _show_stored(stored, shown, last, where)
 

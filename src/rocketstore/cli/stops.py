@@ -48,12 +48,17 @@ class PipeClosed(Interrupted):
         super().__init__("interrupted: stdout was closed (broken pipe)")
 
 
+_done: list[str] = []  # what the running command said it stored (``done_storing``)
+
+
 class OutputUnwritable(CommandError):
     """stdout cannot be written (a full disk under it, /dev/full, an I/O error): one line saying
-    so and exit status 2, rather than the error of a store file it could be taken for."""
+    so, and what the command stored when it had stored all (only its report is lost), and exit
+    status 2, rather than the error of a store file it could be taken for."""
 
     def __init__(self, exc: OSError) -> None:
-        super().__init__(f"stdout cannot be written: {exc.strerror or exc}")
+        stored = f" ({_done[-1]}: only the report is lost)" if _done else ""
+        super().__init__(f"stdout cannot be written: {exc.strerror or exc}{stored}")
 
 
 def mark_storing() -> None:
@@ -64,9 +69,16 @@ def mark_storing() -> None:
         ctx.meta[_STORING] = True  # meta is shared by the whole context chain: the group sees it
 
 
-def done_storing() -> None:
-    """Say that the running command has stored all it was to store (its store is shut down): a
-    closed stdout from now on ends it quietly, as a command that only reads."""
+def forget_stored() -> None:
+    """A command begins: nothing said stored yet (``done_storing``)."""
+    _done.clear()
+
+
+def done_storing(what: str) -> None:
+    """Say that the running command has stored all it was to store (its store is shut down), and
+    ``what`` (said if its report cannot be written): a closed stdout from now on ends it quietly,
+    as a command that only reads."""
+    _done.append(what)
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.meta.pop(_STORING, None)

@@ -251,7 +251,8 @@ def import_(opts: Common, input_path: str) -> None:
     except ImportLineError as exc:
         exc.args = (f"{exc}; {_resume_hint(exc.line, input_path)}",)  # its type, line and count kept for --json
         raise
-    done_storing()  # every line stored and the store shut down: a closed stdout is no interruption now
+    # every line stored and the store shut down: a closed stdout is no interruption now
+    done_storing(f"imported {count} messages into {opts.store}")
     try:
         if opts.as_json:
             print_json({"imported": count})
