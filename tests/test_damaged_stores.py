@@ -723,6 +723,11 @@ def test_a_log_ending_at_a_segment_without_room_for_the_blank_marker_is_not_writ
     with MessageStore.open(root, store_config, read_only=True) as view:
         assert view.max_phy_offset == size
         assert view.look_message_by_offset(offsets[last]) is not None
+    report = verify_store(root, store_config)  # the cause, and the copy as the way on, not a recover refused
+    assert any("leaving no room for the BLANK marker" in p for p in report.problems), report.problems
+    assert not any("zeros in" in p for p in report.problems), report.problems
+    assert report.next_steps and all("rocketstore recover" not in step for step in report.next_steps)
+    assert any("rocketstore export" in step for step in report.next_steps), report.next_steps
 
 
 @pytest.mark.parametrize("damage", ["zeros", "blank"])

@@ -7,6 +7,7 @@ import os
 import click
 
 from rocketstore.cli.common import (
+    CommandError,
     Common,
     ProblemsFound,
     check_commit_log,
@@ -14,7 +15,6 @@ from rocketstore.cli.common import (
     found_problems,
     lost_log,
     max_problems_option,
-    no_room,
     open_store,
     recovery_info,
     refusal,
@@ -28,7 +28,7 @@ from rocketstore.meta.lockfile import held, refuse_if_locked
 from rocketstore.services.wiring import no_delayed_delivery
 from rocketstore.store import MessageStore
 from rocketstore.verify import VerifyReport, iter_problem_lines, verify_store
-from rocketstore.verify.next_steps import in_place
+from rocketstore.verify.next_steps import in_place, no_room
 from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
 
 EXIT_PROBLEMS = 1
@@ -156,6 +156,8 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
         if refused:
             ctx.exit(EXIT_PROBLEMS)
         return
+    if plan.recovery.no_room_for_blank:  # no open for writing takes it, with --force either
+        raise CommandError(no_room(opts.root))
     if plan.loses_data and not force:
         raise ProblemsFound(refusal(opts, plan), plan=plan.to_dict())
     had_abort = os.path.exists(os.path.join(opts.root, "abort"))
@@ -278,7 +280,7 @@ def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None
     if plan.loses_data and refused:
         why = refusal(opts, plan, dry_run=True)
     elif plan.recovery.no_room_for_blank:
-        why = no_room(opts)
+        why = no_room(opts.root)
     checked = {"checked": plan.checked(), "notChecked": _not_checked(plan)}  # as recover's own answer names them
     if opts.as_json:
         print_json(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -24,6 +23,7 @@ from rocketstore.log.recovery import ConfirmCut
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
 from rocketstore.store import MessageStore
 from rocketstore.verify.layout import check_sizes
+from rocketstore.verify.next_steps import no_room
 from rocketstore.verify.recovery_plan import RecoveryPlan, lossy_cut_guard, plan_recovery, quiet_store_logs
 
 
@@ -386,17 +386,6 @@ def _lossy_refusal(opts: Common, plan: RecoveryPlan) -> ProblemsFound:
     return ProblemsFound(refusal(opts, plan, command=command), plan=plan.to_dict())
 
 
-def no_room(opts: Common) -> str:
-    """Why no open for writing takes a store whose log ends without room for its BLANK marker
-    (``RecoveryReport.no_room_for_blank``), and the way on."""
-    return (
-        "the log ends in a segment without room for its BLANK marker: no open for writing takes the store, "
-        "recover --force included (a message stored after the end would be lost at the next open); copy the "
-        f"readable messages into a new store: `rocketstore export {shlex.quote(opts.root)} -o all.jsonl`, then "
-        "`rocketstore import NEW_STORE -i all.jsonl`"
-    )
-
-
 def refusal(
     opts: Common, plan: RecoveryPlan, *, dry_run: bool = False, command: str = "recover", why: str | None = None
 ) -> str:
@@ -431,7 +420,7 @@ def refusal(
             else []
         ),
         "options:",
-        f"  {no_room(opts)}"
+        f"  {no_room(opts.root)}"
         if plan.recovery.no_room_for_blank
         else f"  {how}: cut the log there, as RocketMQ's recovery does (those records are lost)",
     ]

@@ -246,8 +246,7 @@ def recover(
             f"the segment's records end {where} (offset {process_offset}), leaving no room for the BLANK marker "
             "RocketMQ's writer always leaves: RocketMQ's recovery, as this store's, ends the log there at every "
             "open, so a message stored after it would be lost at the next open. Opening for writing is refused; "
-            "copy the readable messages into a new store: `rocketstore export STORE -o all.jsonl`, then "
-            "`rocketstore import NEW_STORE -i all.jsonl`",
+            "copy the readable messages into a new store (rocketstore export, then import into a new one)",
             files[i].path,
         )
     report.dropped_files = [f.file_name for f in files if f.file_from_offset > process_offset]

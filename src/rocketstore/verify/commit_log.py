@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rocketstore.codec import record as rec
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK
 from rocketstore.log.recovery import abnormal_start
 from rocketstore.store import MessageStore
@@ -57,7 +58,7 @@ def join_segments(
         last += 1  # the log goes on in the next file, which holds nothing yet
     cut: int | None = None
     torn_at: int | None = None
-    other_damage = False
+    other_damage = no_room = False
     end = scans[last].base + scans[last].stops[-1].pos
     skipped: list[tuple[int, int]] = []
     crash_cut: int | None = None  # where only a recovery after a crash cuts the log (a clean shutdown's keeps it)
@@ -123,7 +124,7 @@ def join_segments(
             if cut is None and checked and not kept_crc:
                 cut = at
                 after = stop.dirty_after + sum(_nonzero_file(p) for p in paths[i + 1 :])
-                _report_cut(report, scan, stop, after, went_on)
+                no_room = _report_cut(report, scan, stop, after, went_on)
                 continue
             kept = ""
             if cut is None and kept_crc:
@@ -141,7 +142,7 @@ def join_segments(
         report.add_problems(scan.findings.problem_count, scan.findings.problems)
         report.add_notes(scan.findings.note_count, scan.findings.notes)
     log = join_parts([scan.part for scan in scans[: last + 1]], scans[0].base, end)
-    log.cut, log.torn_at, log.other_damage = cut, torn_at, other_damage
+    log.cut, log.torn_at, log.other_damage, log.no_room = cut, torn_at, other_damage, no_room
     log.skipped = np.array(skipped, dtype=np.int64).reshape(-1, 2)
     log.checked_from = (crash_start or 0) if report.abort_file else scans[max(0, len(scans) - 3)].base
     log.crc_kept = crc_kept
@@ -172,22 +173,34 @@ def _went_on(scan: SegmentScan, stop: Stop, later_files: bool) -> str:
     return f"verify skipped {rest}" + (" and went on in the next file" if later_files else "")
 
 
-def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int, went_on: str) -> None:
-    """The first damage that data follows where recovery checks the log: where it cuts the log."""
+def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int, went_on: str) -> bool:
+    """The first damage that data follows where recovery checks the log: where it cuts the log.
+    True when that is a segment whose records end without room for the BLANK marker."""
     at = scan.base + stop.pos
+    left = scan.size - stop.pos
+    if stop.reason != STOP_BAD and left < rec.END_FILE_MIN_BLANK_LENGTH:
+        report.log_end_reason = "a segment's records ending without room for the BLANK marker"
+        where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
+        report.problem(  # no recovery repairs it, after a crash either
+            f"commitlog: the log ends at {at}, where the records of {scan.name} end {where}, leaving no room for "
+            f"the BLANK marker every writer leaves: recovery reads nothing past it, at any open, and drops the "
+            f"{after} non-zero bytes after it; {went_on}"
+        )
+        return True
     if stop.reason != STOP_BAD:
         report.log_end_reason = "end of data"
         report.damage(
             f"commitlog: the log ends at {at} (zeros in {scan.name} at {stop.pos}); "
             f"recovery drops the {after} non-zero bytes after it; {went_on}"
         )
-        return
+        return False
     report.log_end_reason = f"a bad record at {at}"
     label = segment_label(scan.path, report.store)
     report.problem(
         f"{label}@{stop.pos} (offset {at}): {stop.why}; {after} non-zero bytes follow it, which recovery drops "
         f"(the log is cut here); {went_on}"
     )
+    return False
 
 
 def report_past_cut(log: LogColumns, report: VerifyReport) -> None:

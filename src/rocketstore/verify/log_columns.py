@@ -31,6 +31,7 @@ class LogColumns:
     cut: int | None = None
     skipped: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # damaged [start, end)s
     torn_at: int | None = None  # a torn record that ends the data (nothing but zeros after it)
+    no_room: bool = False  # the cut is a segment's records ending without room for the BLANK marker
     other_damage: bool = False  # a damaged stretch other than a record whose body CRC alone fails
     checked_from: int = 0  # where the segments recovery checks begin (the last 3; after a crash the checkpoint's)
     crc_kept: list[int] = field(default_factory=list)  # bad body CRCs recovery keeps (checkCRCOnRecover=false)

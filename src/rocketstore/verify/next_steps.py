@@ -36,17 +36,32 @@ def recover_log(store: str) -> str:
     )
 
 
+def copy_to_new_store(store: str) -> str:
+    """The way on when no repair in place exists: the readable messages copied into a new store."""
+    return (
+        f"copy the readable messages into a new store: `rocketstore export {shlex.quote(store)} -o all.jsonl`, then "
+        "`rocketstore import NEW_STORE -i all.jsonl` (new commit-log offsets; consumer offsets are not copied; a "
+        "body whose CRC fails is copied as stored)"
+    )
+
+
 def in_place(store: str) -> str:
     """The next step for damage recovery leaves: none in place; a copy without it."""
-    store = shlex.quote(store)
     return (
         "commit log: no command repairs a record in place, and recovery leaves damage where it does not check "
         "(before the last 3 segments after a clean shutdown, before the checkpoint's after a crash; a body whose CRC "
         "fails when recovery does not check CRCs) as it is (RocketMQ serves the records it can read); for a store "
-        "without it, "
-        f"copy the readable messages into a new store: `rocketstore export {store} -o all.jsonl`, then "
-        "`rocketstore import NEW_STORE -i all.jsonl` (new commit-log offsets; consumer offsets are not copied; a "
-        "body whose CRC fails is copied as stored)"
+        f"without it, {copy_to_new_store(store)}"
+    )
+
+
+def no_room(store: str) -> str:
+    """The next step for a log that ends without room for its BLANK marker: no open for writing
+    takes the store (a message stored after the end would be lost at the next open)."""
+    return (
+        "commit log: the log ends in a segment without room for its BLANK marker: no open for writing takes the "
+        "store, recover --force included (a message stored after the end would be lost at the next open); "
+        + copy_to_new_store(store)
     )
 
 
@@ -148,6 +163,8 @@ def _log_steps(report: VerifyReport, log: LogColumns) -> list[str]:
     starts = [at for at in log.skipped[:, 0].tolist() if at not in kept]
     checked = log.torn_at is not None or any(at >= log.checked_from for at in starts)
     left = not checked or bool(kept) or any(at < log.checked_from for at in starts)
+    if log.no_room:
+        return [no_room(report.store)]
     steps = [recover_log(report.store)] if checked else []
     if left:
         steps.append(in_place(report.store))
