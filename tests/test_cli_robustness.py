@@ -322,6 +322,12 @@ def test_a_closed_pipe_exits_0_for_table_output_too(tmp_path: Path) -> None:
         proc.stdout.close()  # as `| true` does: before the command writes
         _out, err = proc.communicate(timeout=120)
         assert (proc.returncode, err) == (0, b""), command
+    for option in ("--help", "--version"):  # the group's own output (click said 1)
+        proc = cli_process(option)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        _out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, err) == (0, b""), option
 
 
 def test_a_closed_pipe_keeps_the_status_of_problems_found(tmp_path: Path) -> None:

@@ -63,6 +63,9 @@ class _Group(click.Group):
             return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except BrokenPipeError:  # --help or --version into a closed pipe: done, quietly (click says 1)
+            silence_stdout()
+            raise SystemExit(0) from None
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_JSON] = "--json" in args
