@@ -47,9 +47,14 @@ def java_is_blank(text: str | None) -> bool:
     return not text or all(c.isspace() and c not in _NOT_JAVA_WHITESPACE for c in text)
 
 
+def java_int_wrap(value: int) -> int:
+    """``value`` wrapped around to a Java int, as Java's int arithmetic leaves a result."""
+    return (value + 2**31) % 2**32 - 2**31
+
+
 def java_int_sum(a: int, b: int) -> int:
     """``a + b`` of two Java ints, wrapped around to an int as Java's int arithmetic does."""
-    return (a + b + 2**31) % 2**32 - 2**31
+    return java_int_wrap(a + b)
 
 
 def java_int(text: str) -> int | None:

@@ -16,7 +16,7 @@ from rocketstore.codec.ids import decode_offset_msg_id, java_hash
 from rocketstore.codec.message import JAVA_LONG, StoredMessage, as_int, plain_str
 from rocketstore.codec.properties import split_keys
 from rocketstore.config import StoreConfig
-from rocketstore.config_values import java_int_sum, java_trim
+from rocketstore.config_values import java_int_wrap, java_trim
 from rocketstore.errors import InvalidArgumentError, StoreClosedError, shown
 from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
@@ -163,7 +163,7 @@ class MessageReader:
         wanted = tag_hashes(accepted)
         # the units whose place (i - offset) * 20 is under max(maxFilterMessageSize, maxMsgNums * 20), that
         # product a Java int's: at least the first
-        window = max(config.max_filter_message_size, java_int_sum(max_nums * CQ_STORE_UNIT_SIZE, 0))
+        window = max(config.max_filter_message_size, java_int_wrap(max_nums * CQ_STORE_UNIT_SIZE))
         max_filter_units = max(1, -(-window // CQ_STORE_UNIT_SIZE))
         want_units = max_filter_units if wanted is not None else min(max_filter_units, max(max_nums, 1))
         data = cq.read_units(offset, min(want_units, max_offset - offset))
