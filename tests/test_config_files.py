@@ -437,6 +437,8 @@ def test_loads_single_quoted_strings_with_their_escapes() -> None:
     assert fastjson.loads("[1,,2,]") == [1, 2]
     # fastjson's lexer also takes \x with two hex digits, \v, \F and \0 to \7, in both quotes
     assert fastjson.loads(r"""['\x41\F\v\0\7', "\x42\'"]""") == ["A\f\v\x00\x07", "B'"]
+    # an escaped surrogate pair is one character there too, as in a JSON string
+    assert fastjson.loads(r"""['\ud83d\ude00', "\ud83d\ude00\x41", '\udc80']""") == ["😀", "😀A", "\udc80"]
     with pytest.raises(json.JSONDecodeError) as info:
         fastjson.loads(r"{'a':'abc\q'}")
     assert info.value.pos == 9  # where the escape is, not where the string's body starts

@@ -31,6 +31,7 @@ from rocketstore.config_values import (
     finite_double,
     java_int,
     java_trim,
+    join_surrogates,
     local_address,
     resolve_broker_ip,
     untrimmed,
@@ -121,7 +122,7 @@ def _utf16_joined(name: str, value: str) -> str:
     character past U+FFFF in broker.conf) as the one character Java's String holds; ConfigError
     for a lone surrogate no file name can hold (Python's stand-ins for the bytes of a name that
     is not UTF-8, U+DC80 to U+DCFF, are kept: they name such a file)."""
-    joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    joined = join_surrogates(value)
     try:
         os.fsencode(joined)
     except UnicodeEncodeError:

@@ -47,6 +47,12 @@ def java_is_blank(text: str | None) -> bool:
     return not text or all(c.isspace() and c not in _NOT_JAVA_WHITESPACE for c in text)
 
 
+def join_surrogates(text: str) -> str:
+    """``text`` with each UTF-16 surrogate pair (two escapes read one by one) as the one character
+    Java's String holds; a lone surrogate stays."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
 def java_int_wrap(value: int) -> int:
     """``value`` wrapped around to a Java int, as Java's int arithmetic leaves a result."""
     return (value + 2**31) % 2**32 - 2**31

@@ -29,6 +29,8 @@ from json import JSONDecodeError
 from json.decoder import scanstring
 from json.encoder import encode_basestring as _quote_printable_ascii  # escapes '"' and '\\' as fastjson does
 
+from rocketstore.config_values import join_surrogates
+
 __all__ = ["dumps", "loads"]
 
 # --------------------------------------------------------------------------------------------- writer
@@ -212,7 +214,7 @@ class _Parser:
                 raise self.error(f"Invalid \\escape: {code!r}", pos + m.start())
             return _ESCAPES[code]
 
-        return _ESCAPE_RE_IN.sub(escape, match.group(1)), match.end()
+        return join_surrogates(_ESCAPE_RE_IN.sub(escape, match.group(1))), match.end()
 
     def double_quoted(self, pos: int) -> tuple[str, int]:
         """JSON's string at ``pos`` (after its ``"``); one with fastjson's other escapes the long way."""
