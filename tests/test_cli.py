@@ -232,6 +232,11 @@ def test_export_progress_bar_is_never_beside_data_and_counts_the_topic(tmp_path:
     assert len(jsonl(shown.decode())) == 23
     shown = run_on_terminal("export", small_store, *TINY_SETS, "--topic", "TopicB", "-o", tmp_path / "b.jsonl")
     assert b" 3/3 " in shown  # the bar counts TopicB's messages, not the whole log
+    # produce --json's lines on the terminal: no bar between them either (one was drawn before each)
+    shown = run_on_terminal(
+        "produce", small_store, *TINY_SETS, "--topic", "TopicB", "--count", 3, "--body", "b", "--json"
+    )
+    assert b"\x1b[" not in shown and len(jsonl(shown.decode())) == 3, shown
 
 
 # -- import --------------------------------------------------------------------------------------------

@@ -366,6 +366,43 @@ def test_a_stdout_closed_once_recover_or_clean_is_done_ends_quietly(tmp_path: Pa
     assert not (root / "abort").exists()
 
 
+def test_a_non_blocking_stdout_pipe_is_written_whole(tmp_path: Path) -> None:
+    """A parent that gives the command a non-blocking pipe (Node's child_process, some CI runners)
+    and reads it late: the output waits for the reader, as on any pipe. It failed with EAGAIN
+    ("write could not complete without blocking"), a traceback and status 120."""
+    import fcntl
+    import termios
+
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    expected = run("export", root, *TINY_SETS).stdout.encode()
+    assert len(expected) > 70_000  # more than a pipe holds
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    proc = cli_process("export", root, *TINY_SETS, stdout=write)
+    os.close(write)
+
+    def waiting() -> int:  # bytes in the pipe, not yet read
+        return int.from_bytes(fcntl.ioctl(read, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+    last = [-1]
+
+    def full() -> bool:  # the writer stopped (exited, or waits): the pipe holds what it can, under 64 KiB
+        if proc.poll() is not None:
+            return True
+        now = waiting()
+        stalled = now >= 32768 and now == last[0]  # unchanged since the last look, 10 ms ago
+        last[0] = now
+        return stalled
+
+    _wait_until(full, "the pipe to fill")
+    with os.fdopen(read, "rb") as out:
+        got = out.read()
+    _out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (0, b""), err
+    assert got == expected
+
+
 def test_a_stdout_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -> None:
     """A full disk under stdout (/dev/full): status 2 and one line saying stdout could not be
     written, not Python's exit status 120 and its "Exception ignored" lines."""
@@ -378,6 +415,11 @@ def test_a_stdout_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -
         text = err.decode()
         assert proc.returncode == 2, (command, text)
         assert text.startswith("error: stdout cannot be written: ") and text.count("\n") == 1, (command, text)
+    # with --json the error object cannot be written either: the error itself is still said
+    with open("/dev/full", "w") as full:
+        proc = cli_process("export", root, *TINY_SETS, "--json", "--topic", "Nope", stdout=full)
+        _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "no topic of" in err.decode() and "Nope" in err.decode(), err
     # a command that stored all before its report could not be written says what it stored
     with open("/dev/full", "w") as full:
         proc = cli_process("produce", root, *TINY_SETS, "--topic", "T", "--body", "x", "--count", 3, stdout=full)

@@ -12,7 +12,9 @@ ends quietly with 0 then, or 1 for the problems it found before.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import signal
 import sys
 from typing import Any
@@ -178,6 +180,11 @@ def _flush_at_exit(status: Any) -> Any:
     except OutputUnwritable as exc:
         exc.show()
         return exc.exit_code
+    except BlockingIOError as exc:  # a non-blocking stdout main could not make blocking
+        silence_stdout()
+        error = OutputUnwritable(exc)
+        error.show()
+        return error.exit_code
     return status
 
 
@@ -190,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_ERROR)
     if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # loaded: Ctrl-C is the commands' now
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a parent's O_NONBLOCK pipe (Node, some CI):
+        os.set_blocking(sys.stdout.fileno(), True)  # writes wait for the reader, as on any pipe
     sys.stdout = _output(sys.stdout)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:

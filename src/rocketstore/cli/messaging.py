@@ -220,7 +220,7 @@ def produce(
         with (
             guard.installed(),
             shut_down_whole(open_store(opts), guard) as store,
-            progress_bar("produce", count) as advance,
+            progress_bar("produce", count, enabled=not opts.as_json) as advance,  # not between its lines
         ):
             where = _placement(store, _message(topic, data, tags, key_list, properties), queue_id)
             if "delayLevel" in where:

@@ -176,7 +176,8 @@ def print_json_error(exc: BaseException) -> None:
 
     if getattr(exc, "json_printed", False):  # a command's error, seen again by the group
         return
-    with contextlib.suppress(OSError, ValueError), utf8_stdout() as out:
+    # a stdout that cannot be written (OutputUnwritable, a ClickException) does not replace the error
+    with contextlib.suppress(OSError, ValueError, click.ClickException), utf8_stdout() as out:
         out.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str) + "\n")
     with contextlib.suppress(AttributeError):
         exc.json_printed = True  # type: ignore[attr-defined]
