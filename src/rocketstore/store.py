@@ -22,7 +22,6 @@ from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     InvalidArgumentError,
-    NoRoomForBlankError,
     ReadOnlyStoreError,
     RocketStoreError,
     StoreClosedError,
@@ -217,9 +216,7 @@ class MessageStore:
                 self._update_refusal()
                 self.put = self.writer.put  # the hot path, without the method call
                 self.services.start()
-        except BaseException as exc:
-            if isinstance(exc, NoRoomForBlankError) and self.last_exit_ok:  # refused before recovery wrote
-                remove_abort(self.root)
+        except BaseException:
             self.services.stop_started()
             self._close_files()
             if not self.read_only:

@@ -48,6 +48,7 @@ from rocketstore.log.commitlog import CommitLog
 from rocketstore.log.walk import walk_segment
 from rocketstore.meta.checkpoint import StoreCheckpoint
 from rocketstore.meta.lockfile import lock_holder
+from rocketstore.meta.root import remove_abort
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
@@ -241,6 +242,8 @@ def recover(
     left = files[i].file_size - pos
     report.no_room_for_blank = reason != STOP_BLANK and left < rec.END_FILE_MIN_BLANK_LENGTH
     if report.no_room_for_blank and commit_log.queue.mode != "cow":
+        if last_exit_ok:  # refused before recovery wrote anything: the open leaves no abort behind
+            remove_abort(os.path.dirname(checkpoint.path))
         where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
         raise NoRoomForBlankError(
             f"the segment's records end {where} (offset {process_offset}), leaving no room for the BLANK marker "
