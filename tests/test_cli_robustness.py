@@ -401,6 +401,13 @@ def test_a_non_blocking_stdout_pipe_is_written_whole(tmp_path: Path) -> None:
     _out, err = proc.communicate(timeout=120)
     assert (proc.returncode, err) == (0, b""), err
     assert got == expected
+    # the flag is the open file's, which the parent shares: it is given back as it was
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    assert cli_process("--version", stdout=write).wait(timeout=120) == 0
+    assert not os.get_blocking(write)
+    os.close(write)
+    os.close(read)
 
 
 def test_a_stdout_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -> None:
@@ -408,9 +415,10 @@ def test_a_stdout_that_cannot_be_written_is_an_error_naming_it(tmp_path: Path) -
     written, not Python's exit status 120 and its "Exception ignored" lines."""
     root = tmp_path / "s"
     _store_with_bad_records(root, bad=0)
-    for command in (["inspect"], ["inspect", "--json"], ["export"], ["verify"]):
+    for command in (["inspect"], ["inspect", "--json"], ["export"], ["verify"], ["--help"]):
         with open("/dev/full", "w") as full:
-            proc = cli_process(*command[:1], root, *TINY_SETS, *command[1:], stdout=full)
+            where = [] if command[0].startswith("--") else [root, *TINY_SETS]
+            proc = cli_process(*command[:1], *where, *command[1:], stdout=full)
             _out, err = proc.communicate(timeout=120)
         text = err.decode()
         assert proc.returncode == 2, (command, text)

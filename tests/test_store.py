@@ -29,6 +29,7 @@ from conftest import put_ok, segments
 from rocketstore import GetMessageStatus, GetResult, Message, MessageStore, PutMessageStatus, StoreConfig
 from rocketstore.codec.hosts import format_host
 from rocketstore.codec.ids import index_key_hash, java_hash
+from rocketstore.config_values import refuse_unsupported
 from rocketstore.errors import (
     ConfigError,
     CorruptStoreError,
@@ -2681,8 +2682,9 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     ):
         with pytest.raises(ConfigError, match=key):
             MessageStore.open(root, store_config, **{key: True})
-    with pytest.raises(ConfigError, match="storeType=defaultRocksDB"):
-        MessageStore.open(root, store_config, storeType="defaultRocksDB")
+    for rocks in ("defaultRocksDB", "DEFAULTROCKSDB"):  # isEnableRocksDBStore: equalsIgnoreCase
+        with pytest.raises(ConfigError, match=f"storeType={rocks}"):
+            MessageStore.open(root, store_config, storeType=rocks)
     assert hash_tree(root) == before
     topics = json.loads((root / "config" / "topics.json").read_text())
     topics["topicConfigTable"]["Plain"]["attributes"] = {"queue.type": "BatchCQ"}
@@ -2691,6 +2693,8 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
     with pytest.raises(ConfigError, match="Plain use BatchCQ"):
         MessageStore.open(root, store_config)
     assert hash_tree(root) == before
+    for plain in ("Default", ""):  # any other storeType is a store of files, to RocketMQ too
+        refuse_unsupported(store_config.copy(storeType=plain))
     with MessageStore.open(root, store_config, read_only=True, enableLmq=True) as reader:
         assert [m.body for m in reader.get_message("g", "Plain", 0, 0).messages] == [b"x"]
 

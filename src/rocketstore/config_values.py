@@ -121,7 +121,8 @@ def finite_double(name: str, value: object) -> float:
 
 
 def java_split(text: str, separator: str) -> list[str]:
-    """``text.split(separator)`` as Java's ``String.split`` gives it: trailing empty parts dropped."""
+    """``text.split(separator)`` as Java's ``String.split`` gives it: trailing empty parts dropped
+    (an empty ``text`` gives ``[]``, where Java gives ``[""]``)."""
     parts = text.split(separator)
     while parts and parts[-1] == "":
         parts.pop()
@@ -281,7 +282,8 @@ def refuse_unsupported(config: StoreConfig) -> None:
     for key, what in _UNSUPPORTED.items():
         if config.get(key):
             raise ConfigError(f"{key}: {what} is not supported; a writable store would get it wrong")
-    if config.get("storeType") != "default":  # 5.x's defaultRocksDB keeps the consume queues in RocksDB
+    # 5.x's isEnableRocksDBStore: "defaultRocksDB" in any case keeps the consume queues in RocksDB
+    if str(config.get("storeType")).lower() == "defaultrocksdb":
         raise ConfigError(
             f"storeType={config.get('storeType')}: consume queues in RocksDB are not supported; a writable store "
             "would write file consume queues beside them"

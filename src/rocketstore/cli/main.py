@@ -197,8 +197,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_ERROR)
     if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # loaded: Ctrl-C is the commands' now
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    fd, blocking = -1, True
     with contextlib.suppress(OSError, ValueError, AttributeError):  # a parent's O_NONBLOCK pipe (Node, some CI):
-        os.set_blocking(sys.stdout.fileno(), True)  # writes wait for the reader, as on any pipe
+        fd = sys.stdout.fileno()
+        blocking = os.get_blocking(fd)
+        os.set_blocking(fd, True)  # writes wait for the reader, as on any pipe (given back at the end)
     sys.stdout = _output(sys.stdout)
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:
@@ -206,7 +209,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="rocketstore")
     except SystemExit as done:
-        sys.exit(_flush_at_exit(done.code))
+        status = _flush_at_exit(done.code)
+        if not blocking:  # the flag is the open file's, which the parent may share
+            with contextlib.suppress(OSError):
+                os.set_blocking(fd, False)
+        sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import signal
+import sys
 from collections.abc import Iterator
 from typing import IO
 
@@ -220,7 +221,8 @@ def produce(
         with (
             guard.installed(),
             shut_down_whole(open_store(opts), guard) as store,
-            progress_bar("produce", count, enabled=not opts.as_json) as advance,  # not between its lines
+            # no bar between its lines on a terminal
+            progress_bar("produce", count, enabled=not (opts.as_json and sys.stdout.isatty())) as advance,
         ):
             where = _placement(store, _message(topic, data, tags, key_list, properties), queue_id)
             if "delayLevel" in where:

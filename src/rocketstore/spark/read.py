@@ -254,7 +254,8 @@ def _checked_chunks(
         size = units["size"].astype(np.int64)
         keep = (phy >= 0) & (size > 0) & (size < 0x7FFFFFFF)
         if spec.tag_codes is not None and s.topic != SCHEDULE_TOPIC:
-            keep &= np.isin(units["tags"].astype(np.int64), np.array(sorted(spec.tag_codes), dtype=np.int64))
+            tags = units["tags"].astype(np.int64)  # an ext address (enableConsumeQueueExt) passes: TAGS decide
+            keep &= np.isin(tags, np.array(sorted(spec.tag_codes), dtype=np.int64)) | (tags < -(2**31))
         phys.append(phy[keep])
         sizes.append(size[keep])
         keys.append(np.full(int(keep.sum()), k, dtype=np.int64))
