@@ -645,7 +645,7 @@ def test_a_last_unit_pointing_back_is_not_answered_with_the_queue_again(make_sto
     assert got == [b"b%d" % i for i in range(24)] + [b"a0", b"new"]  # unit 24 as it was: verify names it
 
 
-def _fill_segment_to_its_end(root: Path, offsets: list[int], size: int, cq_size: int) -> int:
+def _fill_segment_to_its_end(root: Path, offsets: list[int], size: int, cq_size: int, short: int = 0) -> int:
     """Lengthen the body of segment 0's last record so that it ends exactly at the segment's end,
     where the BLANK marker was (a writer always leaves room for one; a hand-made or damaged store
     may not). Its consume-queue unit follows (topic T, queue ``index % 2`` as ``_put`` spreads
@@ -657,12 +657,12 @@ def _fill_segment_to_its_end(root: Path, offsets: list[int], size: int, cq_size:
     (total,) = struct.unpack_from(">i", data, at)
     (body_len,) = struct.unpack_from(">i", data, at + 84)
     record = data[at : at + total]
-    body = bytes(record[88 : 88 + body_len]) + b"y" * (size - at - total)
+    body = bytes(record[88 : 88 + body_len]) + b"y" * (size - at - total - short)
     longer = record[:88] + body + record[88 + body_len :]
     struct.pack_into(">i", longer, 0, len(longer))
     struct.pack_into(">i", longer, 84, len(body))
     struct.pack_into(">i", longer, 8, body_crc(body))
-    data[at:size] = longer
+    data[at:size] = longer + b"\x01" * short  # ``short`` bytes left: too few for a BLANK marker
     segment.write_bytes(bytes(data))
     unit_at = last // 2 * 20  # the unit's place in its queue
     file_at = unit_at - unit_at % cq_size
@@ -727,6 +727,26 @@ def test_a_log_ending_at_a_segment_without_room_for_the_blank_marker_is_not_writ
     assert any("leaving no room for the BLANK marker" in p for p in report.problems), report.problems
     assert not any("zeros in" in p for p in report.problems), report.problems
     assert report.next_steps and all("rocketstore recover" not in step for step in report.next_steps)
+    assert any("rocketstore export" in step for step in report.next_steps), report.next_steps
+
+
+@pytest.mark.parametrize("shape", ["bytes-left", "nothing-after"])
+def test_verify_names_a_log_without_room_for_its_blank_marker_and_gives_no_recover_step(
+    make_store, tmp_path, store_config, shape
+) -> None:
+    """Also when 1 to 7 bytes that are not zeros are left after the records (a bad record to the
+    scanner), and when nothing follows the full segment: verify names the cause and gives the copy,
+    not a recover (or a queue rebuild by recover) that no open for writing takes."""
+    root = tmp_path / "store"
+    size = store_config.mapped_file_size_commit_log
+    offsets = _written(make_store, 60 if shape == "bytes-left" else 5)
+    short = 6 if shape == "bytes-left" else 0
+    _fill_segment_to_its_end(root, offsets, size, store_config.mapped_file_size_consume_queue, short)
+    with pytest.raises(CorruptStoreError, match="no room for the BLANK marker"):
+        make_store()
+    report = verify_store(root, store_config)
+    assert any("leaving no room for the BLANK marker" in p for p in report.problems), report.problems
+    assert report.next_steps and not any("rocketstore recover" in step for step in report.next_steps), report
     assert any("rocketstore export" in step for step in report.next_steps), report.next_steps
 
 

@@ -103,7 +103,9 @@ def join_segments(
             checked = scan.base >= (crash_start or 0) if report.abort_file else i >= len(paths) - 3
             kept_crc = not check_crc and stop.skipped and stop.why.startswith("body CRC")  # recovery keeps it
             if i == last and stop is scan.stops[-1] and not stop.dirty_after:  # nothing but zeros follows
-                if cut is None and stop.reason == STOP_BAD and kept_crc:
+                if cut is None and scan.size - stop.pos < rec.END_FILE_MIN_BLANK_LENGTH:
+                    no_room = _report_no_room(report, scan, stop, "")
+                elif cut is None and stop.reason == STOP_BAD and kept_crc:
                     report.log_end_reason = "end of data"
                     crc_kept.append(at)
                     report.problem(f"{where}: {stop.why}; {KEPT_UNCHECKED_CRC}")
@@ -173,20 +175,25 @@ def _went_on(scan: SegmentScan, stop: Stop, later_files: bool) -> str:
     return f"verify skipped {rest}" + (" and went on in the next file" if later_files else "")
 
 
+def _report_no_room(report: VerifyReport, scan: SegmentScan, stop: Stop, dropped: str) -> bool:
+    """The log ends in ``scan`` within 8 bytes of its end (as recovery's ``no_room_for_blank``):
+    no open for writing takes the store. A problem after a crash too (no recovery repairs it)."""
+    left = scan.size - stop.pos
+    report.log_end_reason = "a segment's records ending without room for the BLANK marker"
+    where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
+    report.problem(
+        f"commitlog: the log ends at {scan.base + stop.pos}, where the records of {scan.name} end {where}, leaving "
+        f"no room for the BLANK marker every writer leaves: recovery reads nothing past it, at any open{dropped}"
+    )
+    return True
+
+
 def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int, went_on: str) -> bool:
     """The first damage that data follows where recovery checks the log: where it cuts the log.
     True when that is a segment whose records end without room for the BLANK marker."""
     at = scan.base + stop.pos
-    left = scan.size - stop.pos
-    if stop.reason != STOP_BAD and left < rec.END_FILE_MIN_BLANK_LENGTH:
-        report.log_end_reason = "a segment's records ending without room for the BLANK marker"
-        where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
-        report.problem(  # no recovery repairs it, after a crash either
-            f"commitlog: the log ends at {at}, where the records of {scan.name} end {where}, leaving no room for "
-            f"the BLANK marker every writer leaves: recovery reads nothing past it, at any open, and drops the "
-            f"{after} non-zero bytes after it; {went_on}"
-        )
-        return True
+    if scan.size - stop.pos < rec.END_FILE_MIN_BLANK_LENGTH:
+        return _report_no_room(report, scan, stop, f", and drops the {after} non-zero bytes after it; {went_on}")
     if stop.reason != STOP_BAD:
         report.log_end_reason = "end of data"
         report.damage(

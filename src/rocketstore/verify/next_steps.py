@@ -136,17 +136,18 @@ def add_next_steps(
         steps.append("store entries: move an entry of the wrong kind (a folder for a file, or the reverse) out of it")
     if found.get("log") and log is not None:
         steps.extend(_log_steps(report, log))
-    if found.get("queues") or "queues" in kinds:
+    recovers = log is None or not log.no_room  # else no open for writing takes the store: no recover step works
+    if recovers and (found.get("queues") or "queues" in kinds):
         steps.append(rebuild(store, "consumequeue", report.units_record_elsewhere, report.blanks_inside))
-    if found.get("index") or "index" in kinds:
+    if recovers and (found.get("index") or "index" in kinds):
         steps.append(rebuild(store, "index", blanks_inside=report.blanks_inside))
-    if found.get("config"):
+    if recovers and found.get("config"):
         steps.append(
             f"config files: `rocketstore recover {quoted}` writes each one again as the store loads it (from its "
             "backup, or empty), keeping the bad file as .corrupt-*"
             + (DELAY_OFFSETS if found.get("delay offsets") else "")
         )
-    if found.get("checkpoint") or "checkpoint" in kinds:
+    if recovers and (found.get("checkpoint") or "checkpoint" in kinds):
         steps.append(f"checkpoint: `rocketstore recover {quoted}` writes it again")
     if steps and report.lock_held_by is not None:
         steps.insert(
