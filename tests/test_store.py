@@ -2702,7 +2702,7 @@ def test_features_a_writable_store_would_get_wrong_are_refused_before_recovery(
 def test_a_unit_whose_tags_code_is_a_consume_queue_ext_address_is_filtered_by_its_tags(
     make_store, store_config, tmp_path
 ):
-    """With enableConsumeQueueExt (RocketMQ 5.x) a unit's tags code below Integer.MIN_VALUE is an
+    """With enableConsumeQueueExt (in RocketMQ 4.x and 5.x) a unit's tags code below Integer.MIN_VALUE is an
     address in consumequeue_ext, which this store does not read: RocketMQ, when its lookup fails,
     takes the unit as matching (the consumer filters by TAGS). A tag-filtered pull passed such
     units over as filtered out, in silence; it now keeps those whose record's TAGS match."""

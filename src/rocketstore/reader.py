@@ -101,7 +101,7 @@ def _warn_unreadable(queue: str, unreadable: list[tuple[int, int, str]]) -> None
     )
 
 
-# a tags code below Integer.MIN_VALUE is an address in consumequeue_ext (RocketMQ 5.x's
+# a tags code below Integer.MIN_VALUE is an address in consumequeue_ext (RocketMQ's
 # ConsumeQueueExt.isExtAddr), not read here: as RocketMQ when its lookup fails, the unit matches
 # the filter (the record's TAGS decide below)
 _EXT_ADDRESSES = -(2**31)

@@ -252,12 +252,13 @@ def import_(opts: Common, input_path: str) -> None:
         exc.args = (f"{exc}; {_resume_hint(exc.line, input_path)}",)  # its type, line and count kept for --json
         raise
     # every line stored and the store shut down: a closed stdout is no interruption now
-    done_storing(f"imported {count} messages into {opts.store}")
+    said = f"imported {count} messages into {opts.store}"
+    done_storing(said)
     try:
         if opts.as_json:
             print_json({"imported": count})
         else:
-            say(f"imported {count} messages into {opts.store}")
+            say(said)
     except BrokenPipeError:  # stdout closed (| head): the count goes to stderr
-        warn(f"imported {count} messages into {opts.store}")
+        warn(said)
         raise

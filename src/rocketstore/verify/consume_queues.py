@@ -183,7 +183,7 @@ def _check_units(
                 f"does not give (it changed since they were written); {served}"
             )
             tags_bad &= ~other_level
-    ext = tags_bad & (tags[check] < -(2**31))  # an address in consumequeue_ext (RocketMQ 5.x's CQ ext)
+    ext = tags_bad & (tags[check] < -(2**31))  # an address in consumequeue_ext (RocketMQ's CQ ext)
     if ext.any():
         report.note(
             f"{where}: {int(ext.sum())} units hold consume-queue ext addresses for tags codes "
