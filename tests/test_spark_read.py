@@ -258,6 +258,24 @@ def test_timestamps_tags_and_pushdown(spark, store, everything):  # noqa: F811
     assert narrowed.rdd.getNumPartitions() * 6 < whole.rdd.getNumPartitions()
 
 
+def test_the_tags_option_keeps_units_whose_tags_code_is_a_consume_queue_ext_address(spark, tmp_path):  # noqa: F811
+    """With enableConsumeQueueExt a unit's tags code below Integer.MIN_VALUE is an address in
+    consumequeue_ext, not read here: the records' TAGS decide, as for get_message (the units were
+    dropped by the hash filter, in silence)."""
+    import struct
+
+    path = make_store(tmp_path / "ext", 24)  # TopicA..C x 4 queues: 2 messages in each queue
+    queue = path / "consumequeue" / "TopicB" / "0" / f"{0:020d}"
+    data = bytearray(queue.read_bytes())
+    for i in range(2):
+        struct.pack_into(">q", data, i * 20 + 12, -(2**63) + i * 64)
+    queue.write_bytes(bytes(data))
+    want = [r for r in export_rows(path, small_config(), ["TopicB"]) if r["queueId"] == 0 and r["tags"] == "TagB"]
+    assert want  # TopicB/0 holds TagB messages
+    got = spark_rows(reader(spark, topics="TopicB", queues="0", tags="TagB").load(str(path)))
+    assert [r["queueOffset"] for r in got] == [r["queueOffset"] for r in want]
+
+
 def test_a_tag_filter_that_leaves_no_message_gives_no_rows(spark, store):  # noqa: F811
     """Partitions whose units the tag filter removes entirely read as empty (TopicA has only TagA)."""
     assert reader(spark, tags="NoSuchTag").load(str(store)).count() == 0
