@@ -131,25 +131,28 @@ class _Output(io.BufferedWriter):
     exit. Its file is pointed at /dev/null then, so that nothing fails again."""
 
     def write(self, data: Any) -> int:
-        try:
-            return super().write(data)
-        except (BrokenPipeError, BlockingIOError):
-            raise
-        except OSError as exc:
-            raise self._failed(exc) from None
+        return _stdout_call(super().write, data)
 
     def flush(self) -> None:
-        try:
-            super().flush()
-        except (BrokenPipeError, BlockingIOError):
-            raise
-        except OSError as exc:
-            raise self._failed(exc) from None
+        _stdout_call(super().flush)
 
-    @staticmethod
-    def _failed(exc: OSError) -> OutputUnwritable:
-        silence_stdout()
-        return OutputUnwritable(exc)
+
+def _stdout_call(call: Any, *args: Any) -> Any:
+    """``call(*args)`` on stdout's buffer; an OSError but a closed pipe (or a full non-blocking one,
+    ``_flush_at_exit``'s) is ``_unwritable``."""
+    try:
+        return call(*args)
+    except (BrokenPipeError, BlockingIOError):
+        raise
+    except OSError as exc:
+        raise _unwritable(exc) from None
+
+
+def _unwritable(exc: OSError) -> OutputUnwritable:
+    """The error of a stdout that cannot be written; stdout pointed at /dev/null, so that nothing
+    fails again when what it still holds is flushed."""
+    silence_stdout()
+    return OutputUnwritable(exc)
 
 
 def _output(stream: Any) -> Any:
@@ -181,8 +184,7 @@ def _flush_at_exit(status: Any) -> Any:
         exc.show()
         return exc.exit_code
     except BlockingIOError as exc:  # a non-blocking stdout main could not make blocking
-        silence_stdout()
-        error = OutputUnwritable(exc)
+        error = _unwritable(exc)
         error.show()
         return error.exit_code
     return status
