@@ -96,6 +96,14 @@ class RecoveryReport:
 ConfirmCut = Callable[[RecoveryReport], None]  # asked before a cut that may drop records; raises to refuse it
 
 
+def no_room_end(left: int) -> str | None:
+    """Where a segment's records end when the ``left`` bytes after them are too few for the BLANK
+    marker every writer leaves ("at its last byte", ...); None when there is room for it."""
+    if left >= rec.END_FILE_MIN_BLANK_LENGTH:
+        return None
+    return "at its last byte" if left == 0 else f"{left} byte(s) before its end"
+
+
 def _camel_case(name: str) -> str:
     """``consume_queue_end`` -> ``consumeQueueEnd`` (the JSON key style)."""
     first, *rest = name.split("_")
@@ -239,12 +247,11 @@ def recover(
         break  # a BLANK in the last segment ends the log where it stands, as in RocketMQ
 
     report.process_offset = process_offset
-    left = files[i].file_size - pos
-    report.no_room_for_blank = reason != STOP_BLANK and left < rec.END_FILE_MIN_BLANK_LENGTH
+    where = no_room_end(files[i].file_size - pos)
+    report.no_room_for_blank = reason != STOP_BLANK and where is not None
     if report.no_room_for_blank and commit_log.queue.mode != "cow":
         if last_exit_ok:  # refused before recovery wrote anything: the open leaves no abort behind
             remove_abort(os.path.dirname(checkpoint.path))
-        where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
         raise NoRoomForBlankError(
             f"the segment's records end {where} (offset {process_offset}), leaving no room for the BLANK marker "
             "RocketMQ's writer always leaves: RocketMQ's recovery, as this store's, ends the log there at every "

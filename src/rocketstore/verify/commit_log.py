@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from rocketstore.codec import record as rec
 from rocketstore.codec.scan import STOP_BAD, STOP_BLANK
-from rocketstore.log.recovery import abnormal_start
+from rocketstore.log.recovery import abnormal_start, no_room_end
 from rocketstore.store import MessageStore
 from rocketstore.verify.log_columns import LogColumns, join_parts
 from rocketstore.verify.report import VerifyReport
@@ -103,8 +102,8 @@ def join_segments(
             checked = scan.base >= (crash_start or 0) if report.abort_file else i >= len(paths) - 3
             kept_crc = not check_crc and stop.skipped and stop.why.startswith("body CRC")  # recovery keeps it
             if i == last and stop is scan.stops[-1] and not stop.dirty_after:  # nothing but zeros follows
-                if cut is None and scan.size - stop.pos < rec.END_FILE_MIN_BLANK_LENGTH:
-                    no_room = _report_no_room(report, scan, stop, "")
+                if cut is None and (where_end := no_room_end(scan.size - stop.pos)) is not None:
+                    no_room = _report_no_room(report, scan, stop, where_end, "")
                 elif cut is None and stop.reason == STOP_BAD and kept_crc:
                     report.log_end_reason = "end of data"
                     crc_kept.append(at)
@@ -175,12 +174,10 @@ def _went_on(scan: SegmentScan, stop: Stop, later_files: bool) -> str:
     return f"verify skipped {rest}" + (" and went on in the next file" if later_files else "")
 
 
-def _report_no_room(report: VerifyReport, scan: SegmentScan, stop: Stop, dropped: str) -> bool:
-    """The log ends in ``scan`` within 8 bytes of its end (as recovery's ``no_room_for_blank``):
+def _report_no_room(report: VerifyReport, scan: SegmentScan, stop: Stop, where: str, dropped: str) -> bool:
+    """The log ends in ``scan`` ``where`` (``no_room_end``; as recovery's ``no_room_for_blank``):
     no open for writing takes the store. A problem after a crash too (no recovery repairs it)."""
-    left = scan.size - stop.pos
     report.log_end_reason = "a segment's records ending without room for the BLANK marker"
-    where = "at its last byte" if left == 0 else f"{left} byte(s) before its end"
     report.problem(
         f"commitlog: the log ends at {scan.base + stop.pos}, where the records of {scan.name} end {where}, leaving "
         f"no room for the BLANK marker every writer leaves: recovery reads nothing past it, at any open{dropped}"
@@ -192,8 +189,9 @@ def _report_cut(report: VerifyReport, scan: SegmentScan, stop: Stop, after: int,
     """The first damage that data follows where recovery checks the log: where it cuts the log.
     True when that is a segment whose records end without room for the BLANK marker."""
     at = scan.base + stop.pos
-    if scan.size - stop.pos < rec.END_FILE_MIN_BLANK_LENGTH:
-        return _report_no_room(report, scan, stop, f", and drops the {after} non-zero bytes after it; {went_on}")
+    where = no_room_end(scan.size - stop.pos)
+    if where is not None:
+        return _report_no_room(report, scan, stop, where, f", and drops the {after} non-zero bytes after it; {went_on}")
     if stop.reason != STOP_BAD:
         report.log_end_reason = "end of data"
         report.damage(
