@@ -19,7 +19,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.config_values import java_int_wrap, java_trim
 from rocketstore.errors import InvalidArgumentError, StoreClosedError, shown
 from rocketstore.log.commitlog import CommitLog
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, unit_columns, unit_places
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, EXT_ADDRESSES_BELOW, unit_columns, unit_places
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 from rocketstore.results import GetMessageStatus, GetResult, QueryResult
@@ -99,12 +99,6 @@ def _warn_unreadable(queue: str, unreadable: list[tuple[int, int, str]]) -> None
         named,
         f", and {more} more" if more > 0 else "",
     )
-
-
-# a tags code below Integer.MIN_VALUE is an address in consumequeue_ext (RocketMQ's
-# ConsumeQueueExt.isExtAddr), not read here: as RocketMQ when its lookup fails, the unit matches
-# the filter (the record's TAGS decide below)
-_EXT_ADDRESSES = -(2**31)
 
 
 class MessageReader:
@@ -265,7 +259,7 @@ class MessageReader:
                     break
             next_offset += 1
             matched = True
-            if wanted is not None and code >= _EXT_ADDRESSES:
+            if wanted is not None and code >= EXT_ADDRESSES_BELOW:  # an ext address: the TAGS check below
                 code32 = code & 0xFFFFFFFF
                 matched = (code32 - (1 << 32) if code32 & 0x80000000 else code32) in wanted
             if phy < next_file_start:  # in a segment found gone

@@ -24,6 +24,10 @@ UNIT = struct.Struct(">qiq")
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 FILLER_SIZE = 0x7FFFFFFF
 PRE_BLANK = UNIT.pack(0, FILLER_SIZE, 0)  # fills a queue's first file up to its first unit
+# a tags code below Integer.MIN_VALUE is an address in consumequeue_ext (enableConsumeQueueExt;
+# RocketMQ's ConsumeQueueExt.isExtAddr), which is not read here: as RocketMQ when its lookup fails,
+# such a unit passes a tag filter, and the record's TAGS decide
+EXT_ADDRESSES_BELOW = -(2**31)
 
 
 def record_end(phy: int, size: int) -> int:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from rocketstore.codec import record as rec
 from rocketstore.codec.topic import SCHEDULE_TOPIC
 from rocketstore.errors import DataLossError, RecordError
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT_DTYPE
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, EXT_ADDRESSES_BELOW, UNIT_DTYPE
 from rocketstore.spark.columns import (
     STOP_BAD,
     STOP_BLANK,
@@ -254,8 +254,8 @@ def _checked_chunks(
         size = units["size"].astype(np.int64)
         keep = (phy >= 0) & (size > 0) & (size < 0x7FFFFFFF)
         if spec.tag_codes is not None and s.topic != SCHEDULE_TOPIC:
-            tags = units["tags"].astype(np.int64)  # an ext address (enableConsumeQueueExt) passes: TAGS decide
-            keep &= np.isin(tags, np.array(sorted(spec.tag_codes), dtype=np.int64)) | (tags < -(2**31))
+            tags = units["tags"].astype(np.int64)  # an ext address passes: TAGS decide (EXT_ADDRESSES_BELOW)
+            keep &= np.isin(tags, np.array(sorted(spec.tag_codes), dtype=np.int64)) | (tags < EXT_ADDRESSES_BELOW)
         phys.append(phy[keep])
         sizes.append(size[keep])
         keys.append(np.full(int(keep.sum()), k, dtype=np.int64))

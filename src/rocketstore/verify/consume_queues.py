@@ -14,7 +14,13 @@ from rocketstore.codec.sysflag import (
     goes_to_consume_queue,
 )
 from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
-from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue, units_of, valid_prefix
+from rocketstore.queues.consume_queue import (
+    CQ_STORE_UNIT_SIZE,
+    EXT_ADDRESSES_BELOW,
+    ConsumeQueue,
+    units_of,
+    valid_prefix,
+)
 from rocketstore.queues.consume_queues import deleted_leftover
 from rocketstore.store import MessageStore
 from rocketstore.verify.log_columns import LogColumns
@@ -183,7 +189,7 @@ def _check_units(
                 f"does not give (it changed since they were written); {served}"
             )
             tags_bad &= ~other_level
-    ext = tags_bad & (tags[check] < -(2**31))  # an address in consumequeue_ext (RocketMQ's CQ ext)
+    ext = tags_bad & (tags[check] < EXT_ADDRESSES_BELOW)  # an address in consumequeue_ext
     if ext.any():
         report.note(
             f"{where}: {int(ext.sum())} units hold consume-queue ext addresses for tags codes "
