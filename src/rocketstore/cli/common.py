@@ -253,7 +253,7 @@ def check_output_file(option: str, path: str) -> None:
 def say_settings(opts: Common) -> None:
     """After the next steps a command printed: when it was given settings (--config, --set), that
     the commands in them need the same (a store of other file sizes is refused without them)."""
-    if {k: v for k, v in opts.config.changed().items() if k != "storePathRootDir"}:
+    if any(key != "storePathRootDir" for key in opts.config.changed()):
         say("next steps: give each command the same --config and --set as this one")
 
 
