@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -824,3 +825,27 @@ def test_clean_whose_topic_deletion_fails_says_so_first_then_that_the_shutdown_f
     assert len(errors) == 2, result.stderr
     assert "no topic was removed (PayTopic)" in errors[0]
     assert "did not shut down cleanly" in errors[1]
+
+
+def _file_size_limit(limit: int) -> None:
+    """In the child: files may not grow past ``limit`` bytes, and a write past it fails with EFBIG
+    (SIGXFSZ ignored), as a full quota fails it."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_an_export_file_that_cannot_be_written_is_named_and_left_as_it_was(tmp_path: Path) -> None:
+    """export -o FILE whose writes fail (a full disk, a quota) says which file, exits 2 and leaves
+    no part file; an earlier FILE is kept."""
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    for target in ("/dev/full", str(tmp_path / "out.jsonl")):
+        if not target.startswith("/dev"):
+            Path(target).write_text("earlier\n")
+        proc = cli_process("export", root, *TINY_SETS, "-o", target, preexec_fn=lambda: _file_size_limit(4096))
+        _out, err = proc.communicate(timeout=120)
+        text = err.decode()
+        assert proc.returncode == 2, text
+        assert text.startswith("error: ") and target in text and text.count("\n") == 1, text
+    assert Path(target).read_text() == "earlier\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "s"]

@@ -98,7 +98,7 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
     A symbolic link is written through (its target is the file); what is not a regular file (a
     FIFO, a device such as /dev/null) is written to as it is, as ``>`` would, never replaced."""
     if _names_a_descriptor(path):  # /dev/stdout, /dev/fd/N: what the shell opened (a pipe, `>>`'s file)
-        with open(path, "a", encoding="utf-8", newline="\n") as direct:
+        with _NamedFile(path, path, "ab") as direct:
             yield direct
         return
     try:
@@ -108,7 +108,7 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
             raise
         special = False  # not there yet: made beside and renamed
     if special:
-        with open(path, "w", encoding="utf-8", newline="\n") as direct:
+        with _NamedFile(path, path, "wb") as direct:
             yield direct
         return
     path = os.path.realpath(path) if os.path.islink(path) else path
@@ -118,7 +118,7 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
     except OSError as exc:  # the folder is the problem: name it, not the hidden file
         raise type(exc)(exc.errno, exc.strerror, folder) from None
     try:
-        with open(fd, "w", encoding="utf-8", newline="\n") as f:
+        with _NamedFile(fd, path, "wb") as f:
             yield f
         try:
             mode = os.stat(path).st_mode & 0o7777
@@ -132,6 +132,36 @@ def replacing_file(path: str) -> Iterator[IO[str]]:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+class _NamedFile(io.TextIOWrapper):
+    """A UTF-8 text file (``\\n`` line ends) whose failed writes name ``shown``: a full disk or a
+    quota's error says no file, and the file may be a hidden one written beside ``shown``."""
+
+    def __init__(self, file: str | int, shown: str, mode: str) -> None:
+        super().__init__(open(file, mode), encoding="utf-8", newline="\n")  # noqa: SIM115 (closed by close)
+        self._shown = shown
+
+    def _named(self, exc: OSError) -> OSError:
+        return exc if exc.filename is not None else type(exc)(exc.errno, exc.strerror, self._shown)
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except OSError as exc:
+            raise self._named(exc) from None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as exc:
+            raise self._named(exc) from None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as exc:
+            raise self._named(exc) from None
 
 
 def _names_a_descriptor(path: str) -> bool:
