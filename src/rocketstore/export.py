@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import IO, Any, NamedTuple
 
@@ -26,6 +26,7 @@ from rocketstore.codec.message import (
     check_int_fields,
     message_from_json,
 )
+from rocketstore.codec.multi_dispatch import is_lmq
 from rocketstore.codec.properties import UNIQ_KEY
 from rocketstore.codec.records import Records
 from rocketstore.codec.scan import STOP_BLANK, STOP_LIMIT
@@ -53,11 +54,19 @@ class QueuedUnit(NamedTuple):
     reason: str | None = None
 
 
+def exported_queue(topic: str, wanted: Container[str] | None) -> bool:
+    """Whether an export of the topics ``wanted`` (None: all) reads the queues of ``topic``: all
+    topics leave out light message queues (%LMQ%...), which hold copies of their own topics'
+    messages (see ``codec.multi_dispatch``); named, they are read."""
+    return not is_lmq(topic) if wanted is None else topic in wanted
+
+
 def iter_units(store: MessageStore, topics: Iterable[str] | None = None) -> Iterator[QueuedUnit]:
-    """Every consume-queue unit of ``topics`` (all for None) in export order, with its message."""
+    """Every consume-queue unit of ``topics`` (all but light message queues for None) in export
+    order, with its message."""
     wanted = set(topics) if topics is not None else None
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
-        if wanted is None or topic in wanted:
+        if exported_queue(topic, wanted):
             yield from queue_units(store, topic, queue_id, cq.min_offset_in_queue(), cq.max_offset_in_queue())
 
 

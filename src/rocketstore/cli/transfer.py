@@ -33,7 +33,7 @@ from rocketstore.cli.stops import (
     stopped_by,
 )
 from rocketstore.errors import ImportLineError
-from rocketstore.export import ImportInterrupted, dumps_row, export_row, import_jsonl, iter_units
+from rocketstore.export import ImportInterrupted, dumps_row, export_row, exported_queue, import_jsonl, iter_units
 from rocketstore.results import PutMessageStatus
 from rocketstore.running_flags import DISK_FULL
 from rocketstore.services.clean import measure_disk
@@ -84,7 +84,7 @@ def queued_count(store: MessageStore, topics: list[str] | None) -> int:
     return sum(
         max(0, cq.max_offset_in_queue() - cq.min_offset_in_queue())
         for (topic, _queue_id), cq in store.queues.table.items()
-        if topics is None or topic in topics
+        if exported_queue(topic, topics)
     )
 
 

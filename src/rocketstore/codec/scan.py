@@ -60,16 +60,18 @@ _BE = {2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
 _JAVA_INT_TEXT = re.compile(r"[+-]?\d+")  # \d: Unicode decimal digits, as Java's Character.digit
 
 
-def java_int(text: str | bytes | None) -> int | None:
-    """``Integer.parseInt(text)``: a sign and decimal digits within Java's int range; None where
-    Java throws (spaces, underscores, other characters, out of range, a digit outside the Basic
-    Multilingual Plane: Java reads it as two surrogate chars, neither a digit)."""
+def java_int(text: str | bytes | None, bits: int = 32) -> int | None:
+    """``Integer.parseInt(text)`` (``Long.parseLong`` for ``bits=64``): a sign and decimal digits
+    within Java's range; None where Java throws (spaces, underscores, other characters, out of
+    range, a digit outside the Basic Multilingual Plane: Java reads it as two surrogate chars,
+    neither a digit)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     if type(text) is not str or not _JAVA_INT_TEXT.fullmatch(text) or (not text.isascii() and max(text) > "\uffff"):
         return None
     value = int(text)
-    return value if -(2**31) <= value < 2**31 else None
+    limit = 1 << (bits - 1)
+    return value if -limit <= value < limit else None
 
 
 def delay_of_level(level_text: str | bytes | None, delay_millis: tuple[int, ...]) -> int | None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rocketstore.codec.multi_dispatch import is_lmq
 from rocketstore.codec.scan import STOP_BLANK, STOP_END
 from rocketstore.config import StoreConfig, delay_level_millis
 from rocketstore.errors import CorruptStoreError, InvalidArgumentError
@@ -340,7 +341,8 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
     """Recreate each queue of the old ``consumequeue/`` that got no unit (retention removed all its
     records) at its old max offset, as filler units, so that its offsets go on where they were;
     returns how many. Not a queue of a ``deleted`` topic that a deletion cut short left (its
-    units all point below the topic's offset there)."""
+    units all point below the topic's offset there). A light message queue (%LMQ%...) keeps its
+    units: they are multi-dispatch copies of other queues' records (``codec.multi_dispatch``)."""
     old = ConsumeQueueStore(root, config.cq_file_size, "cow")
     carried = 0
     try:
@@ -357,6 +359,12 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
             if top <= 0 or deleted_leftover(key[0], cq.max_physic_offset, deleted):
                 continue
             new = queues.find_or_create(*key)
+            if is_lmq(key[0]):  # copies of other queues' records (INNER_MULTI_DISPATCH), which no rebuild makes
+                for first, units in cq.iter_units(cq.min_offset_in_queue(), top):
+                    offsets = np.arange(first, first + len(units), dtype=np.int64)
+                    new.put_unit_arrays(units["phy"], units["size"], offsets, units.tobytes())
+                carried += 1
+                continue
             expect = top * CQ_STORE_UNIT_SIZE
             mapped = new.queue.last_mapped_file(expect - CQ_STORE_UNIT_SIZE)  # the file of the last filler
             new.min_logic_offset = expect

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
+from rocketstore.codec.multi_dispatch import is_lmq
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError, shown
 from rocketstore.reader import subscription_tags
@@ -68,8 +69,10 @@ class Selection:
     queues_by_topic: dict[str, frozenset[int]] | None = None
 
     def topic_ok(self, topic: str) -> bool:
+        """Whether ``topic`` is read: all topics but light message queues (%LMQ%..., copies of
+        other topics' messages) when neither names nor patterns are given, as ``export`` reads."""
         if self.names is None and not self.patterns:
-            return True
+            return not is_lmq(topic)
         return (self.names is not None and topic in self.names) or any(p.fullmatch(topic) for p in self.patterns)
 
     def queue_ok(self, topic: str, queue_id: int) -> bool:

@@ -4,9 +4,12 @@ its queue."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
+from rocketstore.codec.message import StoredMessage
+from rocketstore.codec.multi_dispatch import copy_place
 from rocketstore.codec.sysflag import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -37,7 +40,7 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
         report.queues += 1
         tid = topic_ids.get(topic, -1)
-        end = _check_queue(cq, tid, log, covered, report, len(store.delay_millis))
+        end = _check_queue(cq, tid, log, covered, report, len(store.delay_millis), store.commit_log.read_message)
         if end >= 0 and deleted_leftover(topic, end, store.deleted_topics.table):
             report.note(
                 f"consumequeue/{topic}/{queue_id}: a queue of a deleted topic that its deletion did not remove "
@@ -48,6 +51,12 @@ def check_queues(store: MessageStore, log: LogColumns, report: VerifyReport) -> 
             first = cq.get_unit(0) if cq.min_offset_in_queue() == 0 else None  # written again from 0
             if first is not None and first[0] >= 0:
                 queue_starts[(tid, queue_id)] = first[0]
+    if report.multi_dispatch_units:
+        report.note(
+            f"{report.multi_dispatch_units} units are multi-dispatch copies (INNER_MULTI_DISPATCH, as light message "
+            "queues %LMQ%... hold) of records in their own topics' queues: rocketstore reads them, but adds no copies "
+            "of the messages it stores (as RocketMQ with enableMultiDispatch off)"
+        )
     # a topic with neither a queue nor a topics.json entry was deleted (clean --delete-topic):
     # its records stay in the log until retention deletes them. Not the schedule and
     # transaction-op topics (never deleted), nor any topic when there is no topics.json to say so
@@ -103,10 +112,16 @@ def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int])
 
 
 def _check_queue(
-    cq: ConsumeQueue, tid: int, log: LogColumns, covered: np.ndarray, report: VerifyReport, levels: int
+    cq: ConsumeQueue,
+    tid: int,
+    log: LogColumns,
+    covered: np.ndarray,
+    report: VerifyReport,
+    levels: int,
+    read: Callable[[int], StoredMessage | None],
 ) -> int:
     """One queue's files up to the first invalid unit; returns where its last record in the log ends.
-    ``levels``: how many delay levels messageDelayLevel has."""
+    ``levels``: how many delay levels messageDelayLevel has; ``read``: the record at an offset."""
     where = f"consumequeue/{cq.topic}/{cq.queue_id}"
     ended = seen_real = False
     queue_end = -1
@@ -135,14 +150,13 @@ def _check_queue(
             real = np.flatnonzero((units["phy"] != 0) | (units["size"] != _PRE_BLANK_SIZE))
             lead = int(real[0]) if len(real) else valid
             seen_real = len(real) > 0
-        end = _check_units(where, cq.queue_id, tid, first, units, lead, log, covered, report, levels)
+        end = _check_units(cq, tid, first, units, lead, log, covered, report, levels, read)
         queue_end = max(queue_end, end)
     return queue_end
 
 
 def _check_units(
-    where: str,
-    queue_id: int,
+    cq: ConsumeQueue,
     tid: int,
     first: int,
     units: np.ndarray,
@@ -151,8 +165,10 @@ def _check_units(
     covered: np.ndarray,
     report: VerifyReport,
     levels: int,
+    read: Callable[[int], StoredMessage | None],
 ) -> int:
     """Valid units (queue offsets from ``first``; the first ``lead`` are pre-blanks) against their records."""
+    where, queue_id = f"consumequeue/{cq.topic}/{cq.queue_id}", cq.queue_id
     phy = units["phy"].astype(np.int64)
     size = units["size"].astype(np.int64)
     tags = units["tags"].astype(np.int64)
@@ -200,9 +216,12 @@ def _check_units(
     elsewhere = (
         (log.topic_ids[r] != tid) | (log.queue_ids[r] != queue_id) | (log.queue_offsets[r] != index[check]) | not_queued
     )
+    copies = _multi_dispatch_copies(cq, phy[check], index[check], elsewhere & ~not_queued, read)
+    report.multi_dispatch_units += int(copies.sum())
+    elsewhere &= ~copies
     report.units_record_elsewhere += int(elsewhere.sum())  # the unit, or the record's header, is damaged
     bad = (log.sizes[r] != size[check]) | tags_bad | elsewhere
-    covered[r[~bad]] = True
+    covered[r[~bad & ~copies]] = True  # a copy's record belongs to its own queue, which must hold it
     unit = (index, phy, size, tags, rows)
     problems_at(report, np.flatnonzero(check)[bad], lambda i: _unit_mismatch(log, where, tid, queue_id, unit, i))
     in_log = np.flatnonzero((phy < log.end) & (np.arange(len(units)) >= lead))
@@ -210,6 +229,23 @@ def _check_units(
         return -1
     last = int(in_log[-1])
     return int(phy[last] + size[last])
+
+
+def _multi_dispatch_copies(
+    cq: ConsumeQueue,
+    phys: np.ndarray,
+    index: np.ndarray,
+    candidates: np.ndarray,
+    read: Callable[[int], StoredMessage | None],
+) -> np.ndarray:
+    """Which ``candidates`` (units whose record is in another queue) are multi-dispatch copies: the
+    record's INNER_MULTI_DISPATCH gives it this queue and this unit's queue offset."""
+    copies = np.zeros(len(candidates), dtype=bool)
+    for i in np.flatnonzero(candidates).tolist():
+        msg = read(int(phys[i]))
+        place = None if msg is None else copy_place(msg.properties, cq.topic, msg.queue_id)
+        copies[i] = place == (cq.queue_id, int(index[i]))
+    return copies
 
 
 def _unit_mismatch(log: LogColumns, where: str, tid: int, queue_id: int, unit: tuple[np.ndarray, ...], i: int) -> str:

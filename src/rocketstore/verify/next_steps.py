@@ -82,16 +82,23 @@ BLANK_INSIDE = (
 )
 
 
-def rebuild(store: str, folder: str, units_record_elsewhere: int = 0, blanks_inside: int = 0) -> str:
+MULTI_DISPATCH = (
+    " (recover writes no multi-dispatch copies: after it, move the light message queues (%LMQ%...) back from the "
+    ".old folder; spark rebuild keeps them)"
+)
+
+
+def rebuild(store: str, folder: str, report: VerifyReport) -> str:
     """The next step for consume queues (``consumequeue``) or the index (``index``) that disagree
-    with the commit log: build them again from it (with a warning when units disagree with their
-    records' own queue fields: the record's header may be the damaged part; and when a BLANK
-    marker inside a segment hides records from any rebuild)."""
+    with the commit log: build them again from it, with a warning when units disagree with their
+    records' own queue fields (the record's header may be the damaged part), when a BLANK marker
+    inside a segment hides records from any rebuild, and when queues hold multi-dispatch copies."""
     if folder == "consumequeue":
-        what, caveat = "consume queues", ELSEWHERE if units_record_elsewhere else ""
+        what, caveat = "consume queues", ELSEWHERE if report.units_record_elsewhere else ""
+        caveat += MULTI_DISPATCH if report.multi_dispatch_units else ""
     else:
         what, caveat = "index", ""
-    if blanks_inside:
+    if report.blanks_inside:
         caveat += BLANK_INSIDE
     return (
         f"{what}: build them again from the commit log: "
@@ -138,9 +145,9 @@ def add_next_steps(
         steps.extend(_log_steps(report, log))
     recovers = log is None or not log.no_room  # else no open for writing takes the store: no recover step works
     if recovers and (found.get("queues") or "queues" in kinds):
-        steps.append(rebuild(store, "consumequeue", report.units_record_elsewhere, report.blanks_inside))
+        steps.append(rebuild(store, "consumequeue", report))
     if recovers and (found.get("index") or "index" in kinds):
-        steps.append(rebuild(store, "index", blanks_inside=report.blanks_inside))
+        steps.append(rebuild(store, "index", report))
     if recovers and found.get("config"):
         steps.append(
             f"config files: `rocketstore recover {quoted}` writes each one again as the store loads it (from its "

@@ -38,6 +38,7 @@ class VerifyReport:
     units_past_cut: int = 0  # queue units and index entries at or past where recovery cuts the log
     entries_past_cut: int = 0
     units_record_elsewhere: int = 0  # units whose record says another queue, queue offset or transaction type
+    multi_dispatch_units: int = 0  # units that are copies of records of other queues (INNER_MULTI_DISPATCH)
     blanks_inside: int = 0  # BLANK markers inside a segment with records after them (not the last file)
     next_steps: list[str] = field(default_factory=list)  # what to do about each kind of problem
 
