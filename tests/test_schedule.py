@@ -730,3 +730,15 @@ def test_a_message_stored_during_a_round_waits_its_whole_delay(make_store, store
     assert _real(store).messages == []
     assert service.run_once(now=hook.stored_at + 9_999) == 0
     assert service.run_once(now=hook.stored_at + 10_000) == 1
+
+
+def test_a_delayed_message_makes_its_real_topic_and_queue_at_once(make_store, store_config, tmp_path) -> None:
+    """RocketMQ's broker creates (or widens) the topic a message is sent to before the store turns a
+    delayed one into a SCHEDULE_TOPIC_XXXX record: the topic exists, with the queue asked for, while
+    the message waits, so a consumer polling it finds no messages rather than no topic."""
+    store = make_store(config=store_config.copy(messageDelayLevel="1h"))
+    _stopped(store)
+    assert store.put(_delayed("Later", "1"), queue_id=6).ok
+    store.shutdown()
+    topics = json.loads((tmp_path / "store" / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert topics["Later"]["writeQueueNums"] == 7 and topics["Later"]["readQueueNums"] == 7, topics.get("Later")

@@ -168,6 +168,9 @@ class MessageWriter(MessagePreparer):
         placed = self.placed(message, queue_id, schedule=schedule)
         if type(placed) is PutResult:
             return placed
+        if placed[0] is not message and (on_new_queue := self.commit_log.on_new_queue) is not None:
+            on_new_queue((message.topic, queue_id))  # delayed: its topic and queue exist while it waits, as
+            # RocketMQ's broker makes them before the store takes it (createTopicInSendMessageMethod)
         return self._put_prepared(*placed, wait, new_uniq=new_uniq)
 
     def _topic_head(self, topic: str) -> bytes | None:
