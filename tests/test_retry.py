@@ -267,3 +267,14 @@ def test_an_origin_message_id_java_does_not_call_blank_is_kept(store: MessageSto
     retry = store.send_back("G", put.commit_log_offset)
     got = store.look_message_by_offset(retry.commit_log_offset).properties["ORIGIN_MESSAGE_ID"]
     assert got == (origin if kept else put.msg_id)
+
+
+def test_a_group_too_long_for_its_retry_or_dead_letter_topic_is_named_as_the_cause(store: MessageStore) -> None:
+    """A valid group name (up to 255 characters) can make a retry topic longer than 255 or a
+    dead-letter topic longer than 127: the error says the group is the cause, and how long it may be."""
+    offset = store.put(Message("T", b"x")).raise_for_status().commit_log_offset
+    with pytest.raises(InvalidTopicError, match=r"the group \(250 characters\) is too long for its retry topic"):
+        store.send_back("g" * 250, offset)
+    with pytest.raises(InvalidTopicError, match=r"the group \(130 characters\) is too long for its dead-letter topic"):
+        store.send_back("g" * 130, offset, delay_level=-1)
+    assert store.subscription_groups.find("g" * 250) is None

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from rocketstore.codec.message import JAVA_INT, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, WAIT, java_map_order
-from rocketstore.codec.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, validate_group
+from rocketstore.codec.topic import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    validate_group,
+    validate_topic,
+)
 from rocketstore.config_values import java_int_sum, java_is_blank
 from rocketstore.errors import InvalidArgumentError, InvalidTopicError, MessageNotFoundError
 from rocketstore.meta.subscription_groups import DEFAULT_RETRY_MAX_TIMES, SubscriptionGroupManager
@@ -73,6 +79,13 @@ def send_back_message(
         # Java's int sums: past the int range the level wraps negative (no delay), as in RocketMQ
         level = delay_level if delay_level > 0 else java_int_sum(FIRST_RETRY_LEVEL, original.reconsume_times)
         props[DELAY] = str(level)
+    try:
+        validate_topic(topic)
+    except InvalidTopicError as exc:  # a valid group (up to 255 characters) the prefix makes too long
+        kind = "dead-letter" if topic.startswith(DLQ_GROUP_TOPIC_PREFIX) else "retry"
+        raise InvalidTopicError(
+            f"the group ({len(group)} characters) is too long for its {kind} topic: {exc}"
+        ) from None
     if java_is_blank(props.get(ORIGIN_MESSAGE_ID)):
         props[ORIGIN_MESSAGE_ID] = original.msg_id
     props[WAIT] = "false"  # RocketMQ's broker does not wait for a flush of a sent-back message
