@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rocketstore.codec import sysflag as sf
@@ -79,7 +79,7 @@ class Message:
         topic: str,
         body: bytes | bytearray | memoryview | str,
         tags: str | None = None,
-        keys: str | Iterable[str] | None = None,
+        keys: str | Sequence[str] | None = None,
         properties: Mapping[str, str] | None = None,
         flag: int = 0,
         *,
