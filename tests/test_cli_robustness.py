@@ -540,6 +540,8 @@ def test_json_mode_errors_while_the_options_are_read_are_a_json_object_too(tmp_p
         ([*produce, "--set", "foo"], "BadParameter"),
         ([*produce, "--property", "bad"], "BadParameter"),
         ([*produce, "--queue", -1], "BadParameter"),
+        ([*produce, "--queue", 2**31], "BadParameter"),  # past a Java int: a usage error, as -1 is
+        (["consume", root, *TINY_SETS, "--topic", "T", "--group", "g", "--queue", 2**31], "BadParameter"),
         (["produce", root, *TINY_SETS, "--body", "x"], "MissingParameter"),
         (["inspect", tmp_path / "nothing"], "BadParameter"),
         ([*produce, "--bogus"], "NoSuchOption"),

@@ -32,7 +32,7 @@ from rocketstore.cli.stops import (
     shut_down_whole,
     stopped_by,
 )
-from rocketstore.codec.message import JAVA_LONG, Message, StoredMessage
+from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.properties import DELAY, PROPERTY_CRC32
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal, validate_group
 from rocketstore.config_values import java_trim
@@ -152,7 +152,9 @@ def _say_when_delivered(where: dict[str, object], asked: str) -> None:
     metavar="NAME=VALUE",
     help="A user property (repeatable).",
 )
-@click.option("--queue", "queue_id", type=click.IntRange(min=0), default=0, show_default=True, help="The queue id.")
+@click.option(
+    "--queue", "queue_id", type=click.IntRange(0, JAVA_INT[1]), default=0, show_default=True, help="The queue id."
+)
 @click.option(
     "--delay-level",
     type=click.IntRange(min=1),
@@ -416,7 +418,10 @@ def _started_from(from_offset: int | None, from_time: int | None) -> str:
 @click.option("--topic", required=True, help="The topic.")
 @click.option("--group", required=True, help="The consumer group.")
 @click.option(
-    "--queue", "queue_id", type=click.IntRange(min=0), help="Only this queue (default: every queue of the topic)."
+    "--queue",
+    "queue_id",
+    type=click.IntRange(0, JAVA_INT[1]),
+    help="Only this queue (default: every queue of the topic).",
 )
 @click.option("--tags", help='A tag filter: "*" or "TagA || TagB".')
 @click.option("--from-offset", type=click.IntRange(0, JAVA_LONG[1]), help="Start at this queue offset.")
