@@ -597,10 +597,30 @@ def test_an_empty_store_argument_is_refused_not_the_current_folder(
 
 def test_produce_checks_the_message_before_it_creates_a_store(tmp_path: Path) -> None:
     new = tmp_path / "new"
-    for args in (["--topic", "bad topic"], ["--topic", "T", "--set", "maxMessageSize=10"]):
+    for args, said in (
+        (["--topic", "bad topic"], "Error: Invalid value for '--topic': the topic 'bad topic' has characters"),
+        (["--topic", "T", "--set", "maxMessageSize=10"], "error: "),
+    ):
         result = run("produce", new, *TINY_SETS, *args, "--body", "x" * 100)
-        assert result.exit_code == 2 and result.stderr.startswith("error: "), args
+        assert result.exit_code == 2 and said in result.stderr, args
         assert not new.exists(), args  # no store left behind for a message refused
+
+
+def test_an_invalid_topic_name_is_the_same_usage_error_for_every_command(tmp_path: Path) -> None:
+    """produce, consume, export and query all refuse a --topic RocketMQ's TopicValidator refuses
+    as a usage error naming the rule (consume and export said no topic of the store matched)."""
+    root = tmp_path / "s"
+    _store_with_bad_records(root, bad=0)
+    for command in (
+        ["produce", root, "--body", "x"],
+        ["consume", root, "--group", "g"],
+        ["export", root, "--topic", "T"],
+        ["query", root, "--key", "k"],
+    ):
+        result = run(*command, *TINY_SETS, "--topic", "a/b", "--json")
+        assert result.exit_code == 2, command
+        error = json.loads(result.stdout)["error"]
+        assert error["type"] == "BadParameter" and "'a/b' has characters other than" in error["message"], command
 
 
 def test_produce_reads_no_more_of_a_body_file_than_a_message_holds(tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ from typing import IO, Any
 import click
 
 from rocketstore.cli.output import print_json_error, say, warn
+from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig
-from rocketstore.errors import ConfigError, CorruptStoreError, StoreNotFoundError
+from rocketstore.errors import ConfigError, CorruptStoreError, InvalidTopicError, StoreNotFoundError
 from rocketstore.export import QueuedUnit
 from rocketstore.log.recovery import ConfirmCut
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
@@ -494,6 +495,19 @@ def check_new_store_folder(opts: Common) -> None:
             f"{root} holds files but no store ({listed}): refusing to create a store in it; give a new or "
             "empty folder, or the store's own folder"
         ) from None
+
+
+def topic_names(
+    _ctx: click.Context, _param: click.Parameter, value: str | tuple[str, ...] | None
+) -> str | tuple[str, ...] | None:
+    """A --topic option's value(s) (one, a tuple of them or None), each a name RocketMQ accepts:
+    an invalid one is a usage error (status 2), the same for every command."""
+    for name in (value,) if isinstance(value, str) else value or ():
+        try:
+            validate_topic(name)
+        except InvalidTopicError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
 
 
 def queue_topics(root: str) -> list[str]:

@@ -23,6 +23,7 @@ from rocketstore.cli.common import (
     open_store_checked,
     require_topics,
     store_options,
+    topic_names,
     with_notes,
 )
 from rocketstore.cli.output import cell, out_console, print_messages, progress_bar, say, warn
@@ -141,7 +142,7 @@ def _say_when_delivered(where: dict[str, object], asked: str) -> None:
 
 @click.command()
 @store_options(must_exist=False, writes=True)
-@click.option("--topic", required=True, help="The topic.")
+@click.option("--topic", required=True, callback=topic_names, help="The topic.")
 @click.option("--tags", help="The message's tags (TAGS).")
 @click.option("--keys", "keys", multiple=True, help="A key (KEYS; repeatable, or several separated by spaces).")
 @click.option(
@@ -415,7 +416,7 @@ def _started_from(from_offset: int | None, from_time: int | None) -> str:
 
 @click.command()
 @store_options(writes=True)
-@click.option("--topic", required=True, help="The topic.")
+@click.option("--topic", required=True, callback=topic_names, help="The topic.")
 @click.option("--group", required=True, help="The consumer group.")
 @click.option(
     "--queue",

@@ -7,13 +7,11 @@ import re
 
 import click
 
-from rocketstore.cli.common import Common, ProblemsFound, found_problems, open_store, store_options
+from rocketstore.cli.common import Common, ProblemsFound, found_problems, open_store, store_options, topic_names
 from rocketstore.cli.messaging import reader_warnings_left_out
 from rocketstore.cli.output import print_messages, warn
 from rocketstore.codec.ids import decode_offset_msg_id
 from rocketstore.codec.message import JAVA_LONG, StoredMessage
-from rocketstore.codec.topic import validate_topic
-from rocketstore.errors import InvalidTopicError
 from rocketstore.store import MessageStore
 from rocketstore.verify.segment_scan import damaged_record_at
 
@@ -30,15 +28,6 @@ def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | No
             f"{value!r} is not an offset msgId (32 hex characters for an IPv4 store host, 56 for IPv6)"
         )
     return value.upper()
-
-
-def _topic_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return validate_topic(value)
-    except InvalidTopicError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def _other_topic(found: StoredMessage | None, topic: str | None) -> str:
@@ -117,7 +106,7 @@ def _more_match(max_num: int, cap: int) -> str:
 @click.command()
 @store_options()
 @click.option(
-    "--topic", callback=_topic_name, help="The topic (needed with --key; with --msg-id or --offset, the answer's)."
+    "--topic", callback=topic_names, help="The topic (needed with --key; with --msg-id or --offset, the answer's)."
 )
 @click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
 @click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")

@@ -21,6 +21,7 @@ from rocketstore.cli.common import (
     open_store,
     require_topics,
     store_options,
+    topic_names,
     with_notes,
 )
 from rocketstore.cli.output import print_json, progress_bar, replacing_file, say, utf8_stdout, warn
@@ -111,7 +112,7 @@ def _check_topics(opts: Common, store: MessageStore, topics: list[str]) -> None:
 @click.command()
 @store_options()
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
-@click.option("--topic", "topics", multiple=True, help="Only these topics (repeatable).")
+@click.option("--topic", "topics", multiple=True, callback=topic_names, help="Only these topics (repeatable).")
 def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     """Every message the consume queues serve, one JSON object per line, sorted by topic, queueId
     and queueOffset (the fields of rocketmq-vectors' expected.jsonl, cqTagsCode and cqSize included).
