@@ -369,6 +369,8 @@ def test_settings_that_would_fail_later_are_refused_at_open(tmp_path, store_conf
         lambda s: s.clean_unused_topics([b"T"]),
         lambda s: s.set_running_flags("x"),
         lambda s: s.set_running_flags(clear_bits=None),
+        lambda s: s.set_running_flags(set_bits=2**40),  # no RunningFlags bit: it did nothing, in silence
+        lambda s: s.set_running_flags(clear_bits=-1),
         lambda s: s.schedule_report("x"),
         lambda s: s.schedule_report(now=1.5),
         lambda s: s.clean_expired_files(now="x"),

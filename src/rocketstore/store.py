@@ -48,7 +48,7 @@ from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader, check_arguments
 from rocketstore.results import GetResult, PutResult, QueryResult
 from rocketstore.retry import send_back
-from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS
+from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS, check_bits
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
@@ -279,6 +279,7 @@ class MessageStore:
         set_bits, clear_bits = check_arguments(
             "set_running_flags", set_bits=(set_bits, int), clear_bits=(clear_bits, int)
         )
+        check_bits(set_bits | clear_bits)
         if not self._shutting_down:
             self._readable()
         with self._flags_lock:
