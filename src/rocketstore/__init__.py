@@ -20,6 +20,7 @@ if _TYPE_CHECKING:
     from rocketstore.codec.message import Message, StoredMessage
     from rocketstore.config import StoreConfig
     from rocketstore.log.recovery import RecoveryReport
+    from rocketstore.reports import DiskReport, ScheduleLevel
     from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult, QueryResult
     from rocketstore.services.clean import CleanRun
     from rocketstore.store import MessageStore
@@ -42,6 +43,9 @@ _LAZY = {
     # what store.clean_expired_files() returns, and what store.recovery and confirm_cut get
     "CleanRun": "rocketstore.services.clean",
     "RecoveryReport": "rocketstore.log.recovery",
+    # what store.disk_report() and store.schedule_report() return (typed dicts)
+    "DiskReport": "rocketstore.reports",
+    "ScheduleLevel": "rocketstore.reports",
 }
 
 
@@ -60,6 +64,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CleanRun",
+    "DiskReport",
     "GetMessageStatus",
     "GetResult",
     "Message",
@@ -68,6 +73,7 @@ __all__ = [
     "PutResult",
     "QueryResult",
     "RecoveryReport",
+    "ScheduleLevel",
     "StoreConfig",
     "StoredMessage",
     "errors",

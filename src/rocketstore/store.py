@@ -46,6 +46,7 @@ from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.dispatch import Dispatcher
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import MessageReader, check_arguments
+from rocketstore.reports import DiskReport, ScheduleLevel
 from rocketstore.results import GetResult, PutResult, QueryResult
 from rocketstore.retry import send_back
 from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS, check_bits
@@ -330,7 +331,7 @@ class MessageStore:
         self._writable()
         return send_back(self, group, message, delay_level, max_reconsume_times)
 
-    def schedule_report(self, now: int | None = None) -> list[dict[str, object]]:
+    def schedule_report(self, now: int | None = None) -> list[ScheduleLevel]:
         """Delayed messages per level: delivered offset, queue end, lag and when the next is due."""
         self._readable()
         return schedule_report(self.queues, self.delay_offsets, self.config.message_delay_level.split(), now)
@@ -525,14 +526,13 @@ class MessageStore:
         self._writable()
         return topic_deletion.clean_unused_topics(self, keep)
 
-    def disk_report(self, now: float | None = None) -> dict[str, object]:
+    def disk_report(self, now: float | None = None) -> DiskReport:
         """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and
         when the oldest segment is deleted by time."""
         self._readable()
         check = self.services.clean.last_check if self.services.clean else None
-        return disk_report(check or measure_disk(self.config, self.root), self.config, self.commit_log, now) | {
-            "runningFlags": describe_flags(self.running_flags)
-        }
+        flags = describe_flags(self.running_flags)
+        return disk_report(check or measure_disk(self.config, self.root), self.config, self.commit_log, flags, now)
 
     # -- shutdown ------------------------------------------------------------------------------------
     def shutdown(self, *, wait_for_dispatch: float | None = 30.0) -> None:

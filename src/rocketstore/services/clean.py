@@ -38,6 +38,7 @@ from rocketstore.log.commitlog import CommitLog
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.queues.index_service import IndexService
 from rocketstore.reader import check_arguments
+from rocketstore.reports import DiskReport, NextDeletion
 from rocketstore.running_flags import DISK_FULL
 from rocketstore.services.base import Service
 
@@ -258,7 +259,7 @@ class CleanService(Service):
         """Whether a commit-log folder is past the clean-forcibly ratio (it takes no new segment)."""
         return path in self.full_paths
 
-    def next_deletion(self, now: float | None = None) -> dict[str, object]:
+    def next_deletion(self, now: float | None = None) -> NextDeletion:
         return next_deletion(self.commit_log.queue.files, self.config, now)
 
 
@@ -283,7 +284,7 @@ def delete_hours(config: StoreConfig) -> set[int]:
     return set(parse_delete_when(config.delete_when))
 
 
-def next_deletion(files: list, config: StoreConfig, now: float | None = None) -> dict[str, object]:
+def next_deletion(files: list, config: StoreConfig, now: float | None = None) -> NextDeletion:
     """When the oldest segment goes by time: its age limit (mtime + ``fileReservedTime``) and the
     first ``deleteWhen`` hour at or after it, in epoch ms (None when there is a single segment:
     the newest is never deleted)."""
@@ -320,7 +321,9 @@ def checked_now(call: str, now: object) -> float | None:
     return now
 
 
-def disk_report(check: DiskCheck, config: StoreConfig, commit_log: CommitLog, now: float | None = None) -> dict:
+def disk_report(
+    check: DiskCheck, config: StoreConfig, commit_log: CommitLog, flags: list[str], now: float | None = None
+) -> DiskReport:
     """Disk usage per commit-log folder and of ``consumequeue/`` against the watermarks, and when
     the oldest segment is deleted by time."""
     now = checked_now("disk_report", now)
@@ -335,4 +338,5 @@ def disk_report(check: DiskCheck, config: StoreConfig, commit_log: CommitLog, no
         "deleteWhen": config.delete_when,
         "fileReservedTimeHours": config.file_reserved_time,
         "nextDeletion": next_deletion(commit_log.queue.files, config, now),
+        "runningFlags": flags,
     }

@@ -39,6 +39,7 @@ from rocketstore.meta.offset_files import DelayOffsetManager
 from rocketstore.queues.consume_queue import ConsumeQueue
 from rocketstore.queues.consume_queues import ConsumeQueueStore
 from rocketstore.reader import check_arguments
+from rocketstore.reports import ScheduleLevel
 from rocketstore.results import PutMessageStatus, PutResult
 from rocketstore.services.base import Service
 
@@ -347,12 +348,12 @@ class ScheduleMessageService(Service):
 
 def schedule_report(
     queues: ConsumeQueueStore, offsets: DelayOffsetManager, level_names: list[str], now: int | None = None
-) -> list[dict[str, object]]:
+) -> list[ScheduleLevel]:
     """Per delay level with a queue or an offset: the delivered offset, the queue's end, the
     messages still waiting (lag) and when the next one is due (``now``: epoch ms, an int)."""
     (now,) = check_arguments("schedule_report", now=(now, (int, type(None))))
     now = int(time.time() * 1000) if now is None else now
-    rows = []
+    rows: list[ScheduleLevel] = []
     for level, name in enumerate(level_names, 1):
         cq = queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None and level not in offsets.offset_table:
