@@ -1211,7 +1211,7 @@ def test_query_by_a_client_msg_id_without_topic_says_to_give_it(tmp_path: Path) 
     put = jsonl(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--json").stdout)[0]
     result = run("query", root, *TINY_SETS, "--msg-id", put["uniqKey"])
     assert result.exit_code == 1
-    assert "not an offset msgId of this store" in result.stderr and "UNIQ_KEY" in result.stderr
+    assert "no record starts at commit-log offset" in result.stderr and "UNIQ_KEY" in result.stderr
     assert "--topic" in result.stderr
     result = run("query", root, *TINY_SETS, "--msg-id", put["uniqKey"], "--topic", "T", "--json")
     assert result.exit_code == 0 and jsonl(result.stdout)[0]["uniqKey"] == put["uniqKey"]
@@ -1447,3 +1447,22 @@ def test_recover_on_a_read_only_file_system_is_worded_as_the_other_writers(tmp_p
         assert errors["recover"] == errors["produce"] == errors["clean"]
         assert f"{root}/lock cannot be opened: Read-only file system" in errors["recover"]
         assert run("recover", root, *TINY_SETS, "--dry-run").exit_code == 0  # it writes nothing
+
+
+def test_a_msg_id_not_found_says_why_with_or_without_topic(tmp_path: Path) -> None:
+    """An offset msgId whose offset starts no record, or starts one of another store host (its
+    msgId differs), says which, with or without --topic (it said "not an offset msgId of this store",
+    or nothing with --topic)."""
+    root = tmp_path / "store"
+    first = jsonl(run("produce", root, *TINY_SETS, "--topic", "T", "--body", "b", "--json").stdout)[0]
+    other_host = ["--set", "brokerIP1=10.0.0.9"]
+    second = jsonl(run("produce", root, *TINY_SETS, *other_host, "--topic", "T", "--body", "c", "--json").stdout)[0]
+    moved = first["msgId"][:-16] + f"{second['commitLogOffset']:016X}"  # the first's host, the second's offset
+    off_record = first["msgId"][:-16] + f"{first['commitLogOffset'] + 1:016X}"
+    for extra in ([], ["--topic", "T"]):
+        result = run("query", root, *TINY_SETS, "--msg-id", moved, *extra)
+        assert result.exit_code == 1 and f"has msgId {second['msgId']}" in result.stderr, result.stderr
+        assert "another store host" in result.stderr
+        result = run("query", root, *TINY_SETS, "--msg-id", off_record, *extra)
+        assert result.exit_code == 1, result.stderr
+        assert f"no record starts at commit-log offset {first['commitLogOffset'] + 1}" in result.stderr, result.stderr

@@ -184,8 +184,8 @@ def query(
                 what += f" can be read: {hits}"
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
-            found = _at(store, where)
-            found = found if found is not None and found.msg_id == msg_id else None
+            there = _at(store, where)
+            found = there if there is not None and there.msg_id == msg_id else None
             if found is not None and not _other_topic(found, topic):
                 messages = [found]
             elif topic:
@@ -198,10 +198,16 @@ def query(
                 what += f" can be read: the record at commit-log offset {where} it names fails its checks: {damaged}"
             elif cut := _past_cut(store, where):
                 what += f": commit-log offset {where}, which it names, is not in the log{cut}"
-            elif not topic:
+            else:
                 what += (
-                    " (it is not an offset msgId of this store; if it is a client msgId, the UNIQ_KEY clients "
-                    "show, give --topic to look it up in the index)"
+                    f": the record at commit-log offset {where}, which it names, has msgId {there.msg_id} (another "
+                    "store host)"
+                    if there is not None
+                    else f": no record starts at commit-log offset {where}, which it names"
+                ) + (
+                    f", nor is it the UNIQ_KEY of a message of topic {topic!r} in the index"
+                    if topic
+                    else " (if it is a client msgId, the UNIQ_KEY clients show, give --topic to find it in the index)"
                 )
         else:
             assert offset is not None
