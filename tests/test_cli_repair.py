@@ -880,3 +880,29 @@ def test_verify_ends_the_log_where_recovery_does_at_a_blank_marker(tmp_path: Pat
     assert report["logEnd"] == plan["logEnd"] == ((segment + 1) * size if next_file else phy)
     assert ("BLANK" in report["logEndReason"]) is not next_file, report["logEndReason"]
     assert any("point at or past offset" in p for p in report["problems"]) is not next_file
+
+
+def test_prepared_and_rollback_records_past_a_cut_are_messages_it_loses(tmp_path: Path) -> None:
+    """PREPARED and ROLLBACK records never enter a queue and always have queue offset 0, so their
+    queue offset is no sign that a later record took their place: past a damaged record they are
+    intact records the cut drops (a half message the transaction check still needs), not stale
+    ones. recover refused nothing and said no message was lost."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, StoreConfig(**TINY)) as store:
+        store.put(Message("TX", b"first")).raise_for_status()
+        bad = store.put(Message("TX", b"to be damaged")).raise_for_status()
+        half = store.put(Message("TX", b"half", sys_flag=4)).raise_for_status()  # PREPARED
+        store.put(
+            Message("TX", b"rolled back", sys_flag=12, prepared_transaction_offset=half.commit_log_offset)
+        ).raise_for_status()
+        assert store.wait_for_dispatch()
+    _flip(root, bad.commit_log_offset + BODY_AT)  # a byte of its body: the body CRC fails
+    (root / "abort").touch()
+    before = tree_hashes(root)
+    dry = run("recover", root, *TINY_SETS, "--dry-run", "--json")
+    plan = json.loads(dry.stdout)["plan"]
+    assert (plan["intactRecordsAfter"], plan["staleRecordsAfter"]) == (2, 0), plan
+    assert dry.exit_code == 1 and json.loads(dry.stdout)["wouldRefuse"] is True
+    result = run("recover", root, *TINY_SETS)
+    assert result.exit_code == 1 and "nothing was changed" in result.stderr, result.output
+    assert tree_hashes(root) == before

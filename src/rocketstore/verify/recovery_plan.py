@@ -10,7 +10,8 @@ messages by their queue offset, below their queue's end at the cut (the offset w
 a record kept). A record whose queue offset continues past its queue's end counts as a message the
 cut loses even when it was stored before the newest record kept: store times are no proof of order
 (a clock set back between runs; RocketMQ never orders them), so such records are only said to be
-maybe stale, and recover still asks for --force.
+maybe stale, and recover still asks for --force. PREPARED and ROLLBACK records, which enter no
+queue (their queue offset is always 0), cannot be told so: past the end they count as lost.
 
 An open for writing that recovers the store refuses such a cut as recover does without --force
 (``lossy_cut_guard``): the command line's writing commands and the Spark sink (``cut_refused``)."""
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rocketstore.codec.scan import STOP_BLANK
+from rocketstore.codec.sysflag import TRANSACTION_PREPARED_TYPE
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import MappedFile, holds_data
@@ -268,7 +270,9 @@ def _look_past_end(
 
 def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int]) -> np.ndarray:
     """Per record of a segment: past ``end`` and not stale (see the module): its queue offset is not
-    below its queue's end as recovery leaves it (``queue_ends``; a queue that has none ends at -1)."""
+    below its queue's end as recovery leaves it (``queue_ends``; a queue that has none ends at -1).
+    A PREPARED or ROLLBACK record enters no queue and has queue offset 0, which proves nothing: it
+    is live wherever it lies past ``end``."""
     part = scan.part
     after = part.offsets >= end
     if not after.any():
@@ -277,7 +281,8 @@ def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int]) -
     pairs = zip(part.topic_ids[at].tolist(), part.queue_ids[at].tolist(), strict=True)
     ends = np.full(len(after), -1, dtype=np.int64)
     ends[at] = [queue_ends.get((part.topics[t], q), -1) for t, q in pairs]
-    return after & (part.queue_offsets >= ends)
+    unqueued = (part.sys_flags & TRANSACTION_PREPARED_TYPE) != 0  # PREPARED and ROLLBACK (sysflag.py)
+    return after & ((part.queue_offsets >= ends) | unqueued)
 
 
 def _intact_after_other_damage(scans: list[SegmentScan], live: list[np.ndarray], end: int) -> int:
