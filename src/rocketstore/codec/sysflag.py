@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING, overload
 
 from rocketstore.errors import RecordError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2
@@ -28,10 +32,14 @@ def transaction_value(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_ROLLBACK_TYPE
 
 
-def goes_to_consume_queue(sys_flag: int) -> bool:
-    """NOT and COMMIT records are queued; PREPARED and ROLLBACK ones are not."""
-    t = sys_flag & TRANSACTION_ROLLBACK_TYPE
-    return t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+@overload
+def goes_to_consume_queue(sys_flag: int) -> bool: ...
+@overload
+def goes_to_consume_queue(sys_flag: np.ndarray) -> np.ndarray: ...
+def goes_to_consume_queue(sys_flag: int | np.ndarray) -> bool | np.ndarray:
+    """NOT and COMMIT records are queued; PREPARED and ROLLBACK ones (the 0x4 bit) are not. For one
+    flag, or per flag of an array of them."""
+    return (sys_flag & TRANSACTION_PREPARED_TYPE) == 0
 
 
 def compression_name(sys_flag: int) -> str | None:

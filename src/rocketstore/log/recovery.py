@@ -353,7 +353,7 @@ def _note_last_of_each_queue(records: Records, upto: int, lasts: dict[tuple[str,
     if not upto:
         return
     topics, queue_ids = records.topics[:upto], records.queue_ids[:upto]
-    queued = (records.sys_flags[:upto] & sf.TRANSACTION_PREPARED_TYPE) == 0  # NOT and COMMIT records
+    queued = sf.goes_to_consume_queue(records.sys_flags[:upto])  # NOT and COMMIT records
     codes = queue_ids.astype(np.int64) & 0xFFFFFFFF
     names = dict.fromkeys(topics)
     if len(names) > 1:

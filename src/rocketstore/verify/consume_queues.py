@@ -11,9 +11,6 @@ import numpy as np
 from rocketstore.codec.message import StoredMessage
 from rocketstore.codec.multi_dispatch import copy_place
 from rocketstore.codec.sysflag import (
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     goes_to_consume_queue,
 )
 from rocketstore.codec.topic import NEVER_REMOVED, SCHEDULE_TOPIC
@@ -98,7 +95,7 @@ def _excuse_batch_cq(store: MessageStore, log: LogColumns, covered: np.ndarray, 
     ids = [i for i, topic in enumerate(log.topics) if topic in batch]
     if not ids:
         return
-    of_batch = np.isin(log.topic_ids, ids) & _queued(log.sys_flags) & ~covered
+    of_batch = np.isin(log.topic_ids, ids) & goes_to_consume_queue(log.sys_flags) & ~covered
     if of_batch.any():
         names = sorted({log.topics[int(t)] for t in np.unique(log.topic_ids[of_batch])})
         report.note(
@@ -106,12 +103,6 @@ def _excuse_batch_cq(store: MessageStore, log: LogColumns, covered: np.ndarray, 
             "queues: RocketMQ 5 keeps those in batchconsumequeue/, which rocketstore does not read"
         )
         covered |= of_batch
-
-
-def _queued(sys_flags: np.ndarray) -> np.ndarray:
-    """Which records a consume queue holds: NOT and COMMIT ones (``sysflag.goes_to_consume_queue``)."""
-    kind = sys_flags & TRANSACTION_ROLLBACK_TYPE
-    return (kind == TRANSACTION_NOT_TYPE) | (kind == TRANSACTION_COMMIT_TYPE)
 
 
 def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int]) -> set[int]:
@@ -125,7 +116,7 @@ def _recreated_topics(log: LogColumns, queue_starts: dict[tuple[int, int], int])
     keys, starts = keys[order], starts[order]
     record_keys = (log.topic_ids.astype(np.int64) << 32) | log.queue_ids.astype(np.int64)
     at = np.minimum(np.searchsorted(keys, record_keys), len(keys) - 1)
-    before = (keys[at] == record_keys) & (log.offsets < starts[at]) & _queued(log.sys_flags)
+    before = (keys[at] == record_keys) & (log.offsets < starts[at]) & goes_to_consume_queue(log.sys_flags)
     return set(np.unique(log.topic_ids[before]).tolist())
 
 
@@ -204,7 +195,7 @@ def _check_units(
     problems_at(report, check & ~hit, lambda i: f"{where} unit {index[i]} -> {phy[i]}: no record starts there")
     check &= hit
     r = rows[check]
-    not_queued = ~_queued(log.sys_flags[r])
+    not_queued = ~goes_to_consume_queue(log.sys_flags[r])
     tags_bad = log.tags[r] != tags[check]
     if tid >= 0 and log.topics[tid] == SCHEDULE_TOPIC:
         # a delivery time from an earlier messageDelayLevel: RocketMQ delivers by the unit's time.
@@ -297,7 +288,7 @@ def _check_missing(
     deleted and written again (``queue_starts``: the commit-log offset each queue starts at), and
     ``recorded`` ones (by record: below the end config/deletedTopics.json holds for their topic)
     are noted instead."""
-    missing = np.flatnonzero(_queued(log.sys_flags) & ~covered)
+    missing = np.flatnonzero(goes_to_consume_queue(log.sys_flags) & ~covered)
     if len(missing) and len(deleted):
         earlier = np.array(
             [

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from rocketstore.codec.scan import STOP_BLANK
-from rocketstore.codec.sysflag import TRANSACTION_PREPARED_TYPE
+from rocketstore.codec.sysflag import goes_to_consume_queue
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import MappedFile, holds_data
@@ -281,8 +281,7 @@ def _live(scan: SegmentScan, end: int, queue_ends: dict[tuple[str, int], int]) -
     pairs = zip(part.topic_ids[at].tolist(), part.queue_ids[at].tolist(), strict=True)
     ends = np.full(len(after), -1, dtype=np.int64)
     ends[at] = [queue_ends.get((part.topics[t], q), -1) for t, q in pairs]
-    unqueued = (part.sys_flags & TRANSACTION_PREPARED_TYPE) != 0  # PREPARED and ROLLBACK (sysflag.py)
-    return after & ((part.queue_offsets >= ends) | unqueued)
+    return after & ((part.queue_offsets >= ends) | ~goes_to_consume_queue(part.sys_flags))
 
 
 def _intact_after_other_damage(scans: list[SegmentScan], live: list[np.ndarray], end: int) -> int:
