@@ -15,6 +15,7 @@ from rocketstore.cli.common import (
     found_problems,
     lost_log,
     max_problems_option,
+    missing_tail,
     open_store,
     recovery_info,
     refusal,
@@ -148,7 +149,7 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     check_store(opts, writes=not dry_run, allow_lost_log=force, lost_log_advice=advice, as_writer=True)
     plan = _plan(opts, dry_run)
     if dry_run:
-        lost = None if force else lost_log(opts)
+        lost = None if force else lost_log(opts) or missing_tail(opts)
         refused = lost is not None or plan.recovery.no_room_for_blank or (plan.loses_data and not force)
         if refused:
             found_problems()
@@ -275,12 +276,14 @@ def _verdict(plan: RecoveryPlan, refused: bool) -> str:
 
 
 def _show_plan(opts: Common, plan: RecoveryPlan, refused: bool, lost: str | None) -> None:
-    """--dry-run's answer: what recover would do, or why it would refuse."""
+    """--dry-run's answer: what recover would do, or why it would refuse (the first refusal recover
+    itself would meet: a commit log or its end gone, a log without room for its BLANK marker, a cut
+    that drops intact records)."""
     why = lost
-    if plan.loses_data and refused:
-        why = refusal(opts, plan, dry_run=True)
-    elif plan.recovery.no_room_for_blank:
+    if why is None and plan.recovery.no_room_for_blank:
         why = no_room(opts.root)
+    elif why is None and plan.loses_data and refused:
+        why = refusal(opts, plan, dry_run=True)
     checked = {"checked": plan.checked(), "notChecked": _not_checked(plan)}  # as recover's own answer names them
     if opts.as_json:
         print_json(

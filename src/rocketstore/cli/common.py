@@ -20,8 +20,10 @@ from rocketstore.codec.topic import validate_topic
 from rocketstore.config import StoreConfig
 from rocketstore.errors import ConfigError, CorruptStoreError, InvalidTopicError, StoreNotFoundError
 from rocketstore.export import QueuedUnit
+from rocketstore.files.file_queue import segment_offsets
 from rocketstore.log.recovery import ConfirmCut
 from rocketstore.meta.root import holds_store, is_inside, require_store_or_new_folder
+from rocketstore.queues.consume_queues import queues_reach
 from rocketstore.store import MessageStore
 from rocketstore.verify.layout import check_sizes
 from rocketstore.verify.next_steps import no_room
@@ -314,6 +316,24 @@ def lost_log(opts: Common) -> str | None:
     )
 
 
+def missing_tail(opts: Common) -> str | None:
+    """Why the commit log lacks its end: consume queues reach past the end of its last segment (one
+    is missing: a folder of several in storePathCommitLog not mounted, a file moved away); None when
+    not so, or when it holds no segment (``lost_log``). Recovery would drop the units and index
+    entries past the log's end, as RocketMQ's does."""
+    offsets = segment_offsets(opts.commit_log_paths)
+    if not offsets:
+        return None
+    end = max(offsets) + opts.config.mapped_file_size_commit_log
+    reach = queues_reach(opts.root)
+    if reach <= end:
+        return None
+    return (
+        f"the consume queues of {opts.root} reach commit-log offset {reach}, past the end of the commit log's last "
+        f"segment ({end}): a segment is missing (a commit-log folder not mounted? {', '.join(opts.commit_log_paths)})"
+    )
+
+
 RECOVER_FORCE = "if that is what you want, run 'rocketstore recover --force' first (copy the store before)"
 
 
@@ -463,19 +483,29 @@ def check_store(
         guard_lost_log(
             opts,
             writes=writes,
+            advice=lost_log_advice,
             why="recovering it (as any open for writing does) would delete every consume queue and index "
             f"entry; {lost_log_advice}",
         )
 
 
-def guard_lost_log(opts: Common, *, writes: bool, why: str) -> None:
-    """A commit log gone while the queues hold units (``lost_log``): refused for a command that
-    writes (CorruptStoreError ``<lost>: <why>``), warned about for one that reads."""
+def guard_lost_log(opts: Common, *, writes: bool, why: str, advice: str = RECOVER_FORCE) -> None:
+    """A commit log gone while the queues hold units (``lost_log``), or its end gone while they
+    reach past it (``missing_tail``): refused for a command that writes (CorruptStoreError
+    ``<lost>: <why>``; for the end, the units lost and ``advice``), warned about for one that reads."""
     lost = lost_log(opts)
     if lost and writes:
         raise CorruptStoreError(f"{lost}: {why}")
     if lost:
         warn(f"WARNING: {lost}: every message is gone")
+    tail = missing_tail(opts)
+    if tail and writes:
+        raise CorruptStoreError(
+            f"{tail}: opening it for writing recovers it, which drops every consume-queue unit and index entry "
+            f"past that end (a rebuild too); put the segment back, or {advice}"
+        )
+    if tail:
+        warn(f"WARNING: {tail}: the messages past its end are not read")
 
 
 def check_new_store_folder(opts: Common) -> None:

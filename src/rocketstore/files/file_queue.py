@@ -14,7 +14,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from rocketstore.errors import CorruptStoreError, RocketStoreError
 from rocketstore.files import syscalls
@@ -31,6 +31,13 @@ from rocketstore.files.mapped_file import (
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"\d{20}")
 _RELISTS = 5  # listings of several folders a read-only load makes at most after the first
+
+
+def segment_offsets(folders: Iterable[str]) -> list[int]:
+    """The offsets the segment files in ``folders`` are named by (missing folders hold none)."""
+    return [
+        int(name) for folder in folders if os.path.isdir(folder) for name in os.listdir(folder) if _NAME.fullmatch(name)
+    ]
 
 
 def only_zeros(path: str) -> bool:

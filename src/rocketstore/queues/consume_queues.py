@@ -11,7 +11,7 @@ from rocketstore.codec.scan import java_int
 from rocketstore.codec.topic import NEVER_REMOVED, queue_folder_ok
 from rocketstore.errors import CorruptStoreError
 from rocketstore.files.mapped_file import flush_each
-from rocketstore.queues.consume_queue import ConsumeQueue
+from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, record_end
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,37 @@ def queue_id_of(name: str) -> int | None:
     would not be read from the folder its files are in."""
     queue_id = java_int(name)
     return queue_id if queue_id is not None and str(queue_id) == name else None
+
+
+def queues_reach(root: str) -> int:
+    """How far into the commit log the consume queues under ``root`` reach, read from their files
+    without loading them: the highest offset a queue's last unit's record ends at (-1: none). The
+    last unit of each queue's last file is found by bisection (units are written from the start of
+    a file, zeros follow them): a few reads a queue, whatever the file size."""
+    reach = -1
+    for folder, _dirs, files in os.walk(os.path.join(root, "consumequeue")):
+        names = sorted(name for name in files if name.isdigit())
+        try:
+            with open(os.path.join(folder, names[-1]), "rb") as f:
+                reach = max(reach, _last_unit_end(f.fileno()))
+        except (IndexError, OSError):  # no file, or one that cannot be read: the store's open names it
+            continue
+    return reach
+
+
+def _last_unit_end(fd: int) -> int:
+    """Where the record of the last unit of the consume-queue file ``fd`` ends (-1: no unit, or a filler)."""
+    lo, hi = 0, os.fstat(fd).st_size // CQ_STORE_UNIT_SIZE
+    while lo < hi:  # the first unit of zeros
+        mid = (lo + hi) // 2
+        if os.pread(fd, CQ_STORE_UNIT_SIZE, mid * CQ_STORE_UNIT_SIZE).strip(b"\0"):
+            lo = mid + 1
+        else:
+            hi = mid
+    if not lo:
+        return -1
+    phy, size, _tags = UNIT.unpack(os.pread(fd, CQ_STORE_UNIT_SIZE, (lo - 1) * CQ_STORE_UNIT_SIZE))
+    return record_end(phy, size) if phy >= 0 and size > 0 else -1
 
 
 def deleted_leftover(topic: str, queue_end: int, deleted: dict[str, int]) -> bool:
