@@ -29,14 +29,18 @@ from rocketstore.files.mapped_file import (
 )
 
 log = logging.getLogger(__name__)
-_NAME = re.compile(r"\d{20}")
+SEGMENT_NAME = re.compile(r"\d{20}")  # a segment file: its first offset, 20 digits
 _RELISTS = 5  # listings of several folders a read-only load makes at most after the first
 
 
 def segment_offsets(folders: Iterable[str]) -> list[int]:
     """The offsets the segment files in ``folders`` are named by (missing folders hold none)."""
     return [
-        int(name) for folder in folders if os.path.isdir(folder) for name in os.listdir(folder) if _NAME.fullmatch(name)
+        int(name)
+        for folder in folders
+        if os.path.isdir(folder)
+        for name in os.listdir(folder)
+        if SEGMENT_NAME.fullmatch(name)
     ]
 
 
@@ -160,7 +164,7 @@ class MappedFileQueue:
                     raise CorruptStoreError(
                         f"{dangling}: restore its target, or remove the link if that file is gone", full
                     )
-                if not _NAME.fullmatch(name):
+                if not SEGMENT_NAME.fullmatch(name):
                     raise CorruptStoreError(
                         "a stray file: segment files are named by their 20-digit start offset", full
                     )

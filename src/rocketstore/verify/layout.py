@@ -4,13 +4,13 @@ sizes, the checkpoint (what loading the store needs)."""
 from __future__ import annotations
 
 import os
-import re
 import struct
 from collections.abc import Callable
 
 from rocketstore.codec.record import BLANK_MAGIC_CODE
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptStoreError
+from rocketstore.files.file_queue import SEGMENT_NAME
 from rocketstore.files.mapped_file import dangling_link
 from rocketstore.meta.root import misplaced_entries
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE
@@ -18,7 +18,6 @@ from rocketstore.queues.consume_queues import queue_id_of
 from rocketstore.queues.index_file import INDEX_HEADER_SIZE, index_file_size
 from rocketstore.verify.report import VerifyReport
 
-_SEGMENT_NAME = re.compile(r"\d{20}")
 _END_BLANK = struct.pack(">ii", 8, BLANK_MAGIC_CODE)  # a segment's last 8 bytes after a BLANK of 8
 
 
@@ -88,7 +87,7 @@ def _common_size(groups: list[dict[str, str]], configured: int, *, segments: boo
     for group in groups:
         files = []
         for name, path in sorted(group.items()):
-            if not os.path.isfile(path) or (segments and not _SEGMENT_NAME.fullmatch(name)):
+            if not os.path.isfile(path) or (segments and not SEGMENT_NAME.fullmatch(name)):
                 return None  # a stray entry: the layout check names it
             files.append((int(name), os.path.getsize(path)))
         if segments and files and files[-1][1] == 0:
@@ -176,7 +175,7 @@ def _check_segments(
             problem(full, "a folder where only segment files belong")
         elif dangling := dangling_link(full):
             problem(full, f"{dangling} (loading fails)")
-        elif not _SEGMENT_NAME.fullmatch(name):
+        elif not SEGMENT_NAME.fullmatch(name):
             problem(full, "a stray file: segment files are named by their 20-digit start offset (loading fails)")
         else:
             names.append(name)
