@@ -1466,3 +1466,19 @@ def test_a_msg_id_not_found_says_why_with_or_without_topic(tmp_path: Path) -> No
         result = run("query", root, *TINY_SETS, "--msg-id", off_record, *extra)
         assert result.exit_code == 1, result.stderr
         assert f"no record starts at commit-log offset {first['commitLogOffset'] + 1}" in result.stderr, result.stderr
+
+
+def test_inspect_names_the_folder_of_each_segment_of_a_commit_log_in_several(tmp_path: Path) -> None:
+    """With storePathCommitLog of several folders (and a read-only one), inspect says where each
+    segment is: the table's name column and --json's path, relative to STORE."""
+    root = tmp_path / "s"
+    folders = [root / name for name in ("a", "b")]
+    sets = [*TINY_SETS, "--set", f"storePathCommitLog={','.join(map(str, folders))}"]
+    assert run("produce", root, *sets, "--topic", "T", "--body", "x" * 400, "--count", 18).exit_code == 0
+    sets += ["--set", f"readOnlyCommitLogStorePaths={root / 'c'}"]
+    (root / "c").mkdir()
+    shutil.move(str(next((root / "a").iterdir())), root / "c")  # segment 0 moved to the read-only folder
+    files = json.loads(run("inspect", root, *sets, "--json").stdout)["commitLog"]["files"]
+    assert [f["path"] for f in files] == [f"c/{0:020d}", f"b/{4096:020d}", f"a/{8192:020d}"], files
+    table = run("inspect", root, *sets).stdout
+    assert f"c/{0:020d}" in table and f"a/{8192:020d}" in table

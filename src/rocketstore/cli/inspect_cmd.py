@@ -13,6 +13,7 @@ from rocketstore.cli.common import Common, open_store, recovery_info, store_opti
 from rocketstore.cli.output import cell, kv_table, out_console, print_json
 from rocketstore.meta.lockfile import describe_holder, lock_holder
 from rocketstore.store import MessageStore
+from rocketstore.verify.segment_scan import segment_label
 
 
 def _checkpoint_on_disk(store: MessageStore) -> dict[str, int]:
@@ -31,7 +32,14 @@ def inspect_store(store: MessageStore) -> dict[str, Any]:
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
             if os.path.isfile(path):
-                files.append({"name": name, "size": os.path.getsize(path), "droppedByRecovery": name in dropped})
+                files.append(
+                    {
+                        "name": name,
+                        "path": segment_label(path, store.root),  # which folder, of several (storePathCommitLog)
+                        "size": os.path.getsize(path),
+                        "droppedByRecovery": name in dropped,
+                    }
+                )
     files.sort(key=lambda f: f["name"])
     queues = []
     for (topic, queue_id), cq in sorted(store.queues.table.items()):
@@ -137,8 +145,10 @@ def _render(info: dict[str, Any]) -> None:
     table = Table(title="commit log files", title_justify="left")
     for name, justify in (("name", "left"), ("size", "right"), ("note", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    several = len({os.path.dirname(f["path"]) for f in log["files"]}) > 1  # name the folder of each
     for f in log["files"]:
-        table.add_row(cell(f["name"]), cell(f["size"]), cell("dropped by recovery" if f["droppedByRecovery"] else ""))
+        note = "dropped by recovery" if f["droppedByRecovery"] else ""
+        table.add_row(cell(f["path"] if several else f["name"]), cell(f["size"]), cell(note))
     console.print(table)
     table = Table(title="consume queues", title_justify="left")
     for name in ("topic", "queueId", "minOffset", "maxOffset", "messages"):
