@@ -742,3 +742,26 @@ def test_a_delayed_message_makes_its_real_topic_and_queue_at_once(make_store, st
     store.shutdown()
     topics = json.loads((tmp_path / "store" / "config" / "topics.json").read_text())["topicConfigTable"]
     assert topics["Later"]["writeQueueNums"] == 7 and topics["Later"]["readQueueNums"] == 7, topics.get("Later")
+
+
+def test_a_message_delayed_while_the_clock_is_behind_the_log_waits_its_delay(make_store, store_config) -> None:
+    """A log whose newest record is ahead of the clock (a clock stepped back) stamps new records
+    with that time, so their due time (store time + delay) is more than the delay ahead of the
+    clock: RocketMQ's correctDeliverTimestamp took that for a time too far ahead and delivered
+    them at once, their delay ignored. They are due by the clock at their put, as RocketMQ's
+    records (stamped by the clock) are; a unit due too far ahead otherwise is still delivered at once
+    (test_a_clock_stepping_back_does_not_hold_a_level)."""
+    store = make_store(config=store_config.copy(messageDelayLevel="10s"))
+    service = _stopped(store)
+    clock = int(time.time() * 1000)
+    store.commit_log.store_times_from(clock + 120_000)  # the log's newest record: 2 minutes ahead
+    put = store.put(_delayed("Later", "1"))
+    after = int(time.time() * 1000)
+    assert put.ok and put.store_timestamp == clock + 120_000
+    store.wait_for_dispatch()
+    assert service.run_once(now=clock + 1_000) == 0  # not delivered at once
+    assert service.run_once(now=clock + 9_999) == 0
+    assert service.run_once(now=after + 10_000) == 1
+    store.wait_for_dispatch()
+    assert [m.body for m in _all(store, "Later", 0)] == [b"later"]
+    assert store.commit_log.due_by_clock == {}  # taken out once delivered

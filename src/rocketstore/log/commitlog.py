@@ -109,6 +109,10 @@ class CommitLog:
         self.on_new_queue: Callable[[tuple[str, int]], None] | None = None  # first record of a queue
         self.confirm_offset = -1
         self._last_store_ts = 0
+        # delayed records stamped ahead of the clock (it stepped back): commit-log offset -> the due
+        # time by the clock, as RocketMQ's record (stamped by the clock) would be due; the schedule
+        # service takes each out as it delivers it (in memory: after a restart the stamp decides)
+        self.due_by_clock: dict[int, int] = {}
         self._current: MappedFile | None = None
         self._prefault_at = 0
         self.begin_time_in_lock = 0  # store time (ms) at which the put lock was taken, 0 when free
@@ -139,7 +143,7 @@ class CommitLog:
         render = rec.render
         with self.put_lock:
             try:
-                now = _time_ns() // 1_000_000
+                clock = now = _time_ns() // 1_000_000
                 if now < self._last_store_ts:
                     now = self._last_store_ts  # store times never go back in log order
                 self._last_store_ts = self.begin_time_in_lock = now
@@ -154,7 +158,12 @@ class CommitLog:
                 if len(items) == 1:
                     p = items[0]
                     mapped.append(render(p, queue_offset, phy, now))
-                    tags = p[15] if type(p[15]) is int else now + p[15][1]  # (DELIVER_AFTER, delay)
+                    if type(p[15]) is int:
+                        tags = p[15]
+                    else:  # (DELIVER_AFTER, delay)
+                        tags = now + p[15][1]
+                        if clock < now:
+                            self.due_by_clock[phy] = clock + p[15][1]
                     handoff.append((topic, queue_id, phy, p[1], tags, now, queue_offset, p[16], p[17], p[6]))
                     offsets = None
                 else:

@@ -267,6 +267,8 @@ class ScheduleMessageService(Service):
                 if deliver <= _MAX_EXT_ADDR:  # not a delivery time: take it from the message
                     stored = self.read(phy, size)
                     deliver = deliver_timestamp(level, stored.store_timestamp, self.delay_millis) if stored else now
+                if self.commit_log is not None and phy in self.commit_log.due_by_clock:
+                    deliver = min(deliver, self.commit_log.due_by_clock[phy])  # stamped ahead of the clock
                 if deliver > now + delay:  # correctDeliverTimestamp: a time too far ahead means now
                     deliver = now
                 if deliver > now:  # looked at again within 100 ms, as RocketMQ: a clock stepping back is met soon
@@ -295,6 +297,8 @@ class ScheduleMessageService(Service):
                     self._delivered_end = max(self._delivered_end, result.commit_log_offset + result.wrote_bytes)
                 reached = first + i + 1
                 self._set_offset(level, reached)  # only past a unit whose message was put (or dropped)
+                if self.commit_log is not None:
+                    self.commit_log.due_by_clock.pop(phy, None)
         if reached == stop_at < end:  # the turn is over, not the level's due work: on at once, after the others
             return now
         return now + DELAY_FOR_A_WHILE_MS
