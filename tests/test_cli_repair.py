@@ -931,3 +931,22 @@ def test_a_commit_log_folder_missing_at_the_tail_is_refused_for_writing_not_cut(
     assert tree_hashes(root) == before
     away.rename(folders[-1])
     assert len(jsonl(run("export", root, *sets).stdout)) == 18
+
+
+def test_a_unit_pointing_far_past_a_commit_log_in_several_folders_is_damage_not_a_missing_folder(
+    tmp_path: Path,
+) -> None:
+    """A consume-queue unit pointing further past the log than its folders could hold segments is
+    damage, which recovery drops as RocketMQ's does: no command is refused for a missing folder."""
+    root = tmp_path / "s"
+    folders = [root / name for name in ("a", "b", "c")]
+    sets = [*TINY_SETS, "--set", f"storePathCommitLog={','.join(map(str, folders))}"]
+    assert run("produce", root, *sets, "--topic", "T", "--body", "x" * 400, "--count", 18).exit_code == 0
+    queue_file = sorted((root / "consumequeue" / "T" / "0").iterdir())[-1]
+    data = queue_file.read_bytes()
+    last = len(data.rstrip(b"\0")) + 19 - (len(data.rstrip(b"\0")) + 19) % 20  # just past the last unit
+    with open(queue_file, "r+b") as f:
+        f.seek(last)
+        f.write(struct.pack(">qiq", 10**12, 300, 0))
+    result = run("produce", root, *sets, "--topic", "T", "--body", "y")
+    assert result.exit_code == 0 and "a segment is missing" not in result.output, result.output

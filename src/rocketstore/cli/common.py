@@ -320,18 +320,22 @@ def missing_tail(opts: Common) -> str | None:
     """Why a commit log of several folders lacks its end: consume queues reach past the end of its
     last segment (the folder holding it not mounted); None when not so, or when it holds no segment
     (``lost_log``). Recovery would drop the units and index entries past the log's end, as
-    RocketMQ's does. Not asked of a commit log in one folder (gone whole: ``lost_log``): the queues'
-    files are read, about 60 us a queue."""
-    offsets = segment_offsets(opts.commit_log_paths) if len(opts.commit_log_paths) > 1 else []
+    RocketMQ's does. Only units within as many segments past the end as there are folders count (a
+    unit further on is damage, which recovery drops as RocketMQ's does). Not asked of a commit log
+    in one folder (gone whole: ``lost_log``): the queues' files are read, about 60 us a queue."""
+    folders = opts.commit_log_paths
+    offsets = segment_offsets(folders) if len(folders) > 1 else []
     if not offsets:
         return None
-    end = max(offsets) + opts.config.mapped_file_size_commit_log
+    size = opts.config.mapped_file_size_commit_log
+    end = max(offsets) + size
     reach = queues_reach(opts.root)
-    if reach <= end:
+    if not end < reach <= end + (len(folders) - 1) * size:
         return None
     return (
         f"the consume queues of {opts.root} reach commit-log offset {reach}, past the end of the commit log's last "
-        f"segment ({end}): a segment is missing (a commit-log folder not mounted? {', '.join(opts.commit_log_paths)})"
+        f"segment ({end}): a segment is missing (a commit-log folder not mounted? {', '.join(folders)}), unless "
+        "those units are stale ones a RocketMQ recovery cut left"
     )
 
 
@@ -503,7 +507,7 @@ def guard_lost_log(opts: Common, *, writes: bool, why: str, advice: str = RECOVE
     if tail and writes:
         raise CorruptStoreError(
             f"{tail}: opening it for writing recovers it, which drops every consume-queue unit and index entry "
-            f"past that end (a rebuild too); put the segment back, or {advice}"
+            f"past that end (a rebuild too); put the segment back, or, with every folder mounted, {advice}"
         )
     if tail:
         warn(f"WARNING: {tail}: the messages past its end are not read")
