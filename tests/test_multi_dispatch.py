@@ -96,3 +96,16 @@ def test_spark_reads_no_copies_by_default_and_its_rebuild_keeps_them(spark, tmp_
             bodies += [m.body for m in got.messages]
             offset = got.next_begin_offset
         assert bodies == [f"m{i}".encode() for i in range(COUNT)]
+    # a log that ends before the last copied record (zeros where it starts): its copies are not kept
+    cut = tmp_path / "cut"
+    placed = lmq_store(cut)
+    segment_size = int(SMALL_OPTIONS["mappedFileSizeCommitLog"])
+    at = placed[-1][0]
+    segment = cut / "commitlog" / f"{at - at % segment_size:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(at % segment_size)
+        f.write(bytes(segment_size - at % segment_size))  # that record and the plain one after it
+    jobs.rebuild(spark, str(cut), small_config())
+    written = b"".join(p.read_bytes() for p in sorted((cut / "consumequeue" / "%LMQ%x" / "0").iterdir()))
+    units = [written[i : i + 20] for i in range(0, len(written), 20)]
+    assert sum(unit != bytes(20) for unit in units) == COUNT - 1  # on disk, not only as an open recovers it

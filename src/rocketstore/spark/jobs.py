@@ -313,7 +313,7 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
         if r["reason"] != STOP_BLANK:
             end = r["base"] + r["stop"]
             break
-    carried = _carry_over_queues(root, config, queues, deleted)
+    carried = _carry_over_queues(root, config, queues, deleted, end)
     queues.flush(0)
     queues.close()
     if index is not None:
@@ -337,12 +337,15 @@ def _write_rebuilt(new_root: str, root: str, config: StoreConfig, results: list[
     }
 
 
-def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore, deleted: dict[str, int]) -> int:
+def _carry_over_queues(
+    root: str, config: StoreConfig, queues: ConsumeQueueStore, deleted: dict[str, int], end: int
+) -> int:
     """Recreate each queue of the old ``consumequeue/`` that got no unit (retention removed all its
     records) at its old max offset, as filler units, so that its offsets go on where they were;
     returns how many. Not a queue of a ``deleted`` topic that a deletion cut short left (its
     units all point below the topic's offset there). A light message queue (%LMQ%...) keeps its
-    units: they are multi-dispatch copies of other queues' records (``codec.multi_dispatch``)."""
+    units up to the log's ``end``: they are multi-dispatch copies of other queues' records
+    (``codec.multi_dispatch``)."""
     old = ConsumeQueueStore(root, config.cq_file_size, "cow")
     carried = 0
     try:
@@ -361,8 +364,10 @@ def _carry_over_queues(root: str, config: StoreConfig, queues: ConsumeQueueStore
             new = queues.find_or_create(*key)
             if is_lmq(key[0]):  # copies of other queues' records (INNER_MULTI_DISPATCH), which no rebuild makes
                 for first, units in cq.iter_units(cq.min_offset_in_queue(), top):
-                    offsets = np.arange(first, first + len(units), dtype=np.int64)
-                    new.put_unit_arrays(units["phy"], units["size"], offsets, units.tobytes())
+                    units = units[: np.searchsorted(units["phy"] + units["size"], end, side="right")]
+                    if len(units):
+                        offsets = np.arange(first, first + len(units), dtype=np.int64)
+                        new.put_unit_arrays(units["phy"], units["size"], offsets, units.tobytes())
                 carried += 1
                 continue
             expect = top * CQ_STORE_UNIT_SIZE
