@@ -28,22 +28,23 @@ QUEUES = ("%LMQ%x", "%LMQ%y")
 COUNT = 30  # over two consume-queue files of 20 units (mappedFileSizeConsumeQueue=400)
 
 
-def lmq_store(root: Path, offsets: list[int] | None = None) -> list[tuple[int, int]]:
-    """COUNT messages of T, each copied into QUEUES (as RocketMQ's multiDispatchLmqQueue does, with
-    ``offsets`` as their INNER_MULTI_QUEUE_OFFSET, by default 0, 1, ...), then one plain message;
-    the (commit-log offset, size) of each copied record."""
+def lmq_store(root: Path, offsets: list[int] | None = None, queue_id: int = 0) -> list[tuple[int, int]]:
+    """COUNT messages of T/``queue_id``, each copied into queue ``queue_id`` of QUEUES (as RocketMQ's
+    multiDispatchLmqQueue does: 0 with enableLmq, else the record's own), with ``offsets`` as their
+    INNER_MULTI_QUEUE_OFFSET (by default 0, 1, ...), then one plain message; the (commit-log
+    offset, size) of each copied record."""
     offsets = offsets if offsets is not None else list(range(COUNT))
     placed = []
     with MessageStore.open(root, small_config()) as store:
         for i, offset in enumerate(offsets):
             props = {"INNER_MULTI_DISPATCH": ",".join(QUEUES), "INNER_MULTI_QUEUE_OFFSET": f"{offset},{offset}"}
-            result = store.put(Message("T", f"m{i}", tags="A", properties=props)).raise_for_status()
+            result = store.put(Message("T", f"m{i}", tags="A", properties=props), queue_id).raise_for_status()
             placed.append((result.commit_log_offset, result.wrote_bytes))
         store.put(Message("T", "plain")).raise_for_status()
     units = b"".join(struct.pack(">qiq", phy, size, 65) for phy, size in placed)  # tags code of "A"
     file_size = int(SMALL_OPTIONS["mappedFileSizeConsumeQueue"])
     for name in QUEUES:
-        folder = root / "consumequeue" / name / "0"
+        folder = root / "consumequeue" / name / str(queue_id)
         folder.mkdir(parents=True)
         for start in range(0, len(units), file_size):
             (folder / f"{start:020d}").write_bytes(units[start : start + file_size].ljust(file_size, b"\0"))
@@ -65,6 +66,11 @@ def test_verify_takes_the_copies_as_copies_and_a_wrong_one_as_a_problem(tmp_path
     assert len(said) == 2 and all("the record is in T/0" in p for p in said), report.problems
     rebuild_step = [s for s in report.next_steps if s.startswith("consume queues:")]
     assert len(rebuild_step) == 1 and "multi-dispatch copies" in rebuild_step[0], report.next_steps
+    # enableMultiDispatch without enableLmq: a copy goes to the record's own queue id, not 0
+    own = tmp_path / "own"
+    lmq_store(own, queue_id=2)
+    report = verify_store(str(own), small_config())
+    assert report.ok and report.multi_dispatch_units == 2 * COUNT, report.problems
 
 
 def test_export_leaves_the_copies_out_unless_their_queue_is_named(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from rocketstore.codec.message import StoredMessage
-from rocketstore.codec.multi_dispatch import copy_place
+from rocketstore.codec.multi_dispatch import is_copy
 from rocketstore.codec.sysflag import (
     goes_to_consume_queue,
 )
@@ -252,8 +252,7 @@ def _multi_dispatch_copies(
     copies = np.zeros(len(candidates), dtype=bool)
     for i in np.flatnonzero(candidates).tolist():
         msg = read(int(phys[i]))
-        place = None if msg is None else copy_place(msg.properties, cq.topic, msg.queue_id)
-        copies[i] = place == (cq.queue_id, int(index[i]))
+        copies[i] = msg is not None and is_copy(msg.properties, cq.topic, cq.queue_id, int(index[i]), msg.queue_id)
     return copies
 
 
