@@ -144,9 +144,14 @@ def recover(ctx: click.Context, opts: Common, force: bool, dry_run: bool) -> Non
     No delayed message is delivered (the store is opened without its schedule service).
 
     Refused without --force when the commit log is missing or empty but consume queues hold units,
-    and without --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
-    advice = "give --force if the commit log is really gone and the queues are to go too (copy the store before)"
-    check_store(opts, writes=not dry_run, allow_lost_log=force, lost_log_advice=advice, as_writer=True)
+    or (in several folders) its end is missing while they reach past it, and without
+    --external-commit-log when storePathCommitLog puts the commit log outside STORE."""
+    advice = (
+        "give --force if what is missing is really gone and the queues' units past it are to go too "
+        "(copy the store before)"
+    )
+    # (--dry-run says why it would refuse in its answer, not in a warning before it too)
+    check_store(opts, writes=not dry_run, allow_lost_log=force or dry_run, lost_log_advice=advice, as_writer=True)
     plan = _plan(opts, dry_run)
     if dry_run:
         lost = None if force else lost_log(opts) or missing_tail(opts)

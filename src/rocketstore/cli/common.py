@@ -475,9 +475,9 @@ def check_store(
     """The checks an operator expects before a store is opened: a commit log outside STORE (warned
     about; refused for writing without --external-commit-log), a ``commitlog`` that is not a
     folder, files that are all one size other than the configured one (every setting to give named
-    at once, as ``verify`` names them), and a commit log gone while the queues remain (recovery
-    would drop every queue: warned about when reading, refused when writing unless
-    ``allow_lost_log``). ``as_writer``: a commit log outside STORE is refused as for writing (what
+    at once, as ``verify`` names them), and a commit log gone while the queues remain, or in
+    several folders its end (recovery would drop the units: warned about when reading, refused
+    when writing unless ``allow_lost_log``). ``as_writer``: a commit log outside STORE is refused as for writing (what
     ``recover --dry-run`` says recover would do)."""
     check_commit_log(opts, writes=writes or as_writer)
     for path in opts.commit_log_paths:

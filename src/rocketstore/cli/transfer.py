@@ -116,6 +116,7 @@ def _check_topics(opts: Common, store: MessageStore, topics: list[str]) -> None:
 def export(opts: Common, output: str | None, topics: tuple[str, ...]) -> None:
     """Every message the consume queues serve, one JSON object per line, sorted by topic, queueId
     and queueOffset (the fields of rocketmq-vectors' expected.jsonl, cqTagsCode and cqSize included).
+    Light message queues (%LMQ%..., copies of other topics' messages) only when --topic names them.
 
     The store is opened read-only: nothing on disk changes, and a store that needs recovery is
     recovered in memory. The output is JSON lines with or without --json; --output may not be

@@ -395,7 +395,8 @@ def export_parquet(
     topics: str | None = None,
     mode: str = "errorifexists",
 ) -> dict:
-    """Every message the consume queues serve (store time in [begin, end) ms when given) as
+    """Every message the consume queues serve (store time in [begin, end) ms when given; light
+    message queues only when ``topics`` names them) as
     Parquet partitioned by topic. A message whose record cannot be read (it fails its checks)
     is left out and listed, as ``rocketstore export`` does: ``unreadable`` counts them and
     ``unreadableMessages`` names the first ``UNREADABLE_LISTED``. A local ``out`` that exists is
