@@ -225,7 +225,10 @@ def _check_units(
     elsewhere = (
         (log.topic_ids[r] != tid) | (log.queue_ids[r] != queue_id) | (log.queue_offsets[r] != index[check]) | not_queued
     )
-    copies = _multi_dispatch_copies(cq, phy[check], index[check], elsewhere & ~not_queued, read)
+    # a copy's record is of another topic: a queue of its own topic shifted by damage reads no record
+    copies = _multi_dispatch_copies(
+        cq, phy[check], index[check], elsewhere & ~not_queued & (log.topic_ids[r] != tid), read
+    )
     report.multi_dispatch_units += int(copies.sum())
     elsewhere &= ~copies
     report.units_record_elsewhere += int(elsewhere.sum())  # the unit, or the record's header, is damaged
