@@ -63,7 +63,8 @@ def check_range(name: str, value: object, bounds: tuple[int, int], given: object
 class Message:
     """A message to store.
 
-    ``keys`` is one key or a list of keys (stored space separated in ``KEYS``); ``tags`` goes to
+    ``keys`` is one key or a list of keys (stored space separated in ``KEYS``; typed as a sequence,
+    though any iterable of str but a mapping is taken, in its order); ``tags`` goes to
     ``TAGS``. The keyword-only fields are normally filled by the store; ``rocketstore import``
     and replication pass them through to keep a message as it was.
 
