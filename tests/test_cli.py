@@ -726,7 +726,7 @@ def test_query_not_found_and_bad_arguments(small_store: Path) -> None:
 
 def test_consume_refuses_a_negative_time_or_an_offset_past_int64(small_store: Path) -> None:
     base = ("consume", small_store, *TINY_SETS, "--topic", "TopicA", "--group", "G")
-    for option, value in (("--from-time", -5), ("--from-offset", 2**63), ("--from-offset", -1)):
+    for option, value in (("--from-time", -5), ("--from-time", 2**63), ("--from-offset", 2**63), ("--from-offset", -1)):
         result = run(*base, option, value)
         assert result.exit_code == 2 and option in result.stderr, (option, value, result.stderr)
     assert run(*base, "--from-offset", 2**63 - 1).exit_code == 0  # past the queue: moved to its end

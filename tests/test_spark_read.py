@@ -547,6 +547,18 @@ def test_an_option_key_neither_the_source_s_nor_a_store_setting_is_warned_about(
         opts = parse_options({"path": "/s", "startingTimestamp": "1000", "startingOffsets": '{"TopicA": {"0": 5}}'})
     assert opts.starting_ts == 1000
     assert "option startingOffsets is not used: startingTimestamp takes precedence" in caplog.text
+    # offsets a timestamp overrides are not checked either, as Kafka's validateBatchOptions skips them
+    opts = parse_options(
+        {
+            "path": "/s",
+            "startingOffsets": "latest",  # no batch start on its own
+            "startingTimestamp": "1000",
+        }
+    )
+    assert opts.starting == "earliest" and opts.starting_ts == 1000
+    overridden = {"startingOffsets": '{"T":{"0":500}}', "endingOffsets": '{"T":{"0":100}}'}  # start after end
+    opts = parse_options({"path": "/s", **overridden, "startingTimestamp": "1000", "endingTimestamp": "9000"})
+    assert (opts.starting, opts.ending, opts.starting_ts, opts.ending_ts) == ("earliest", "latest", 1000, 9000)
 
 
 def test_a_kafka_source_option_is_warned_about_as_one(caplog):

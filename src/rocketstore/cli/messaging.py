@@ -404,6 +404,8 @@ def _parse_time(_ctx: click.Context, param: click.Parameter, value: str | None) 
         raise click.BadParameter(str(exc), param=param) from None
     if millis < 0:
         raise click.BadParameter(f"{value!r} is before 1970 (a store time is never negative)", param=param)
+    if millis > JAVA_LONG[1]:
+        raise click.BadParameter(f"{value!r} is past the last store time a Java long holds", param=param)
     return millis
 
 
@@ -430,7 +432,8 @@ def _started_from(from_offset: int | None, from_time: int | None) -> str:
     "--from-time",
     callback=_parse_time,
     help="Start at each queue's first message stored at or after this time: epoch ms, or ISO-8601 "
-    "(UTC without a zone), as RocketMQ's CONSUME_FROM_TIMESTAMP.",
+    "(UTC without a zone), as RocketMQ 5's CONSUME_FROM_TIMESTAMP (4.9's lookup may start at the "
+    "message just before it).",
 )
 @click.option(
     "--from-committed",

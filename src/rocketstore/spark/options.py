@@ -25,9 +25,10 @@ millisecond counts from the next one).
 Precedence, as in Kafka's source (whose ``getKafkaOffsetRangeLimit`` takes ``startingTimestamp``
 before ``startingOffsetsByTimestamp`` before ``startingOffsets``, and refuses none of them given
 together): ``startingTimestamp`` wins over ``startingOffsets`` and ``endingTimestamp`` over
-``endingOffsets``; the offsets given with them are still checked, and a warning says they are
-not used. Option keys compare case-insensitively (Spark lower-cases them); a key that is neither
-an option above nor a store setting is ignored with a warning (``schema.warn_unknown_options``).
+``endingOffsets``; the offsets given with them are not read (nor checked, as Kafka's
+``validateBatchOptions`` does not), and a warning says they are not used. Option keys compare
+case-insensitively (Spark lower-cases them); a key that is neither an option above nor a store
+setting is ignored with a warning (``schema.warn_unknown_options``).
 An option refused raises InvalidArgumentError; a bad store setting, or a ``config`` file that
 cannot be read, ConfigError (``schema.store_config``): both are RocketStoreErrors and ValueErrors.
 """
@@ -300,13 +301,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     queues, by_topic = parse_queues(option(options, "queues"))
     tags_text = option(options, "tags")
     tags = subscription_tags(tags_text)  # as a pull's subscription: FilterAPI's rules
+    starting_text, ending_text = option(options, "startingOffsets"), option(options, "endingOffsets")
+    if (option(options, "startingTimestamp") or "").strip():  # it overrides them: not read
+        starting_text = None
+    if (option(options, "endingTimestamp") or "").strip():
+        ending_text = None
     starting = parse_offsets(
-        option(options, "startingOffsets"),
-        "startingOffsets",
-        "latest" if streaming else "earliest",
-        batch_start=not streaming,
+        starting_text, "startingOffsets", "latest" if streaming else "earliest", batch_start=not streaming
     )
-    ending = parse_offsets(option(options, "endingOffsets"), "endingOffsets", "latest", ending=True)
+    ending = parse_offsets(ending_text, "endingOffsets", "latest", ending=True)
     _check_order(starting, ending)
     for name in ("endingOffsets", "endingTimestamp"):
         if streaming and option(options, name) is not None:
