@@ -205,6 +205,7 @@ class StoreConfig:
         self.__dict__[snake] = _coerce(snake, value)
 
     def get(self, name: str) -> Any:
+        """A setting by its RocketMQ name (``flushDiskType``) or attribute name."""
         return self.__dict__[_resolve(name)]
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -222,6 +223,7 @@ class StoreConfig:
             yield camel, self.__dict__[snake]
 
     def to_dict(self) -> dict[str, Any]:
+        """Every setting by its RocketMQ name."""
         return dict(self.items())
 
     def changed(self) -> dict[str, Any]:
@@ -229,6 +231,7 @@ class StoreConfig:
         return {c: v for c, v in self.items() if v != _DEFAULTS[snake_case(c)]}
 
     def copy(self, **overrides: Any) -> StoreConfig:
+        """A copy with ``overrides`` (RocketMQ or attribute names), checked as the constructor checks."""
         new = StoreConfig()
         new.__dict__.update(self.__dict__)
         for name, value in overrides.items():
@@ -349,18 +352,22 @@ class StoreConfig:
 
     @property
     def disk_max_used_space_ratio_clamped(self) -> int:
+        """diskMaxUsedSpaceRatio as RocketMQ uses it: 10 to 95 (percent)."""
         return min(95, max(10, self.disk_max_used_space_ratio))
 
     @property
     def disk_space_warning_ratio(self) -> float:
+        """diskSpaceWarningLevelRatio as RocketMQ uses it: 0.35 to 0.90."""
         return min(0.90, max(0.35, self.disk_space_warning_level_ratio / 100))
 
     @property
     def disk_space_clean_forcibly_ratio_clamped(self) -> float:
+        """diskSpaceCleanForciblyRatio as RocketMQ uses it: 0.30 to 0.85."""
         return min(0.85, max(0.30, self.disk_space_clean_forcibly_ratio / 100))
 
     @property
     def is_sync_flush(self) -> bool:
+        """Whether flushDiskType is SYNC_FLUSH."""
         return self.flush_disk_type == "SYNC_FLUSH"
 
     @property

@@ -91,6 +91,7 @@ class PutResult(tuple):
 
     @property
     def commit_log_offsets(self) -> list[int]:
+        """Where each stored message's record starts in the commit log."""
         if self[6] is not None:
             return list(self[6])
         return [self[1]] if self[5] else []
@@ -106,6 +107,7 @@ class PutResult(tuple):
 
     @property
     def msg_id(self) -> str | None:
+        """The offset message ids, joined by commas for a batch (as RocketMQ's result gives them)."""
         ids = self.msg_ids
         return ",".join(ids) if ids else None
 
@@ -179,10 +181,12 @@ class GetResult:
 
     @property
     def message_count(self) -> int:
+        """How many messages the pull found (``getMessageCount``)."""
         return len(self.messages)
 
     @property
     def buffer_total_size(self) -> int:
+        """Their records' bytes (``getBufferTotalSize``)."""
         return sum(m.store_size for m in self.messages)
 
     def __repr__(self) -> str:

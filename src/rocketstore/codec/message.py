@@ -60,6 +60,21 @@ def check_range(name: str, value: object, bounds: tuple[int, int], given: object
     return number
 
 
+def _extra_field(i: int, default: object, doc: str) -> Any:
+    """A ``Message`` field the store normally fills (``_extra[i]``; ``default`` while unset)."""
+    return property(lambda self: self._extra[i] if self._extra else default, doc=doc)
+
+
+def _header_field(i: int, doc: str) -> Any:
+    """A ``StoredMessage`` header field (the unpacked header's item ``i``)."""
+    return property(lambda self: self._h[i], doc=doc)
+
+
+def _host_field(i: int, doc: str) -> Any:
+    """A ``StoredMessage`` host field, as ``ip:port``."""
+    return property(lambda self: format_host(self._h[i]), doc=doc)
+
+
 class Message:
     """A message to store.
 
@@ -158,6 +173,7 @@ class Message:
     # topic, body and flag may be set after construction, checked as the constructor checks them
     @property
     def topic(self) -> str:
+        """The topic (set it to move the message; checked as the constructor checks it)."""
         return self._topic
 
     @topic.setter
@@ -166,6 +182,7 @@ class Message:
 
     @property
     def body(self) -> bytes:
+        """The body (a str given is stored as its UTF-8 bytes)."""
         return self._body
 
     @body.setter
@@ -174,6 +191,7 @@ class Message:
 
     @property
     def flag(self) -> int:
+        """The producer's int flag (a Java int)."""
         return self._flag
 
     @flag.setter
@@ -182,6 +200,7 @@ class Message:
 
     @property
     def properties(self) -> dict[str, str]:
+        """The property dict, ``TAGS`` and ``KEYS`` included; may be changed in place."""
         props = self._props
         if props is None:
             props = {}
@@ -199,18 +218,20 @@ class Message:
 
     @property
     def tags(self) -> str | None:
+        """The ``TAGS`` property."""
         return self._tags if self._props is None else self._props.get(TAGS)
 
     @property
     def keys(self) -> str | None:
+        """The ``KEYS`` property (keys separated by spaces)."""
         return self._keys if self._props is None else self._props.get(KEYS)
 
-    born_timestamp: int | None = property(lambda self: self._extra[0] if self._extra else None)  # type: ignore[assignment]
-    born_host: str | None = property(lambda self: self._extra[1] if self._extra else None)  # type: ignore[assignment]
-    store_host: str | None = property(lambda self: self._extra[2] if self._extra else None)  # type: ignore[assignment]
-    sys_flag: int = property(lambda self: self._extra[3] if self._extra else 0)  # type: ignore[assignment]
-    reconsume_times: int = property(lambda self: self._extra[4] if self._extra else 0)  # type: ignore[assignment]
-    prepared_transaction_offset: int = property(lambda self: self._extra[5] if self._extra else 0)  # type: ignore[assignment]
+    born_timestamp: int | None = _extra_field(0, None, "The producer's time, epoch ms; None: the store stamps it.")
+    born_host: str | None = _extra_field(1, None, "The producer's ``ip:port``; None: the store's own host.")
+    store_host: str | None = _extra_field(2, None, "The storing broker's ``ip:port``; None: the store's own.")
+    sys_flag: int = _extra_field(3, 0, "SYSFLAG bits the producer gives (compression, transaction type).")
+    reconsume_times: int = _extra_field(4, 0, "How often the message was sent back for a retry.")
+    prepared_transaction_offset: int = _extra_field(5, 0, "The half message a commit or rollback record ends.")
 
     def with_topic(self, topic: str, properties: dict[str, str]) -> Message:
         """A copy for ``topic`` with ``properties`` (already valid: the store's own rewrites)."""
@@ -345,20 +366,20 @@ class StoredMessage:
         self._topic: str | None = None
         self._props: dict[str, str] | None = None
 
-    store_size: int = property(lambda self: self._h[0])  # type: ignore[assignment]
-    body_crc: int = property(lambda self: self._h[2])  # type: ignore[assignment]
-    queue_id: int = property(lambda self: self._h[3])  # type: ignore[assignment]
-    flag: int = property(lambda self: self._h[4])  # type: ignore[assignment]
-    queue_offset: int = property(lambda self: self._h[5])  # type: ignore[assignment]
-    commit_log_offset: int = property(lambda self: self._h[6])  # type: ignore[assignment]
-    sys_flag: int = property(lambda self: self._h[7])  # type: ignore[assignment]
-    born_timestamp: int = property(lambda self: self._h[8])  # type: ignore[assignment]
-    born_host: str = property(lambda self: format_host(self._h[9]))  # type: ignore[assignment]
-    store_timestamp: int = property(lambda self: self._h[10])  # type: ignore[assignment]
-    store_host: str = property(lambda self: format_host(self._h[11]))  # type: ignore[assignment]
-    reconsume_times: int = property(lambda self: self._h[12])  # type: ignore[assignment]
-    prepared_transaction_offset: int = property(lambda self: self._h[13])  # type: ignore[assignment]
-    body_len: int = property(lambda self: self._h[14])  # type: ignore[assignment]
+    store_size: int = _header_field(0, "TOTALSIZE: the record's length in bytes.")
+    body_crc: int = _header_field(2, "BODYCRC as stored: the CRC32 of the stored body (``body_crc_ok`` checks).")
+    queue_id: int = _header_field(3, "QUEUEID: the queue of its topic.")
+    flag: int = _header_field(4, "FLAG: the producer's int flag.")
+    queue_offset: int = _header_field(5, "QUEUEOFFSET: its place in its queue (0: PREPARED, ROLLBACK).")
+    commit_log_offset: int = _header_field(6, "PHYSICALOFFSET: where the record starts in the commit log.")
+    sys_flag: int = _header_field(7, "SYSFLAG: its bits (``rocketstore.codec.sysflag``).")
+    born_timestamp: int = _header_field(8, "BORNTIMESTAMP: the producer's time, epoch ms.")
+    born_host: str = _host_field(9, "BORNHOST as ``ip:port`` (``[ip]:port`` for IPv6).")
+    store_timestamp: int = _header_field(10, "STORETIMESTAMP: when the store appended it, epoch ms.")
+    store_host: str = _host_field(11, "STOREHOST as ``ip:port`` (``[ip]:port`` for IPv6).")
+    reconsume_times: int = _header_field(12, "RECONSUMETIMES: how often it was sent back for a retry.")
+    prepared_transaction_offset: int = _header_field(13, "PREPAREDTRANSACTIONOFFSET: the half message it ends.")
+    body_len: int = _header_field(14, "BODYLENGTH: the stored body's length.")
 
     @property
     def version(self) -> int:
@@ -367,11 +388,13 @@ class StoredMessage:
 
     @property
     def body(self) -> bytes:
+        """The body as stored (compressed when ``sys_flag`` says so: ``decompressed_body``)."""
         start = self._l[0]
         return self._raw[start : start + self._h[14]]
 
     @property
     def topic(self) -> str:
+        """The record's topic."""
         topic = self._topic
         if topic is None:
             _, at, length, _, _ = self._l
@@ -391,6 +414,7 @@ class StoredMessage:
 
     @property
     def properties(self) -> dict[str, str]:
+        """The stored properties as a dict (decoded when first asked for)."""
         props = self._props
         if props is None:
             props = self._props = decode_properties(self.properties_raw.decode("utf-8", "replace"))
@@ -407,14 +431,17 @@ class StoredMessage:
 
     @property
     def born_host_raw(self) -> bytes:
+        """BORNHOST as stored: the address (4 or 16 bytes), then the port (4)."""
         return self._h[9]
 
     @property
     def store_host_raw(self) -> bytes:
+        """STOREHOST as stored: the address (4 or 16 bytes), then the port (4)."""
         return self._h[11]
 
     @property
     def transaction_type(self) -> int:
+        """The transaction bits of ``sys_flag``: NOT 0, PREPARED 4, COMMIT 8, ROLLBACK 12."""
         return self._h[7] & sf.TRANSACTION_ROLLBACK_TYPE
 
     def decompressed_body(self) -> bytes:
@@ -484,6 +511,7 @@ class StoredMessage:
         }
 
     def body_crc_ok(self) -> bool:
+        """Whether the stored body gives the stored BODYCRC."""
         return _crc_of(self.body) == self.body_crc
 
     def __repr__(self) -> str:
