@@ -104,6 +104,11 @@ def test_spark_verify_reports_like_verify(spark, tmp_path):  # noqa: F811
     done = CliRunner().invoke(cli, ["spark", "verify", str(store), *SETS, "--json"])
     assert done.exit_code == 1, done.output
     assert json.loads(done.output)["problemCount"] == single.problem_count
+    # as a table: verify's own rendering, the settings hint after the next steps included
+    table, plain = run("spark", "verify", store, *SETS), run("verify", store, *SETS)
+    assert table.exit_code == plain.exit_code == 1
+    hint = "give each command the same --config and --set"
+    assert hint in plain.stdout and hint in table.stdout, table.stdout
 
 
 def test_spark_verify_of_a_store_held_open_stops_at_its_live_tail_as_verify(spark, tmp_path):  # noqa: F811
@@ -482,6 +487,11 @@ def test_spark_export_warns_about_a_named_topic_the_store_lacks(spark, tmp_path)
     assert spark.read.parquet(str(tmp_path / "out")).count() == 40
 
 
+def test_parquet_export_to_an_empty_path_says_so(tmp_path):
+    done = run("spark", "export", make_store(tmp_path / "store", 5), *SETS, "--parquet", "")
+    assert done.exit_code == 2 and "--parquet is empty: give a folder name" in done.stderr, done.stderr
+
+
 def test_parquet_export_lists_a_message_it_cannot_read_and_exits_1(spark, tmp_path):  # noqa: F811
     """As ``rocketstore export``: the other messages are exported, the damaged one is named in a
     warning, and the exit status is 1."""
@@ -493,6 +503,11 @@ def test_parquet_export_lists_a_message_it_cannot_read_and_exits_1(spark, tmp_pa
     assert f"WARNING: TopicA/0 queue offset 1 (commit-log offset {offset}, " in done.output
     assert "1 message(s) could not be read" in done.output
     assert spark.read.parquet(str(out)).count() == 399
+    # with --json, one document: the error object, the export's result in it (there were two)
+    done = run("spark", "export", store, *SETS, "--parquet", tmp_path / "again", "--json")
+    assert done.exit_code == 1
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == "ProblemsFound" and (error["result"]["messages"], error["result"]["unreadable"]) == (399, 1)
     result = jobs.export_parquet(
         spark, str(store), str(out), {k: str(v) for k, v in SMALL_GEOMETRY.items()}, mode="overwrite"
     )

@@ -35,7 +35,9 @@ from rocketstore.verify.recovery_plan import RecoveryPlan, plan_recovery
 EXIT_PROBLEMS = 1
 
 
-def _render(opts: Common, report: VerifyReport) -> None:
+def render_report(opts: Common, report: VerifyReport) -> None:
+    """A verify report as a table, its problems and notes, and the next steps (plain ``verify``'s
+    and ``spark verify``'s)."""
     console = out_console()
     console.print(kv_table(f"verify {report.store}", report.summary_rows()))
     for line in iter_problem_lines(report):
@@ -110,7 +112,7 @@ def verify(ctx: click.Context, opts: Common, max_problems: int) -> None:
     if opts.as_json:
         print_json(report.to_dict())
     else:
-        _render(opts, report)
+        render_report(opts, report)
     if not report.ok:
         ctx.exit(EXIT_PROBLEMS)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from rocketstore.cli.check import EXIT_PROBLEMS, render_report
 from rocketstore.cli.common import (
     CommandError,
     Common,
@@ -36,9 +37,6 @@ from rocketstore.meta.lockfile import StoreLock, describe_holder, lock_holder
 from rocketstore.meta.root import overlapping_store_folder, require_store
 from rocketstore.verify.layout import check_sizes
 from rocketstore.verify.recovery_plan import lossy_recovery
-
-EXIT_PROBLEMS = 1
-
 
 # the master URLs Spark takes (SparkSubmit: "yarn or start with spark, k8s, or local")
 _MASTER = re.compile(r"local(\[(\*|[1-9]\d*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://.+|yarn")
@@ -180,8 +178,6 @@ def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> 
         from rocketstore.spark.verify_job import verify as run
     except ImportError as exc:
         raise _no_spark(exc) from None
-    from rocketstore.verify import iter_problem_lines
-
     spark_session = _session(master, "verify")
     with spark_errors("the verify job failed"):
         report = run(spark_session, opts.store, opts.config, max_problems=max_problems)
@@ -190,9 +186,7 @@ def verify(ctx: click.Context, opts: Common, master: str, max_problems: int) -> 
     if opts.as_json:
         print_json(report.to_dict())
     else:
-        out_console().print(kv_table(f"verify {report.store}", report.summary_rows()))
-        for line in iter_problem_lines(report):
-            say(line)
+        render_report(opts, report)
     if not report.ok:
         ctx.exit(EXIT_PROBLEMS)
 
@@ -201,6 +195,8 @@ def _check_export(
     opts: Common, out: str, begin: int | None, end: int | None, topics: str | None, overwrite: bool
 ) -> None:
     """The export's arguments, checked before Spark starts."""
+    if not out:
+        raise CommandError("--parquet is empty: give a folder name")
     if begin is not None and end is not None and begin >= end:
         raise click.UsageError(f"--begin {begin} must be before --end {end} (the end is exclusive)")
     folder = overlapping_store_folder(out, opts.root, opts.config)
@@ -271,7 +267,8 @@ def export(
     if opts.as_json:
         if empty:
             warn(f"no message selected: {out} holds no data")
-        print_json(result)
+        if not result["unreadable"]:  # else the error object below is the one document, the result in it
+            print_json(result)
     elif empty:
         say(f"no message selected: {out} holds no data (only _SUCCESS), in {result['seconds']} s")
     else:
@@ -280,5 +277,6 @@ def export(
     if result["unreadable"]:
         raise ProblemsFound(
             f"{result['unreadable']} message(s) could not be read and are not in the export (the warnings above "
-            f"say which); {result['messages']} exported"
+            f"say which); {result['messages']} exported",
+            result=result,
         )
