@@ -115,3 +115,18 @@ def test_spark_reads_no_copies_by_default_and_its_rebuild_keeps_them(spark, tmp_
     written = b"".join(p.read_bytes() for p in sorted((cut / "consumequeue" / "%LMQ%x" / "0").iterdir()))
     units = [written[i : i + 20] for i in range(0, len(written), 20)]
     assert sum(unit != bytes(20) for unit in units) == COUNT - 1  # on disk, not only as an open recovers it
+
+
+def test_copies_cut_after_a_damaged_unit_are_said_to_be_lost(tmp_path: Path, caplog) -> None:
+    """A unit zeroed in a light message queue cuts the copies after it, as any queue's; no rebuild
+    makes them again, so the warning says they are lost (not "dispatched again")."""
+    root = tmp_path / "s"
+    lmq_store(root)
+    first = sorted((root / "consumequeue" / "%LMQ%x" / "0").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[5 * 20 : 6 * 20] = bytes(20)
+    first.write_bytes(bytes(data))
+    with caplog.at_level("WARNING"), MessageStore.open(root, small_config(), read_only=True) as store:
+        assert store.get_max_offset_in_queue("%LMQ%x", 0) == 5
+    said = [r.getMessage() for r in caplog.records if "%LMQ%x/0" in r.getMessage()]
+    assert len(said) == 1 and "nothing makes again: lost" in said[0], said

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from rocketstore.codec.multi_dispatch import is_lmq
 from rocketstore.codec.scan import D_OFFSET, D_QUEUE_OFFSET, D_SIZE, D_TAGS_CODE
 from rocketstore.files.file_queue import MappedFileQueue
 
@@ -139,12 +140,14 @@ class ConsumeQueue:
         if self.cut_units:
             self.damaged = True
             log.warning(
-                "consume queue %s/%d: %d written units after the invalid one at queue offset %d are cut; "
-                "their records are dispatched again from the commit log",
+                "consume queue %s/%d: %d written units after the invalid one at queue offset %d are cut; %s",
                 self.topic,
                 self.queue_id,
                 self.cut_units,
                 process // CQ_STORE_UNIT_SIZE,
+                "they are multi-dispatch copies (a light message queue), which nothing makes again: lost"
+                if is_lmq(self.topic)
+                else "their records are dispatched again from the commit log",
             )
         self.queue.flushed_where = self.queue.committed_where = process
         self.queue.truncate_dirty_files(process)

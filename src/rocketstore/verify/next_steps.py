@@ -84,7 +84,8 @@ BLANK_INSIDE = (
 
 MULTI_DISPATCH = (
     " (recover writes no multi-dispatch copies: after it, move the light message queues (%LMQ%...) back from the "
-    ".old folder; spark rebuild keeps them)"
+    ".old folder; spark rebuild keeps their units, but only up to a damaged one: copies after it are lost, as no "
+    "rebuild makes copies)"
 )
 
 
