@@ -950,3 +950,19 @@ def test_a_unit_pointing_far_past_a_commit_log_in_several_folders_is_damage_not_
         f.write(struct.pack(">qiq", 10**12, 300, 0))
     result = run("produce", root, *sets, "--topic", "T", "--body", "y")
     assert result.exit_code == 0 and "a segment is missing" not in result.output, result.output
+
+
+def test_a_missing_folder_is_found_when_the_segments_did_not_go_round_the_folders(tmp_path: Path) -> None:
+    """Segments go round the writable folders only: with one made read-only for a while, several
+    segments in a row land in the other. That one missing is still refused (a bound of one segment
+    a folder past the end let a produce cut 30 messages' units in silence)."""
+    root = tmp_path / "s"
+    a, b = root / "a", root / "b"
+    sets = [*TINY_SETS, "--set", f"storePathCommitLog={a},{b}"]
+    assert run("produce", root, *sets, "--topic", "T", "--body", "x" * 400, "--count", 10).exit_code == 0
+    more = [*sets, "--set", f"readOnlyCommitLogStorePaths={b}"]
+    assert run("produce", root, *more, "--topic", "T", "--body", "x" * 400, "--count", 30).exit_code == 0
+    assert len(list(a.iterdir())) >= 4 and len(list(b.iterdir())) == 1
+    a.rename(tmp_path / "away")
+    result = run("produce", root, *sets, "--topic", "T", "--body", "y")
+    assert result.exit_code == 2 and f"{a} holds no segment" in result.stderr, result.output

@@ -318,23 +318,26 @@ def lost_log(opts: Common) -> str | None:
 
 def missing_tail(opts: Common) -> str | None:
     """Why a commit log of several folders lacks its end: consume queues reach past the end of its
-    last segment (the folder holding it not mounted); None when not so, or when it holds no segment
-    (``lost_log``). Recovery would drop the units and index entries past the log's end, as
-    RocketMQ's does. Only units within as many segments past the end as there are folders count (a
-    unit further on is damage, which recovery drops as RocketMQ's does). Not asked of a commit log
-    in one folder (gone whole: ``lost_log``): the queues' files are read, about 60 us a queue."""
+    last segment while a folder is missing or holds no segment (not mounted); None when not so, or
+    when the log holds no segment (``lost_log``). Recovery would drop the units and index entries
+    past the log's end, as RocketMQ's does. With every folder holding segments, units past the end
+    are damage (or stale), which recovery drops as RocketMQ's does. Not asked of a commit log in
+    one folder (gone whole: ``lost_log``): the queues' files are read, about 60 us a queue."""
     folders = opts.commit_log_paths
-    offsets = segment_offsets(folders) if len(folders) > 1 else []
-    if not offsets:
+    if len(folders) < 2:
         return None
-    size = opts.config.mapped_file_size_commit_log
-    end = max(offsets) + size
+    held = {folder: segment_offsets([folder]) for folder in folders}
+    offsets = [offset for found in held.values() for offset in found]
+    empty = [folder for folder, found in held.items() if not found]
+    if not offsets or not empty:
+        return None
+    end = max(offsets) + opts.config.mapped_file_size_commit_log
     reach = queues_reach(opts.root)
-    if not end < reach <= end + (len(folders) - 1) * size:
+    if reach <= end:
         return None
     return (
         f"the consume queues of {opts.root} reach commit-log offset {reach}, past the end of the commit log's last "
-        f"segment ({end}): a segment is missing (a commit-log folder not mounted? {', '.join(folders)}), unless "
+        f"segment ({end}), and {', '.join(empty)} holds no segment (not mounted?): a segment is missing, unless "
         "those units are stale ones a RocketMQ recovery cut left"
     )
 
