@@ -111,10 +111,15 @@ def test_spark_reads_no_copies_by_default_and_its_rebuild_keeps_them(spark, tmp_
     with open(segment, "r+b") as f:
         f.seek(at % segment_size)
         f.write(bytes(segment_size - at % segment_size))  # that record and the plain one after it
+    # and a unit pointing far past the log (damage) ends the units kept, as RocketMQ's cut ends a queue
+    first = sorted((cut / "consumequeue" / "%LMQ%x" / "0").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[10 * 20 : 10 * 20 + 12] = struct.pack(">qi", 10**12, 300)
+    first.write_bytes(bytes(data))
     jobs.rebuild(spark, str(cut), small_config())
     written = b"".join(p.read_bytes() for p in sorted((cut / "consumequeue" / "%LMQ%x" / "0").iterdir()))
     units = [written[i : i + 20] for i in range(0, len(written), 20)]
-    assert sum(unit != bytes(20) for unit in units) == COUNT - 1  # on disk, not only as an open recovers it
+    assert sum(unit != bytes(20) for unit in units) == 10  # on disk, not only as an open recovers it
 
 
 def test_copies_cut_after_a_damaged_unit_are_said_to_be_lost(tmp_path: Path, caplog) -> None:

@@ -765,3 +765,18 @@ def test_a_message_delayed_while_the_clock_is_behind_the_log_waits_its_delay(mak
     store.wait_for_dispatch()
     assert [m.body for m in _all(store, "Later", 0)] == [b"later"]
     assert store.commit_log.due_by_clock == {}  # taken out once delivered
+
+
+def test_a_clock_note_of_another_record_at_the_same_offset_is_not_used(make_store, store_config) -> None:
+    """A note of a due time by the clock applies to the unit it was made for (same tags code) only:
+    one left behind for a record since gone (cleaned, a queue made again) must not make another
+    record put at that offset due early."""
+    store = make_store(config=store_config.copy(messageDelayLevel="10s"))
+    service = _stopped(store)
+    put = store.put(_delayed("Later", "1"))
+    assert put.ok and store.wait_for_dispatch()
+    due = put.store_timestamp + 10_000
+    store.commit_log.due_by_clock[put.commit_log_offset] = (due + 1, 0)  # another record's note
+    assert service.run_once(now=due - 1) == 0
+    store.commit_log.due_by_clock[put.commit_log_offset] = (due, due - 5_000)  # its own: due by the clock
+    assert service.run_once(now=due - 5_000) == 1

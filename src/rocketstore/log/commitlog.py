@@ -109,10 +109,12 @@ class CommitLog:
         self.on_new_queue: Callable[[tuple[str, int]], None] | None = None  # first record of a queue
         self.confirm_offset = -1
         self._last_store_ts = 0
-        # delayed records stamped ahead of the clock (it stepped back): commit-log offset -> the due
-        # time by the clock, as RocketMQ's record (stamped by the clock) would be due; the schedule
-        # service takes each out as it delivers it (in memory: after a restart the stamp decides)
-        self.due_by_clock: dict[int, int] = {}
+        # delayed records stamped ahead of the clock (it stepped back): commit-log offset -> (the
+        # unit's tags code, the due time by the clock, as RocketMQ's record stamped by the clock would
+        # be due); the schedule service uses it for the unit of that tags code only (a record put
+        # there since is another), and takes it out as it delivers it (in memory: after a restart
+        # the stamp decides)
+        self.due_by_clock: dict[int, tuple[int, int]] = {}
         self._current: MappedFile | None = None
         self._prefault_at = 0
         self.begin_time_in_lock = 0  # store time (ms) at which the put lock was taken, 0 when free
@@ -163,7 +165,7 @@ class CommitLog:
                     else:  # (DELIVER_AFTER, delay)
                         tags = now + p[15][1]
                         if clock < now:
-                            self.due_by_clock[phy] = clock + p[15][1]
+                            self.due_by_clock[phy] = (tags, clock + p[15][1])
                     handoff.append((topic, queue_id, phy, p[1], tags, now, queue_offset, p[16], p[17], p[6]))
                     offsets = None
                 else:

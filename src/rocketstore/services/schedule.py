@@ -267,8 +267,9 @@ class ScheduleMessageService(Service):
                 if deliver <= _MAX_EXT_ADDR:  # not a delivery time: take it from the message
                     stored = self.read(phy, size)
                     deliver = deliver_timestamp(level, stored.store_timestamp, self.delay_millis) if stored else now
-                if self.commit_log is not None and phy in self.commit_log.due_by_clock:
-                    deliver = min(deliver, self.commit_log.due_by_clock[phy])  # stamped ahead of the clock
+                noted = self.commit_log.due_by_clock.get(phy) if self.commit_log is not None else None
+                if noted is not None and noted[0] == deliver:  # stamped ahead of the clock: due by it
+                    deliver = min(deliver, noted[1])
                 if deliver > now + delay:  # correctDeliverTimestamp: a time too far ahead means now
                     deliver = now
                 if deliver > now:  # looked at again within 100 ms, as RocketMQ: a clock stepping back is met soon

@@ -364,10 +364,13 @@ def _carry_over_queues(
             new = queues.find_or_create(*key)
             if is_lmq(key[0]):  # copies of other queues' records (INNER_MULTI_DISPATCH), which no rebuild makes
                 for first, units in cq.iter_units(cq.min_offset_in_queue(), top):
-                    units = units[: np.searchsorted(units["phy"] + units["size"], end, side="right")]
-                    if len(units):
-                        offsets = np.arange(first, first + len(units), dtype=np.int64)
-                        new.put_unit_arrays(units["phy"], units["size"], offsets, units.tobytes())
+                    past = np.flatnonzero(units["phy"].astype(np.int64) + units["size"] > end)  # the first ends them
+                    kept = units[: past[0]] if len(past) else units
+                    if len(kept):
+                        offsets = np.arange(first, first + len(kept), dtype=np.int64)
+                        new.put_unit_arrays(kept["phy"], kept["size"], offsets, kept.tobytes())
+                    if len(past):
+                        break
                 carried += 1
                 continue
             expect = top * CQ_STORE_UNIT_SIZE
