@@ -48,7 +48,6 @@ from rocketstore.cli.stops import (
 )
 from rocketstore.errors import RocketStoreError
 
-EXIT_PROBLEMS = 1
 EXIT_ERROR = 2
 
 
@@ -91,7 +90,7 @@ class _Group(click.Group):
             if storing(ctx):  # cut short while storing: an interruption (the command said what it stored)
                 raise PipeClosed() from None
             # a command that reads: done, quietly, as Unix tools are, with the status of what it found
-            ctx.exit(EXIT_PROBLEMS if problems_found(ctx) else 0)
+            ctx.exit(check.EXIT_PROBLEMS if problems_found(ctx) else 0)
         except OSError as exc:  # a file the store needs cannot be read or written
             echo_error(exc)
             ctx.exit(EXIT_ERROR)

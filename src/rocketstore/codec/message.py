@@ -79,7 +79,7 @@ class Message:
     """A message to store.
 
     ``keys`` is one key or a list of keys (stored space separated in ``KEYS``; typed as a sequence,
-    though any iterable of str but a mapping is taken, in its order); ``tags`` goes to
+    though any iterable of str but a mapping or bytes is taken, in its order); ``tags`` goes to
     ``TAGS``. The keyword-only fields are normally filled by the store; ``rocketstore import``
     and replication pass them through to keep a message as it was.
 
@@ -367,7 +367,7 @@ class StoredMessage:
         self._props: dict[str, str] | None = None
 
     store_size: int = _header_field(0, "TOTALSIZE: the record's length in bytes.")
-    body_crc: int = _header_field(2, "BODYCRC as stored: the CRC32 of the stored body (``body_crc_ok`` checks).")
+    body_crc: int = _header_field(2, "BODYCRC: the stored body's CRC32 & 0x7FFFFFFF (``body_crc_ok`` checks).")
     queue_id: int = _header_field(3, "QUEUEID: the queue of its topic.")
     flag: int = _header_field(4, "FLAG: the producer's int flag.")
     queue_offset: int = _header_field(5, "QUEUEOFFSET: its place in its queue (0: PREPARED, ROLLBACK).")

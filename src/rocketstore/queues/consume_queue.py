@@ -145,7 +145,8 @@ class ConsumeQueue:
                 self.queue_id,
                 self.cut_units,
                 process // CQ_STORE_UNIT_SIZE,
-                "they are multi-dispatch copies (a light message queue), which nothing makes again: lost"
+                "they are multi-dispatch copies (a light message queue), which nothing makes again: a writable "
+                "open cuts them for good"
                 if is_lmq(self.topic)
                 else "their records are dispatched again from the commit log",
             )

@@ -302,9 +302,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
     tags_text = option(options, "tags")
     tags = subscription_tags(tags_text)  # as a pull's subscription: FilterAPI's rules
     starting_text, ending_text = option(options, "startingOffsets"), option(options, "endingOffsets")
-    if (option(options, "startingTimestamp") or "").strip():  # it overrides them: not read
+    overridden = []  # offsets a timestamp given with them overrides: not read (nor checked)
+    if (option(options, "startingTimestamp") or "").strip():
+        overridden += [("startingOffsets", "startingTimestamp")] if (starting_text or "").strip() else []
         starting_text = None
     if (option(options, "endingTimestamp") or "").strip():
+        overridden += [("endingOffsets", "endingTimestamp")] if (ending_text or "").strip() else []
         ending_text = None
     starting = parse_offsets(
         starting_text, "startingOffsets", "latest" if streaming else "earliest", batch_start=not streaming
@@ -321,9 +324,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Rea
             "startingOffsets/endingOffsets need mode=consumequeue: commitlog mode reads the whole log "
             "(narrow it with startingTimestamp/endingTimestamp, topics and queues)"
         )
-    for ts_name, off_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
-        if (option(options, ts_name) or "").strip() and (option(options, off_name) or "").strip():
-            log.warning("option %s is not used: %s takes precedence (as in Kafka's source)", off_name, ts_name)
+    for off_name, ts_name in overridden:
+        log.warning("option %s is not used: %s takes precedence (as in Kafka's source)", off_name, ts_name)
     opts = ReadOptions(
         path=store_path(options),
         config=store_config(options),
