@@ -600,7 +600,7 @@ def test_an_import_line_with_fields_the_export_does_not_write_is_warned_about(ma
     assert len(warned) == 2, warned
     assert "line 1: field 'bornhost'" in warned[0] and "did you mean 'bornHost'?" in warned[0]
     assert "line 2: field 'tag'" in warned[1] and "did you mean 'tags'?" in warned[1]
-    from rocketstore.codec.message import JSON_FIELDS
+    from rocketstore.codec.message_json import JSON_FIELDS
 
     assert store.wait_for_dispatch()
     stored = store.get_message("g", "T", 0, 0).messages[0]

@@ -19,13 +19,8 @@ from typing import IO, Any, NamedTuple
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.crc import body_crc
-from rocketstore.codec.message import (
-    JSON_FIELDS,
-    Message,
-    StoredMessage,
-    check_int_fields,
-    message_from_json,
-)
+from rocketstore.codec.message import Message, StoredMessage
+from rocketstore.codec.message_json import JSON_FIELDS, check_int_fields, message_from_json
 from rocketstore.codec.multi_dispatch import is_lmq
 from rocketstore.codec.properties import UNIQ_KEY
 from rocketstore.codec.records import Records

@@ -63,7 +63,8 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from rocketstore.codec.message import Message, check_int_fields, join_keys, message_from_fields
+from rocketstore.codec.message import Message, join_keys
+from rocketstore.codec.message_json import check_int_fields, message_from_fields
 from rocketstore.codec.sysflag import COMPRESSED_FLAG, decompress
 from rocketstore.codec.topic import SCHEDULE_TOPIC, send_refusal
 from rocketstore.config import StoreConfig
