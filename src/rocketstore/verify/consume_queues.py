@@ -159,13 +159,14 @@ def _check_queue(
             real = np.flatnonzero((units["phy"] != 0) | (units["size"] != _PRE_BLANK_SIZE))
             lead = int(real[0]) if len(real) else valid
             seen_real = len(real) > 0
-        end = _check_units(cq, tid, first, units, lead, log, covered, report, levels, read)
+        end = _check_units(cq, where, tid, first, units, lead, log, covered, report, levels, read)
         queue_end = max(queue_end, end)
     return queue_end
 
 
 def _check_units(
     cq: ConsumeQueue,
+    where: str,
     tid: int,
     first: int,
     units: np.ndarray,
@@ -176,8 +177,9 @@ def _check_units(
     levels: int,
     read: Callable[[int], StoredMessage | None],
 ) -> int:
-    """Valid units (queue offsets from ``first``; the first ``lead`` are pre-blanks) against their records."""
-    where, queue_id = f"consumequeue/{cq.topic}/{cq.queue_id}", cq.queue_id
+    """Valid units of ``cq`` (``where`` names it; queue offsets from ``first``; the first ``lead`` are
+    pre-blanks) against their records."""
+    queue_id = cq.queue_id
     phy = units["phy"].astype(np.int64)
     size = units["size"].astype(np.int64)
     tags = units["tags"].astype(np.int64)
