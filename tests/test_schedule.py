@@ -7,6 +7,7 @@ test lets the service's own thread deliver a 1-second delay, awaited through its
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -672,6 +673,32 @@ def test_a_crash_in_a_long_backlog_redelivers_only_what_came_after_the_last_pers
     assert all(n <= 2 for n in copies.values())
     assert twice == list(range(persisted, persisted + len(twice)))  # exactly those after the persisted offset
     assert len(twice) <= 2 * UNITS_PER_ROUND
+
+
+def test_the_offsets_are_persisted_on_their_interval_within_a_turn(make_store, store_config) -> None:
+    """flushDelayOffsetInterval holds inside a level's turn too: the offsets were written only
+    after a whole turn (up to UNITS_PER_ROUND units), so a process killed during turns of a
+    backlog saved nothing of them, and delivered the same units again at every restart. With a
+    clock 10 ms on at each reading and an interval of 1 ms, each delivery finds the offset of the
+    one before it on disk."""
+    store = make_store(config=store_config.copy(flushDelayOffsetInterval=1))
+    service = _stopped(store)
+    root = Path(store.root)
+    for _ in range(5):
+        assert store.put(_delayed(level="1"), 1).ok
+    assert store.wait_for_dispatch()
+    ticks = itertools.count(int(time.time() * 1000) + 5000, 10)
+    service.clock = lambda: next(ticks) / 1000
+    seen, put = [], service.put
+
+    def recording_put(message: Message, queue_id: int):
+        seen.append(_delay_offsets(root).get(1, 0) if (root / "config" / "delayOffset.json").exists() else 0)
+        return put(message, queue_id)
+
+    service.put = recording_put
+    assert service.run_once() == 5
+    assert seen == [0, 1, 2, 3, 4]
+    assert _delay_offsets(root) == {1: 5}
 
 
 def test_a_clock_stepping_back_does_not_hold_a_level(make_store, store_config) -> None:

@@ -15,8 +15,8 @@ for a SYNC flush (``WAIT=false``). A level's offset moves past a unit only once 
 put, or dropped: a record that can never be delivered (no usable real topic or queue, or a put
 refused as MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED) is logged as an error and skipped, as
 RocketMQ drops it; any other refusal (not writeable, disk full, busy) is tried again shortly.
-Offsets are persisted every ``flushDelayOffsetInterval`` (checked after every turn, so during a
-long backlog too) and at stop, each time once the commit log is flushed up to the copies delivered
+Offsets are persisted every ``flushDelayOffsetInterval`` (checked after every unit delivered, so
+during a long backlog too) and at stop, each time once the commit log is flushed up to the copies delivered
 (they are put without waiting for a flush). After a crash or a power loss the messages delivered
 since the last persist are delivered again; none is lost.
 """
@@ -300,6 +300,7 @@ class ScheduleMessageService(Service):
                 self._set_offset(level, reached)  # only past a unit whose message was put (or dropped)
                 if self.commit_log is not None:
                     self.commit_log.due_by_clock.pop(phy, None)
+                self._persist_on_interval(given)  # within a turn too: a crash then redelivers one interval's
         if reached == stop_at < end:  # the turn is over, not the level's due work: on at once, after the others
             return now
         return now + DELAY_FOR_A_WHILE_MS
