@@ -1217,6 +1217,28 @@ def test_query_by_a_client_msg_id_without_topic_says_to_give_it(tmp_path: Path) 
     assert result.exit_code == 0 and jsonl(result.stdout)[0]["uniqKey"] == put["uniqKey"]
 
 
+def test_query_by_a_client_msg_id_of_any_form_with_topic(tmp_path: Path) -> None:
+    """--msg-id with --topic is looked up as a UNIQ_KEY: a RocketMQ 5 gRPC client's 34-character
+    id was refused as "not an offset msgId" (a usage error), and a UNIQ_KEY typed in lower case
+    was upper-cased first, so the one stored in lower case was "not in the index"."""
+    root = tmp_path / "store"
+    grpc, lower = "0100155D2A3B4C0000000000000000AB01", "7f0000011b6e0f3a00000000000000ab"
+    with MessageStore.open(root, StoreConfig(TINY)) as store:  # ids a client set (produce sets its own)
+        for uniq in (grpc, lower):
+            store.put(Message("T", uniq, properties={"UNIQ_KEY": uniq})).raise_for_status()
+    for uniq in (grpc, lower):
+        result = run("query", root, *TINY_SETS, "--topic", "T", "--msg-id", uniq, "--json")
+        assert result.exit_code == 0, result.stderr
+        assert [r["uniqKey"] for r in jsonl(result.stdout)] == [uniq]
+    result = run("query", root, *TINY_SETS, "--topic", "T", "--msg-id", grpc.lower(), "--json")
+    assert result.exit_code == 0  # a client's ids are upper case: found so
+    assert [r["uniqKey"] for r in jsonl(result.stdout)] == [grpc]
+    result = run("query", root, *TINY_SETS, "--topic", "T", "--msg-id", "no-such-id")
+    assert result.exit_code == 1 and "nor the UNIQ_KEY of a message of topic 'T'" in result.stderr
+    result = run("query", root, *TINY_SETS, "--msg-id", grpc)  # no topic: no index to look in
+    assert result.exit_code == 2 and "with --topic" in result.stderr
+
+
 def test_query_with_a_topic_answers_only_with_that_topics_messages(tmp_path: Path) -> None:
     """--topic with --msg-id or --offset: a record of another topic is not the answer (the topic it
     is of is named); a topic name RocketMQ refuses is bad input (exit status 2), with any of them."""

@@ -20,14 +20,19 @@ EXIT_NOT_FOUND = 1
 _UNCAPPED = 2**31 - 1  # maxMsgsNumBatch for the store a key query opens: _by_key sets its batches
 
 
-def _msg_id_offset(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not _MSG_ID.fullmatch(value):
-        raise click.BadParameter(
-            f"{value!r} is not an offset msgId (32 hex characters for an IPv4 store host, 56 for IPv6)"
-        )
-    return value.upper()
+def _is_offset_msg_id(value: str) -> bool:
+    """An offset msgId's shape: 32 hex characters (an IPv4 store host) or 56 (IPv6)."""
+    return _MSG_ID.fullmatch(value) is not None
+
+
+def _uniq_key_matches(store: MessageStore, topic: str, msg_id: str, want: int) -> list[StoredMessage]:
+    """The messages of ``topic`` whose UNIQ_KEY is ``msg_id`` as given or, when not found so, in
+    upper case (the clients' hex ids are: one typed in lower case hashes to another index slot)."""
+    for candidate in dict.fromkeys((msg_id, msg_id.upper())):
+        found = [m for m in store.query_message(topic, candidate, want).messages if m.uniq_key == candidate]
+        if found:
+            return found
+    return []
 
 
 def _other_topic(found: StoredMessage | None, topic: str | None) -> str:
@@ -109,7 +114,10 @@ def _more_match(max_num: int, cap: int) -> str:
     "--topic", callback=topic_names, help="The topic (needed with --key; with --msg-id or --offset, the answer's)."
 )
 @click.option("--key", help="A key (a KEYS token or a UNIQ_KEY), looked up in the index.")
-@click.option("--msg-id", callback=_msg_id_offset, help="An offset msgId (32 or 56 hex characters).")
+@click.option(
+    "--msg-id",
+    help="An offset msgId (32 or 56 hex characters), or with --topic a client's msgId (UNIQ_KEY, any form).",
+)
 @click.option("--offset", type=click.IntRange(0, JAVA_LONG[1]), help="A commit-log offset where a record starts.")
 @click.option(
     "--begin",
@@ -157,6 +165,12 @@ def query(
         raise click.UsageError("give exactly one of --key, --msg-id and --offset")
     if key is not None and not topic:
         raise click.UsageError("--key needs --topic")
+    if msg_id is not None and not topic and not _is_offset_msg_id(msg_id):
+        raise click.BadParameter(
+            f"{msg_id!r} is not an offset msgId (32 hex characters for an IPv4 store host, 56 for IPv6); a "
+            "client's msgId (the UNIQ_KEY, as a RocketMQ 5 client's 34 characters) is looked up with --topic",
+            param_hint="'--msg-id'",
+        )
     if end is not None and begin > end:  # an empty range: refused, as spark export refuses one
         raise click.UsageError(f"--begin {begin} is after --end {end} (store times in ms, both inclusive)")
     cap = opts.config.max_msgs_num_batch  # as RocketMQ, a query gives at most maxMsgsNumBatch messages
@@ -182,14 +196,21 @@ def query(
                     print_messages(messages, opts.as_json)
                     raise ProblemsFound(hits)
                 what += f" can be read: {hits}"
+        elif msg_id is not None and not _is_offset_msg_id(msg_id):
+            assert topic is not None
+            messages = _uniq_key_matches(store, topic, msg_id, want)
+            what = (
+                f"no message with msgId {msg_id}: it is not an offset msgId (32 or 56 hex characters), nor the "
+                f"UNIQ_KEY of a message of topic {topic!r} in the index"
+            )
         elif msg_id is not None:
             _host, where = decode_offset_msg_id(msg_id)
             there = _at(store, where)
-            found = there if there is not None and there.msg_id == msg_id else None
+            found = there if there is not None and there.msg_id == msg_id.upper() else None
             if found is not None and not _other_topic(found, topic):
                 messages = [found]
             elif topic:
-                messages = [m for m in store.query_message(topic, msg_id, want).messages if m.uniq_key == msg_id]
+                messages = _uniq_key_matches(store, topic, msg_id, want)
             what = f"no message with msgId {msg_id}"
             damaged = _damaged(store, where) if found is None and not messages else None
             if found is not None:
