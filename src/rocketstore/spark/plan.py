@@ -70,6 +70,8 @@ class ReadSpec:
     time_to_inclusive: bool = False
     fail_on_data_loss: bool = True
     batch_rows: int = 32768
+    deleted_topics_path: str = ""  # config/deletedTopics.json, and its marks when the read was planned
+    deletion_marks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -189,6 +191,8 @@ class Snapshot:
             tag_codes=opts.tag_codes,
             fail_on_data_loss=opts.fail_on_data_loss,
             batch_rows=opts.batch_rows,
+            deleted_topics_path=self.store.deleted_topics.path,
+            deletion_marks=dict(self.store.deleted_topics.table),
         )
 
 

@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 
 from rocketstore.codec import record as rec
 from rocketstore.codec.topic import SCHEDULE_TOPIC
-from rocketstore.errors import DataLossError, RecordError
+from rocketstore.errors import DataLossError, RecordError, RocketStoreError
+from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, EXT_ADDRESSES_BELOW, UNIT_DTYPE
 from rocketstore.spark.columns import (
     STOP_BAD,
@@ -73,6 +74,7 @@ class Segment:
 
 
 _QUEUE_REMOVERS = "retention or a topic deletion"  # what removes consume-queue files (segments: retention)
+_TOPIC_DELETION = "a deletion of its topic after this read was planned"
 
 
 def _lost(spec: ReadSpec, text: str, by: str = "retention") -> None:
@@ -329,7 +331,31 @@ def _unreadable(spec: ReadSpec, bad: list[Unreadable]) -> None:
         log.warning("%s; skipped (failOnDataLoss=false)", item)
 
 
+def _deleted_since_planned(spec: ReadSpec, slices: list[QueueSlice]) -> list[QueueSlice]:
+    """The slices left once those of topics deleted since the read was planned (their mark in
+    deletedTopics.json changed) are lost to it: their queue files now hold the new queue's units,
+    if the topic came back, whose records are past the planned log end (not damage)."""
+    topics = {s.topic for s in slices}
+    if not spec.deleted_topics_path or not topics:
+        return slices
+    now = DeletedTopics(spec.deleted_topics_path, writable=False)
+    try:
+        now.load()
+    except RocketStoreError:  # unreadable: nothing known of deletions, the units speak for themselves
+        return slices
+    planned = spec.deletion_marks
+    deleted = {t for t in topics if now.table.get(t) != planned.get(t)}
+    kept = []
+    for s in slices:
+        if s.topic in deleted:
+            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {s.start} to {s.end - 1}", _TOPIC_DELETION)
+        else:
+            kept.append(s)
+    return kept
+
+
 def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.RecordBatch]:
+    slices = _deleted_since_planned(spec, slices)
     schema = arrow_schema(spec.columns)
     columns = _decode_columns(spec)
     decode_schema = arrow_schema(columns)
