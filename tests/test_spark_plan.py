@@ -149,6 +149,12 @@ def test_planning_reads_each_queue_once_whatever_the_partition_count(uneven):
         ({"endingOffsets": "earliest"}, "option endingOffsets: earliest is not an ending offset"),
         ({"endingOffsets": '{"TopicA":{"0":-3}}'}, "option endingOffsets: TopicA/0: -3 is not a valid offset"),
         ({"endingTimestamp": "2026-13-01"}, "option endingTimestamp: '2026-13-01' is neither epoch milliseconds"),
+        # offsets, queue ids and store times are Java longs and ints: past them they were taken, and read nothing
+        ({"startingOffsets": '{"TopicA":{"0":9223372036854775808}}'}, "TopicA/0: 9223372036854775808 is not a valid"),
+        ({"startingOffsets": '{"TopicA":{"2147483648":0}}'}, "'2147483648' is not a queue id (an integer from 0, a"),
+        ({"startingTimestamp": "99999999999999999999"}, "past the last store time a Java long holds"),
+        ({"startingTimestamp": "-1"}, "option startingTimestamp: '-1' is before 1970"),
+        ({"endingTimestamp": "1969-12-31T23:59:59"}, "option endingTimestamp: '1969-12-31T23:59:59' is before 1970"),
         ({"minPartitions": "1e3"}, "option minPartitions must be an integer, not '1e3'"),
         ({"failOnDataLoss": "no"}, "option failOnDataLoss must be true or false, not 'no'"),
         ({"mode": "kafka"}, "option mode must be consumequeue or commitlog, not 'kafka'"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 
+from rocketstore.codec.message import JAVA_LONG
+
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MILLISECOND = datetime.timedelta(milliseconds=1)
 
@@ -26,3 +28,14 @@ def epoch_millis(text: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return -((EPOCH - when) // _MILLISECOND)  # in integers: float seconds * 1000 can land 1 ms early
+
+
+def store_time_millis(text: str) -> int:
+    """``epoch_millis`` of a time a store time can be: from 1970 to the last a Java long holds
+    (ValueError naming what was given otherwise)."""
+    millis = epoch_millis(text)
+    if millis < 0:
+        raise ValueError(f"{text.strip()!r} is before 1970 (a store time is never negative)")
+    if millis > JAVA_LONG[1]:
+        raise ValueError(f"{text.strip()!r} is past the last store time a Java long holds")
+    return millis

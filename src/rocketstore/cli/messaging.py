@@ -41,7 +41,7 @@ from rocketstore.export import QueuedUnit, queue_units
 from rocketstore.prepare import MessagePreparer
 from rocketstore.results import GetMessageStatus, GetResult, PutMessageStatus, PutResult
 from rocketstore.store import MessageStore
-from rocketstore.timestamps import epoch_millis
+from rocketstore.timestamps import store_time_millis
 
 _SHOWN_RESULTS = 20
 _PULL_BATCH = 32
@@ -399,14 +399,9 @@ def _parse_time(_ctx: click.Context, param: click.Parameter, value: str | None) 
     if value is None:
         return None
     try:
-        millis = epoch_millis(value)
+        return store_time_millis(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param=param) from None
-    if millis < 0:
-        raise click.BadParameter(f"{value!r} is before 1970 (a store time is never negative)", param=param)
-    if millis > JAVA_LONG[1]:
-        raise click.BadParameter(f"{value!r} is past the last store time a Java long holds", param=param)
-    return millis
 
 
 def _started_from(from_offset: int | None, from_time: int | None) -> str:

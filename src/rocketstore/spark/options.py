@@ -43,12 +43,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rocketstore.codec.ids import java_hash
+from rocketstore.codec.message import JAVA_INT, JAVA_LONG
 from rocketstore.codec.multi_dispatch import is_lmq
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidArgumentError, shown
 from rocketstore.reader import subscription_tags
 from rocketstore.spark.schema import COLUMN_NAMES, flag_option, int_option, option, store_config, store_path
-from rocketstore.timestamps import epoch_millis
+from rocketstore.timestamps import store_time_millis
 
 log = logging.getLogger(__name__)
 EARLIEST, LATEST = -2, -1
@@ -231,15 +232,15 @@ def parse_offsets(
         per = {}
         for qid, off in queues.items():
             queue_id, offset = _whole(qid), _whole(off)
-            if queue_id is None or queue_id < 0:
+            if queue_id is None or not 0 <= queue_id <= JAVA_INT[1]:
                 raise InvalidArgumentError(
-                    f"option {name}: {topic}/{qid}: {qid!r} is not a queue id (an integer from 0)"
+                    f"option {name}: {topic}/{qid}: {qid!r} is not a queue id (an integer from 0, a Java int)"
                 )
             if offset is None:
                 raise InvalidArgumentError(
                     f"option {name}: {topic}/{qid}: {json.dumps(off)} is not an offset (an integer)"
                 )
-            if offset < EARLIEST or (ending and offset == EARLIEST):
+            if offset < EARLIEST or offset > JAVA_LONG[1] or (ending and offset == EARLIEST):
                 raise InvalidArgumentError(f"option {name}: {topic}/{qid}: {off} is not a valid offset")
             if batch_start and offset == LATEST:
                 raise InvalidArgumentError(
@@ -252,11 +253,12 @@ def parse_offsets(
 
 
 def parse_timestamp(text: str | None, name: str) -> int | None:
-    """Epoch milliseconds, or ISO-8601 text (UTC when it has no zone); None when not given."""
+    """Epoch milliseconds, or ISO-8601 text (UTC when it has no zone), of a time a store time can
+    be (1970 to Long.MAX_VALUE); None when not given."""
     if text is None or not str(text).strip():
         return None
     try:
-        return epoch_millis(str(text))
+        return store_time_millis(str(text))
     except ValueError as exc:
         raise InvalidArgumentError(f"option {name}: {exc}") from None
 
