@@ -14,7 +14,8 @@ As in RocketMQ, the redelivered record keeps the schedule record's properties st
 for a SYNC flush (``WAIT=false``). A level's offset moves past a unit only once its message was
 put, or dropped: a record that can never be delivered (no usable real topic or queue, or a put
 refused as MESSAGE_ILLEGAL or PROPERTIES_SIZE_EXCEEDED) is logged as an error and skipped, as
-RocketMQ drops it; any other refusal (not writeable, disk full, busy) is tried again shortly.
+RocketMQ drops it; any other refusal (not writeable, disk full, busy) is tried again in 10 s
+(RocketMQ's ``DELAY_FOR_A_PERIOD``).
 Offsets are persisted every ``flushDelayOffsetInterval`` (checked after every unit delivered, so
 during a long backlog too) and at stop, each time once the commit log is flushed up to the copies delivered
 (they are put without waiting for a flush). After a crash or a power loss the messages delivered
@@ -46,7 +47,8 @@ from rocketstore.services.base import Service
 log = logging.getLogger(__name__)
 
 FIRST_DELAY_MS = 1000  # the first round of each level, after start
-DELAY_FOR_A_WHILE_MS = 100  # an idle level, or a put that failed, is looked at again after this
+DELAY_FOR_A_WHILE_MS = 100  # an idle level is looked at again after this
+DELAY_FOR_A_PERIOD_MS = 10_000  # a level whose delivery the store refused (disk full, ...): as RocketMQ
 UNITS_PER_ROUND = 500  # the units a level delivers (or skips) in one turn before the next due level's turn
 UNKNOWN_LEVEL_DELAY_MS = 1000  # computeDeliverTimestamp for a level the table lacks
 # refusals of a delivery that no later attempt changes (the record itself is at fault): dropped
@@ -145,6 +147,7 @@ class LevelStats:
     skipped: int = 0
     failed_puts: int = 0
     due_at: int = 0  # epoch ms of the level's next round
+    backing_off: bool = False  # due_at is DELAY_FOR_A_PERIOD_MS on, after a refused delivery
 
 
 class ScheduleMessageService(Service):
@@ -210,10 +213,11 @@ class ScheduleMessageService(Service):
             for level, stats in self.levels.items():
                 if self._stopping():
                     return count
-                # a level is never set due more than FIRST_DELAY_MS ahead: further ahead, the
-                # clock stepped back since, and the level is looked at now (as RocketMQ's 100 ms
-                # timer would)
-                if forced or stats.due_at <= at or stats.due_at - at > FIRST_DELAY_MS:
+                # a level is never set due more than FIRST_DELAY_MS ahead (DELAY_FOR_A_PERIOD_MS
+                # backing off): further ahead, the clock stepped back since, and the level is
+                # looked at now (as RocketMQ's 100 ms timer would)
+                ahead = DELAY_FOR_A_PERIOD_MS if stats.backing_off else FIRST_DELAY_MS
+                if forced or stats.due_at <= at or stats.due_at - at > ahead:
                     before = stats.delivered
                     stats.due_at = self._deliver_level(level, stats, now)
                     more |= stats.due_at <= at  # the turn ended with units still due
@@ -244,6 +248,7 @@ class ScheduleMessageService(Service):
         judged by the clock read for each unit, as RocketMQ reads it (a unit stored during the
         turn is not "too far ahead"), or by ``given``, a test's time."""
         now = self._now() if given is None else given
+        stats.backing_off = False
         cq = self.queues.find(SCHEDULE_TOPIC, level - 1)
         if cq is None:
             return now + DELAY_FOR_A_WHILE_MS
@@ -291,9 +296,10 @@ class ScheduleMessageService(Service):
                 else:
                     if not result.ok:
                         stats.failed_puts += 1
-                        log.warning("delay level %d: redelivery refused (%s): retried shortly", level, result.status)
+                        log.warning("delay level %d: redelivery refused (%s): retried in 10 s", level, result.status)
                         self._set_offset(level, first + i, create=False)
-                        return now + DELAY_FOR_A_WHILE_MS
+                        stats.backing_off = True
+                        return now + DELAY_FOR_A_PERIOD_MS
                     stats.delivered += 1
                     self._delivered_end = max(self._delivered_end, result.commit_log_offset + result.wrote_bytes)
                 reached = first + i + 1
