@@ -226,7 +226,7 @@ class MessageReader:
         (a hash collision) is filtered too, as RocketMQ's consumer drops it after the broker's
         hash filter (PullAPIWrapper.processPullResult). A unit passing the hash filter whose record
         cannot be read is passed over, and named in the result's ``unreadable`` and in a warning
-        about ``queue`` ("topic/queueId")."""
+        about ``queue`` ("topic/queueId"), unless retention removed it (below the log's start)."""
         config = self.config
         commit_log = self.commit_log
         get_data = commit_log.get_data
@@ -244,6 +244,7 @@ class MessageReader:
         total = 0
         next_offset = offset
         next_file_start = -1
+        log_start = 0  # the commit log's first offset, read once a unit's segment is found gone
         last_phy = 0
         unreadable: list[tuple[int, int, str]] = []  # (queue offset, commit-log offset, why)
         for phy, size, code in units:
@@ -263,7 +264,7 @@ class MessageReader:
                 code32 = code & 0xFFFFFFFF
                 matched = (code32 - (1 << 32) if code32 & 0x80000000 else code32) in wanted
             if phy < next_file_start:  # in a segment found gone
-                if matched:
+                if matched and phy >= log_start:
                     unreadable.append((next_offset - 1, phy, _NOT_HELD))
                 continue
             if not matched:
@@ -275,7 +276,9 @@ class MessageReader:
                 if not messages:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = commit_log.roll_next_file(phy)
-                unreadable.append((next_offset - 1, phy, _NOT_HELD))
+                log_start = commit_log.min_offset()  # below it retention removed them: nothing is damaged
+                if phy >= log_start:
+                    unreadable.append((next_offset - 1, phy, _NOT_HELD))
                 continue
             message = decode(buf)
             if message is None:  # a damaged record (verify names it): RocketMQ serves its bytes, we skip it
