@@ -789,3 +789,47 @@ def test_the_results_type_hints_resolve_at_runtime() -> None:
 
     for result in (GetResult, QueryResult):
         assert typing.get_type_hints(result.__init__)["messages"] == list[StoredMessage]
+
+
+def test_a_value_holding_the_name_value_separator_is_stored_as_java_stores_it(make_store, store_config, rmqread_export):
+    """RocketMQ's parser (string2messageProperties) takes the text before a property's first \\x01
+    as its name and the rest, \\x01 included, as its value; a Java producer can send such a value
+    and a broker stores it. Such values (tags and keys too) were refused, so a record of them read
+    fine but could not be stored again: its delayed delivery was dropped, its send_back and the
+    import of its export raised. A name holding \\x01, and any \\x02, are still refused."""
+    from rocketstore.export import export_jsonl
+
+    store = make_store()
+    odd = Message("T", b"x", tags="t\x01u", keys=["k\x01w", "plain"], properties={"P": "a\x01b", "Q": "\x01"})
+    put = store.put(odd, 0)
+    assert put.ok, put
+    delayed = store.put(Message("T", b"later", tags="t\x01u", properties={"DELAY": "1", "P": "\x01v"}), 0)
+    assert delayed.ok, delayed
+    assert store.wait_for_dispatch()
+    (got,) = store.get_message("g", "T", 0, 0, 32, tags="t\x01u").messages
+    assert (got.tags, got.keys, got.properties["P"], got.properties["Q"]) == (
+        "t\x01u",
+        "k\x01w plain",
+        "a\x01b",
+        "\x01",
+    )
+    assert [m.body for m in store.query_message("T", "k\x01w").messages] == [b"x"]
+    assert store.services.schedule.run_once(now=2**62) == 1  # delivered, not dropped
+    assert store.wait_for_dispatch()
+    later = store.get_message("g", "T", 0, 1, 32).messages
+    assert [(m.body, m.tags, m.properties["P"]) for m in later] == [(b"later", "t\x01u", "\x01v")]
+    assert store.send_back("grp", got, delay_level=-1).ok  # to the DLQ: stored again as it was
+    rows = {r["body"]: r for r in rmqread_export(store.root, store_config)}
+    assert rows["eA=="]["tags"] == "t\x01u" and rows["eA=="]["properties"]["P"] == "a\x01b"
+    exported = store.root + "/export.jsonl"
+    with open(exported, "w", encoding="utf-8") as out:
+        count = export_jsonl(store, out)
+    again = make_store(name="again")
+    with open(exported, encoding="utf-8") as lines:
+        assert import_jsonl(again, lines) == count == 4  # T's message and delivered one, the schedule and DLQ units
+    for bad in ({"a\x01b": "v"}, {"P": "a\x02b"}):
+        with pytest.raises(InvalidMessageError, match="property"):
+            Message("T", b"x", properties=bad)
+    for fields in ({"tags": "t\x02u"}, {"keys": "k\x02w"}):
+        with pytest.raises(InvalidMessageError, match="without \\\\x02"):
+            Message("T", b"x", **fields)

@@ -43,9 +43,10 @@ _NO_EXTRA = (None, None, None, 0, 0, 0)
 
 def _well_formed(text: str, props: dict[str, str]) -> bool:
     """Whether ``text`` (``props`` encoded) reads back as ``props``: every name and value non-empty,
-    and no separator inside one (exactly one \\x01 per property, one \\x02 between two)."""
+    no \\x02 inside one (one between two properties), and no \\x01 in a name (a value's reads
+    back as its own: RocketMQ's parser splits a property at its first)."""
     n = len(props)
-    return text.count("\x01") == n and text.count("\x02") == n - 1 and all(props) and all(props.values())
+    return text.count("\x02") == n - 1 and "\x01" not in "".join(props) and all(props) and all(props.values())
 
 
 def checked_queue_id(queue_id: object) -> int:
@@ -59,7 +60,10 @@ def checked_queue_id(queue_id: object) -> int:
 
 def _bad_properties() -> PutResult:
     """The refusal of properties changed in place to what a record cannot hold."""
-    return PutResult.refused(_ILLEGAL, "property names and values must be non-empty UTF-8 text without \\x01 or \\x02")
+    return PutResult.refused(
+        _ILLEGAL,
+        "property names must be non-empty UTF-8 text without \\x01 or \\x02, values non-empty UTF-8 text without \\x02",
+    )
 
 
 def delay_level(text: str) -> int | PutResult:
@@ -143,7 +147,7 @@ class MessagePreparer:
         try:
             text = encode_properties(props) if props else ""
         except TypeError:  # a name or value that is not text
-            text = "\x00"
+            return _bad_properties()
         if props and not _well_formed(text, props):  # the dict may have been changed in place
             return _bad_properties()
         if uniq is None and new_uniq:

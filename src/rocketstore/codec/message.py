@@ -20,7 +20,8 @@ from rocketstore.codec.properties import (
     TAGS,
     UNIQ_KEY,
     decode_properties,
-    is_valid_property_text,
+    is_valid_property_name,
+    is_valid_property_value,
 )
 from rocketstore.codec.topic import known_topics as _known_topics
 from rocketstore.codec.topic import topic_text as _topic_text
@@ -115,7 +116,7 @@ class Message:
             tags = _checked_tags(tags)
         if not keys:
             keys = None
-        elif type(keys) is not str or "\x01" in keys or "\x02" in keys or not keys.isascii():
+        elif type(keys) is not str or "\x02" in keys or not keys.isascii():
             keys = _checked_keys(keys)
         self._tags = tags
         self._keys = keys
@@ -250,34 +251,30 @@ class Message:
         return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, properties={props})"
 
 
-def _utf8_text(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate); ASCII is checked without encoding."""
-    return text.isascii() or is_valid_property_text(text)
-
-
 _good_tags: set[str] = set()  # tags texts already checked (the fast path), up to _GOOD_TAGS_MAX
 _GOOD_TAGS_MAX = 4096
 
 
 def _checked_tags(tags: object) -> str:
-    """``tags`` as a plain str, if it is UTF-8 text without the separators; InvalidMessageError else."""
+    """``tags`` as a plain str, if it is a value a property can hold (``is_valid_property_value``);
+    InvalidMessageError else."""
     if type(tags) is not str:
         tags = plain_str(tags)
-    if type(tags) is not str or "\x01" in tags or "\x02" in tags or not _utf8_text(tags):
-        raise InvalidMessageError(f"tags must be UTF-8 text without \\x01 or \\x02, not {shown(tags)}")
+    if type(tags) is not str or not is_valid_property_value(tags):
+        raise InvalidMessageError(f"tags must be UTF-8 text without \\x02, not {shown(tags)}")
     if len(_good_tags) < _GOOD_TAGS_MAX:
         _good_tags.add(tags)
     return tags
 
 
 def _checked_keys(keys: object) -> str:
-    """``keys`` (a str, or an iterable of keys joined by spaces) as a plain str, if it is UTF-8
-    text without the separators; InvalidMessageError else."""
+    """``keys`` (a str, or an iterable of keys joined by spaces) as a plain str, if it is a value a
+    property can hold (``is_valid_property_value``); InvalidMessageError else."""
     if type(keys) is not str:
         keys = plain_str(keys)
         keys = keys if type(keys) is str else join_keys(keys)
-    if "\x01" in keys or "\x02" in keys or not _utf8_text(keys):
-        raise InvalidMessageError(f"keys must be UTF-8 text without \\x01 or \\x02: {keys!r}")
+    if not is_valid_property_value(keys):
+        raise InvalidMessageError(f"keys must be UTF-8 text without \\x02: {keys!r}")
     return keys
 
 
@@ -308,8 +305,8 @@ def join_keys(keys: Iterable[str]) -> str:
 
 def checked_properties(properties: dict[str, str]) -> dict[str, str]:
     """A copy of ``properties`` once every name and value is checked (InvalidMessageError):
-    non-empty text without the separators (an empty value would not read back: RocketMQ's
-    parser drops it)."""
+    non-empty UTF-8 text, a name without either separator, a value without ``\x02`` (an empty
+    value would not read back: RocketMQ's parser drops it)."""
     if type(properties) is not dict and not isinstance(properties, Mapping):
         raise InvalidMessageError(f"properties are a mapping of str to str, not {type(properties).__name__}")
     props = {plain_str(name): plain_str(value) for name, value in properties.items()}
@@ -319,11 +316,12 @@ def checked_properties(properties: dict[str, str]) -> dict[str, str]:
             or type(value) is not str
             or not name
             or not value
-            or not is_valid_property_text(name)
-            or not is_valid_property_text(value)
+            or not is_valid_property_name(name)
+            or not is_valid_property_value(value)
         ):
             raise InvalidMessageError(
-                f"property {name!r}={value!r}: names and values are non-empty UTF-8 text without \\x01 or \\x02"
+                f"property {name!r}={value!r}: names are non-empty UTF-8 text without \\x01 or \\x02, values "
+                "non-empty UTF-8 text without \\x02"
             )
     return props
 
@@ -337,7 +335,7 @@ def _stored_property(name: str, doc: str) -> property:
         if self._props is not None:
             return self._props.get(name)
         # the properties end the record; with a separator put before them, every property starts
-        # "\x02NAME\x01" (values hold neither byte), so the last such match is the last NAME
+        # "\x02NAME\x01" (no value holds a \x02), so the last such match is the last NAME
         _, found, after = (b"\x02" + self._raw[self._l[3] :]).rpartition(marker)
         if not found:
             return None

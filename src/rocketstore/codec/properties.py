@@ -69,11 +69,8 @@ def split_keys(keys: str | None) -> list[str]:
     return [k for k in keys.split(KEY_SEPARATOR) if k]
 
 
-def is_valid_property_text(text: str) -> bool:
-    """True when a name or value can be stored: no separator inside, and UTF-8 text (no lone
-    surrogate, which would fail when the record is encoded)."""
-    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
-        return False
+def is_utf8_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate); ASCII is checked without encoding."""
     if text.isascii():
         return True
     try:
@@ -81,6 +78,18 @@ def is_valid_property_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def is_valid_property_name(text: str) -> bool:
+    """True when a property name can be stored: UTF-8 text without either separator."""
+    return NAME_VALUE_SEPARATOR not in text and PROPERTY_SEPARATOR not in text and is_utf8_text(text)
+
+
+def is_valid_property_value(text: str) -> bool:
+    """True when a property value can be stored: UTF-8 text without ``\x02``. A ``\x01`` in it
+    reads back as part of the value: RocketMQ's parser takes the text before a property's first
+    ``\x01`` as its name and all the rest as its value, and a Java producer may send one."""
+    return PROPERTY_SEPARATOR not in text and is_utf8_text(text)
 
 
 def property_value(props: bytes, marker: bytes) -> bytes | None:
