@@ -421,6 +421,59 @@ def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -
     assert verify_store(fs.mount / "s", config).ok
 
 
+def test_dispatch_out_of_disk_while_puts_are_refused_recovers_once_cleanup_frees_room(loop_fs) -> None:
+    """The disk past diskSpaceWarningLevelRatio (puts refused, DISK_FULL) and then wholly full:
+    dispatch, behind, fails for want of room in its queue and index files. Three failures in a
+    row set WRITE_LOGICS_QUEUE_ERROR, which only a reopen clears, so the cleanup the watermarks
+    are there for could not bring puts back. While DISK_FULL refuses puts already, a dispatch
+    failing for want of room does not stop the store: once cleanup frees room it catches up,
+    and puts are taken again."""
+    fs = loop_fs(48)
+    config = StoreConfig(
+        mappedFileSizeCommitLog=1 << 20,
+        mappedFileSizeConsumeQueue=6000,
+        maxHashSlotNum=64,
+        maxIndexNum=4096,
+        brokerIP1="127.0.0.1",
+        cleanFileForciblyEnable=False,
+        cleanResourceInterval=3_600_000,
+        fileReservedTime=1,
+        deleteWhen=str((time.localtime().tm_hour + 12) % 24),
+        deleteCommitLogFilesInterval=0,
+    )
+    body = os.urandom(60_000)
+    with MessageStore.open(fs.mount / "s", config) as store:
+        for i in range(200):  # a dozen segments dispatched: what cleanup may delete
+            assert store.put(Message("FullTopic", body, keys=f"k-{i}")).status == PutMessageStatus.PUT_OK
+        assert store.wait_for_dispatch()
+        store.reput.stop()  # then dispatch falls behind: it needs room (a new queue file) once the disk is full
+        for i in range(200, 2000):
+            if store.put(Message("FullTopic", body, keys=f"k-{i}")).status != PutMessageStatus.PUT_OK:
+                break
+        assert store.running_flags & DISK_FULL and store.dispatch_behind_bytes() > 0
+        ballast = fs.mount / "ballast"
+        with open(ballast, "wb") as f:  # the rest of the disk, to the last block
+            chunk = 1 << 20
+            while chunk >= 4096:
+                try:
+                    os.posix_fallocate(f.fileno(), os.fstat(f.fileno()).st_size, chunk)
+                except OSError:
+                    chunk //= 2
+        store.reput.start()
+        deadline = time.monotonic() + 30
+        while store.reput.failures < 4 and time.monotonic() < deadline:  # no event tells a failed round
+            time.sleep(0.01)
+        assert store.reput.failures >= 4 and isinstance(store.reput.last_error, OSError)
+        assert store.running_flags == DISK_FULL  # not WRITE_LOGICS_QUEUE_ERROR
+        ballast.unlink()
+        age(segment_files(store)[:10], hours=2)
+        assert store.clean_expired_files(manually=False).commit_log_files == 10
+        assert not store.running_flags
+        assert store.wait_for_dispatch(30)
+        assert store.put(Message("FullTopic", b"after")).status == PutMessageStatus.PUT_OK
+    assert verify_store(fs.mount / "s", config).ok
+
+
 def test_the_used_ratio_leaves_out_the_blocks_reserved_for_root(loop_fs) -> None:
     """RocketMQ's getDiskPartitionSpaceUsedPercent is used / (used + usable), as df shows it: on a
     file system with 5 % reserved for root, 92 % used by df is past diskSpaceWarningLevelRatio

@@ -56,12 +56,13 @@ class ReputService(Service):
         self.skipped_bad_bytes = 0
         self._last_batch = 0
         self._advanced = False
-        # told when dispatch keeps failing (the store sets WRITE_LOGICS_QUEUE_ERROR and stops taking puts)
+        # told at each failed round from the third in a row on (the store sets WRITE_LOGICS_QUEUE_ERROR
+        # and stops taking puts, unless a full disk refuses them already)
         self.on_dispatch_failure: Callable[[BaseException], None] | None = None
 
     def on_failure(self, exc: BaseException) -> None:
         super().on_failure(exc)
-        if self.failures == FAILURES_BEFORE_ERROR and self.on_dispatch_failure is not None:
+        if self.failures >= FAILURES_BEFORE_ERROR and self.on_dispatch_failure is not None:
             self.on_dispatch_failure(exc)
 
     def behind(self) -> int:

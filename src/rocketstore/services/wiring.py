@@ -8,6 +8,7 @@ The store's parts stay the store's; this object owns only the threads that work 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import numbers
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from rocketstore.codec.message import Message
 from rocketstore.errors import FlushError, InvalidArgumentError, shown
 from rocketstore.results import PutMessageStatus, PutResult
-from rocketstore.running_flags import NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
+from rocketstore.running_flags import DISK_FULL, NOT_WRITEABLE, NOT_WRITEABLE_BITS, WRITE_LOGICS_QUEUE_ERROR
 from rocketstore.services.base import Service
 from rocketstore.services.clean import CleanService
 from rocketstore.services.flush import (
@@ -245,7 +246,14 @@ class StoreServices:
 
     def _on_dispatch_failure(self, error: BaseException) -> None:
         """Dispatch keeps failing: consumers see no new message of any topic. Like RocketMQ
-        (makeLogicsQueueError), stop taking puts until the store is reopened."""
+        (makeLogicsQueueError), stop taking puts until the store is reopened. Not for want of
+        room while DISK_FULL refuses puts already: cleanup is there to free room, and dispatch
+        catches up once it has (told at every failed round from the third on)."""
+        flags = self.store.running_flags
+        if flags & WRITE_LOGICS_QUEUE_ERROR:
+            return
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC and flags & DISK_FULL:
+            return
         log.error("dispatch keeps failing (%s): the store stops taking writes", error)
         self.store.set_running_flags(set_bits=WRITE_LOGICS_QUEUE_ERROR)
 
