@@ -249,11 +249,13 @@ class StoreServices:
         (makeLogicsQueueError), stop taking puts until the store is reopened. Not for want of
         room while DISK_FULL refuses puts already: cleanup is there to free room, and dispatch
         catches up once it has (told at every failed round from the third on)."""
-        flags = self.store.running_flags
-        if flags & WRITE_LOGICS_QUEUE_ERROR:
+        if self.store.running_flags & WRITE_LOGICS_QUEUE_ERROR:
             return
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC and flags & DISK_FULL:
-            return
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            if not self.store.running_flags & DISK_FULL and self.clean is not None:
+                self.clean.check_disk()  # the disk may have filled since cleanup last measured it
+            if self.store.running_flags & DISK_FULL:
+                return
         log.error("dispatch keeps failing (%s): the store stops taking writes", error)
         self.store.set_running_flags(set_bits=WRITE_LOGICS_QUEUE_ERROR)
 
