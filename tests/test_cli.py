@@ -1226,6 +1226,8 @@ def test_query_by_a_client_msg_id_of_any_form_with_topic(tmp_path: Path) -> None
     with MessageStore.open(root, StoreConfig(TINY)) as store:  # ids a client set (produce sets its own)
         for uniq in (grpc, lower):
             store.put(Message("T", uniq, properties={"UNIQ_KEY": uniq})).raise_for_status()
+        for _ in range(40):  # newer messages with the gRPC id as a KEYS key: more than one query's hits
+            store.put(Message("T", b"k", keys=[grpc])).raise_for_status()
     for uniq in (grpc, lower):
         result = run("query", root, *TINY_SETS, "--topic", "T", "--msg-id", uniq, "--json")
         assert result.exit_code == 0, result.stderr
@@ -1237,6 +1239,8 @@ def test_query_by_a_client_msg_id_of_any_form_with_topic(tmp_path: Path) -> None
     assert result.exit_code == 1 and "nor the UNIQ_KEY of a message of topic 'T'" in result.stderr
     result = run("query", root, *TINY_SETS, "--msg-id", grpc)  # no topic: no index to look in
     assert result.exit_code == 2 and "with --topic" in result.stderr
+    result = run("query", root, *TINY_SETS, "--topic", "T", "--msg-id", " ")
+    assert result.exit_code == 2 and "an empty msgId" in result.stderr
 
 
 def test_query_with_a_topic_answers_only_with_that_topics_messages(tmp_path: Path) -> None:

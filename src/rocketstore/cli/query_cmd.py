@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 import click
 
@@ -25,11 +26,12 @@ def _is_offset_msg_id(value: str) -> bool:
     return _MSG_ID.fullmatch(value) is not None
 
 
-def _uniq_key_matches(store: MessageStore, topic: str, msg_id: str, want: int) -> list[StoredMessage]:
+def _uniq_key_matches(store: MessageStore, topic: str, msg_id: str, want: int, batch: int) -> list[StoredMessage]:
     """The messages of ``topic`` whose UNIQ_KEY is ``msg_id`` as given or, when not found so, in
-    upper case (the clients' hex ids are: one typed in lower case hashes to another index slot)."""
+    upper case (the clients' hex ids are: one typed in lower case hashes to another index slot);
+    messages whose KEYS hold it are not, however many newer ones there are."""
     for candidate in dict.fromkeys((msg_id, msg_id.upper())):
-        found = [m for m in store.query_message(topic, candidate, want).messages if m.uniq_key == candidate]
+        found, _ = _by_key(store, topic, candidate, want, 0, None, batch, lambda m, c=candidate: m.uniq_key == c)
         if found:
             return found
     return []
@@ -69,9 +71,17 @@ def _past_cut(store: MessageStore, offset: int) -> str:
 
 
 def _by_key(
-    store: MessageStore, topic: str, key: str, max_num: int, begin: int, end: int | None, batch: int
+    store: MessageStore,
+    topic: str,
+    key: str,
+    max_num: int,
+    begin: int,
+    end: int | None,
+    batch: int,
+    keep: Callable[[StoredMessage], bool] | None = None,
 ) -> tuple[list[StoredMessage], tuple[int, ...]]:
-    """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms),
+    """The newest ``max_num`` messages of ``topic`` with ``key`` stored within [begin, end] (ms)
+    (and for which ``keep`` is true, if given),
     and the commit-log offsets of the hits read for them that do not decode (``unreadable``).
     The index keeps times in whole seconds from its file's start, so it is asked a second wider
     on each side, then the store times decide. It gives the newest hits first, and the second
@@ -86,7 +96,11 @@ def _by_key(
     while True:
         result = store.query_message(topic, key, limit, max(0, begin - 1000), wide_end)
         found = result.messages
-        inside = [m for m in found if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end)]
+        inside = [
+            m
+            for m in found
+            if m.store_timestamp >= begin and (end is None or m.store_timestamp <= end) and (keep is None or keep(m))
+        ]
         if len(inside) >= max_num:
             return inside[-max_num:], result.unreadable
         # hits the reader merged (a key twice in a message) or dropped (another key of the same
@@ -165,6 +179,8 @@ def query(
         raise click.UsageError("give exactly one of --key, --msg-id and --offset")
     if key is not None and not topic:
         raise click.UsageError("--key needs --topic")
+    if msg_id is not None and not msg_id.strip():
+        raise click.BadParameter("an empty msgId", param_hint="'--msg-id'")
     if msg_id is not None and not topic and not _is_offset_msg_id(msg_id):
         raise click.BadParameter(
             f"{msg_id!r} is not an offset msgId (32 hex characters for an IPv4 store host, 56 for IPv6); a "
@@ -198,9 +214,9 @@ def query(
                 what += f" can be read: {hits}"
         elif msg_id is not None and not _is_offset_msg_id(msg_id):
             assert topic is not None
-            messages = _uniq_key_matches(store, topic, msg_id, want)
+            messages = _uniq_key_matches(store, topic, msg_id, want, cap)
             what = (
-                f"no message with msgId {msg_id}: it is not an offset msgId (32 or 56 hex characters), nor the "
+                f"no message with msgId {msg_id!r}: it is not an offset msgId (32 or 56 hex characters), nor the "
                 f"UNIQ_KEY of a message of topic {topic!r} in the index"
             )
         elif msg_id is not None:
@@ -210,7 +226,7 @@ def query(
             if found is not None and not _other_topic(found, topic):
                 messages = [found]
             elif topic:
-                messages = _uniq_key_matches(store, topic, msg_id, want)
+                messages = _uniq_key_matches(store, topic, msg_id, want, cap)
             what = f"no message with msgId {msg_id}"
             damaged = _damaged(store, where) if found is None and not messages else None
             if found is not None:
