@@ -296,11 +296,13 @@ def test_iso_timestamps_are_exact_milliseconds():
     import datetime
 
     from rocketstore.spark.options import parse_timestamp
+    from rocketstore.timestamps import epoch_millis
 
     epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-    for ms in (1079337347472, -1, *range(1_700_000_000_000, 1_700_000_001_000)):
+    for ms in (1079337347472, *range(1_700_000_000_000, 1_700_000_001_000)):
         text = (epoch + datetime.timedelta(milliseconds=ms)).isoformat()
         assert parse_timestamp(text, "startingTimestamp") == ms, text
+    assert epoch_millis((epoch - datetime.timedelta(milliseconds=1)).isoformat()) == -1  # (no store time)
     # within a millisecond: store times from the next one are at or after it
     assert parse_timestamp("2004-03-15T07:55:47.4721", "endingTimestamp") == 1079337347473
 
