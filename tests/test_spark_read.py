@@ -688,7 +688,7 @@ def test_a_topic_deleted_and_created_again_after_planning_is_a_deletion_not_dama
 
     from rocketstore import Message, MessageStore
     from rocketstore.errors import DataLossError
-    from rocketstore.spark.read import read_partition
+    from rocketstore.spark.read import read_partition, unreadable_units
     from rocketstore.spark.source import BatchReader
 
     store = interleaved_store(tmp_path / "store", 30)
@@ -712,6 +712,31 @@ def test_a_topic_deleted_and_created_again_after_planning_is_a_deletion_not_dama
     assert [r.getMessage() for r in caplog.records] == [
         "consume queue T1/0 offsets 0 to 29: removed before it was read; skipped (failOnDataLoss=false)"
     ]
+    assert [u for p in skipping for u in unreadable_units(p)] == []  # the export's check: not damage either
+
+
+def test_a_marks_file_unreadable_at_read_time_is_no_deletion(tmp_path):
+    """deletedTopics.json unreadable when a task reads (no .bak): nothing is known of deletions
+    since planning, and the planned slices are read, not reported lost to a deletion."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from rocketstore import Message, MessageStore
+    from rocketstore.spark.read import read_partition
+    from rocketstore.spark.source import BatchReader
+
+    store = interleaved_store(tmp_path / "store", 5)
+    with MessageStore.open(store, small_config()) as s:  # T1 gets a mark, and queues again
+        assert s.delete_topics(["T1"]) == ["T1"]
+        for i in range(3):
+            s.put(Message("T1", b"new%d" % i), queue_id=0).raise_for_status()
+        s.wait_for_dispatch()
+    schema = StructType([StructField("queueOffset", LongType())])
+    planned = BatchReader({**SMALL_OPTIONS, "path": str(store), "topics": "T1"}, schema).partitions()
+    marks = store / "config" / "deletedTopics.json"
+    marks.write_bytes(b"\xff not json")
+    (store / "config" / "deletedTopics.json.bak").unlink(missing_ok=True)
+    rows = [row for p in planned for batch in read_partition(p) for row in batch.to_pylist()]
+    assert sorted(r["queueOffset"] for r in rows) == [0, 1, 2]
 
 
 def test_a_born_time_outside_the_years_a_timestamp_holds_reads_as_null(spark, tmp_path):  # noqa: F811

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,7 @@ from pyspark.sql.datasource import InputPartition
 
 from rocketstore.config import StoreConfig
 from rocketstore.errors import DataLossError
+from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.queues.consume_queue import CQ_STORE_UNIT_SIZE, units_of, valid_prefix
 from rocketstore.spark.options import EARLIEST, LATEST, ReadOptions, Selection
 from rocketstore.store import MessageStore
@@ -192,8 +194,42 @@ class Snapshot:
             fail_on_data_loss=opts.fail_on_data_loss,
             batch_rows=opts.batch_rows,
             deleted_topics_path=self.store.deleted_topics.path,
-            deletion_marks=dict(self.store.deleted_topics.table),
+            deletion_marks={t: m for t, m in self.store.deleted_topics.table.items() if opts.selection.topic_ok(t)},
         )
+
+
+def deletion_marks(snap: Snapshot, keys: Iterable[tuple[str, int]] | None = None) -> dict[str, int]:
+    """The deletion marks (deletedTopics.json: the log end at each topic's last deletion) of the
+    topics of ``keys`` (every topic's with None)."""
+    table = snap.store.deleted_topics.table
+    topics = None if keys is None else {topic for topic, _queue in keys}
+    return {t: int(end) for t, end in sorted(table.items()) if topics is None or t in topics}
+
+
+def marked_snapshot(opts: ReadOptions, tries: int = 3) -> Snapshot:
+    """A snapshot whose deletion marks and queues are of one moment: the open reads
+    deletedTopics.json before the consume queues, and a topic deleted and created again in between
+    would pair the new queues with the old marks (the next batch would take the topic for deleted
+    again, and read it twice). The file is read again once the queues are loaded, and the store
+    opened again if a selected topic's mark changed."""
+    selected = opts.selection.topic_ok
+    for attempt in range(tries):
+        snap = Snapshot(opts.path, opts.config)
+        loaded = snap.store.deleted_topics
+        again = DeletedTopics(loaded.path, writable=False)
+        again.load()
+        changed = {t for t in loaded.table.keys() | again.table.keys() if loaded.table.get(t) != again.table.get(t)}
+        if not any(map(selected, changed)) or attempt == tries - 1:
+            return snap
+        snap.close()
+    raise AssertionError("unreachable")
+
+
+def changed_marks(before: Mapping[str, int], after: Mapping[str, int], topics: Iterable[str]) -> list[str]:
+    """The ``topics`` whose deletion mark (deletedTopics.json) is not the same in ``after`` as in
+    ``before``: deleted since (a mark gone is a deletion too: one is dropped only when its topic
+    has no queue)."""
+    return sorted(t for t in set(topics) if before.get(t) != after.get(t))
 
 
 def unmatched_topics(snap: Snapshot, selection: Selection) -> str | None:

@@ -36,7 +36,7 @@ from rocketstore.spark.columns import (
     read_headers,
     walk,
 )
-from rocketstore.spark.plan import LogRange, QueueSlice, ReadPartition, ReadSpec
+from rocketstore.spark.plan import LogRange, QueueSlice, ReadPartition, ReadSpec, changed_marks
 from rocketstore.spark.schema import arrow_schema
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,9 @@ def _checked_chunks(
 ) -> Iterator[tuple[Segment, np.ndarray, Headers, list[Unreadable]]]:
     """(segment, record positions, their headers, the units that cannot be read) per chunk of the
     slices' units in log order; positions and headers are those of the records that pass their
-    checks. A missing segment: ``_lost`` (a read), or its units added to ``lost`` (a check)."""
+    checks. A missing segment: ``_lost`` (a read), or its units added to ``lost`` (a check). The
+    slices of a topic deleted since the read was planned are lost to that deletion, not read."""
+    slices = _deleted_since_planned(spec, slices)
     phys, sizes, keys, offs = [], [], [], []
     for k, s in enumerate(slices):
         units, offsets = _slice_units(spec, s)
@@ -333,18 +335,20 @@ def _unreadable(spec: ReadSpec, bad: list[Unreadable]) -> None:
 
 def _deleted_since_planned(spec: ReadSpec, slices: list[QueueSlice]) -> list[QueueSlice]:
     """The slices left once those of topics deleted since the read was planned (their mark in
-    deletedTopics.json changed) are lost to it: their queue files now hold the new queue's units,
-    if the topic came back, whose records are past the planned log end (not damage)."""
+    deletedTopics.json changed) are lost to it (``_lost``): their queue files now hold the new
+    queue's units, if the topic came back, whose records are past the planned log end (not
+    damage). A marks file that cannot be read now tells nothing: every slice is kept."""
     topics = {s.topic for s in slices}
     if not spec.deleted_topics_path or not topics:
         return slices
     now = DeletedTopics(spec.deleted_topics_path, writable=False)
     try:
         now.load()
-    except RocketStoreError:  # unreadable: nothing known of deletions, the units speak for themselves
+    except RocketStoreError:
         return slices
-    planned = spec.deletion_marks
-    deleted = {t for t in topics if now.table.get(t) != planned.get(t)}
+    if now.load_problem is not None:  # read from its .bak, or not at all: not the marks of now
+        return slices
+    deleted = set(changed_marks(spec.deletion_marks, now.table, topics))
     kept = []
     for s in slices:
         if s.topic in deleted:
@@ -355,7 +359,6 @@ def _deleted_since_planned(spec: ReadSpec, slices: list[QueueSlice]) -> list[Que
 
 
 def _read_queues(slices: list[QueueSlice], spec: ReadSpec) -> Iterator[pa.RecordBatch]:
-    slices = _deleted_since_planned(spec, slices)
     schema = arrow_schema(spec.columns)
     columns = _decode_columns(spec)
     decode_schema = arrow_schema(columns)

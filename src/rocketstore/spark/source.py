@@ -40,9 +40,9 @@ from rocketstore.errors import InvalidArgumentError
 from rocketstore.spark.options import parse_options
 from rocketstore.spark.plan import (
     ReadPartition,
-    Snapshot,
     batch_ranges,
     log_partitions,
+    marked_snapshot,
     queue_partitions,
     unknown_queues,
     unmatched_topics,
@@ -124,7 +124,7 @@ class BatchReader(DataSourceReader):
                 time_from = _tighter(time_from, (opts.starting_ts * 1000, True), max)
             if opts.ending_ts is not None:
                 time_to = _tighter(time_to, (opts.ending_ts * 1000, False), min)
-        with Snapshot(opts.path, opts.config) as snap:
+        with marked_snapshot(opts) as snap:  # the marks the tasks compare against are the queues' own
             unmatched = unmatched_topics(snap, opts.selection)
             if unmatched and opts.mode == "consumequeue":
                 raise InvalidArgumentError(unmatched)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -50,13 +50,15 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from rocketstore.errors import InvalidArgumentError
-from rocketstore.meta.deleted_topics import DeletedTopics
 from rocketstore.spark.options import EARLIEST, ReadOptions, parse_options
 from rocketstore.spark.plan import (
     ReadPartition,
     Snapshot,
+    changed_marks,
     check_start,
     data_loss,
+    deletion_marks,
+    marked_snapshot,
     offset_of,
     queue_partitions,
     unknown_queues,
@@ -173,42 +175,13 @@ def rewritten(snap: Snapshot, start: dict[str, Any], begin: dict[Key, int], boun
     )
 
 
-def deletion_marks(snap: Snapshot, keys: Iterable[Key] | None = None) -> dict[str, int]:
-    """The deletion marks (deletedTopics.json: the log end at each topic's last deletion) of the
-    topics of ``keys`` (every topic's with None)."""
-    table = snap.store.deleted_topics.table
-    topics = None if keys is None else {topic for topic, _queue in keys}
-    return {t: int(end) for t, end in sorted(table.items()) if topics is None or t in topics}
-
-
-def marked_snapshot(opts: ReadOptions, tries: int = 3) -> Snapshot:
-    """A snapshot whose deletion marks and queues are of one moment: the open reads
-    deletedTopics.json before the consume queues, and a topic deleted and created again in between
-    would pair the new queues with the old marks (the next batch would take the topic for deleted
-    again, and read it twice). The file is read again once the queues are loaded, and the store
-    opened again if a selected topic's mark changed."""
-    selected = opts.selection.topic_ok
-    for attempt in range(tries):
-        snap = Snapshot(opts.path, opts.config)
-        loaded = snap.store.deleted_topics
-        again = DeletedTopics(loaded.path, writable=False)
-        again.load()
-        changed = {t for t in loaded.table.keys() | again.table.keys() if loaded.table.get(t) != again.table.get(t)}
-        if not any(map(selected, changed)) or attempt == tries - 1:
-            return snap
-        snap.close()
-    raise AssertionError("unreachable")
-
-
 def deleted_since(start: dict, marks: dict[str, Any] | None, begin: dict[Key, int]) -> list[str]:
     """Topics of ``begin`` deleted since ``start`` was planned: their deletion mark is not the one
     ``start`` holds. None known for a ``start`` planned before the marks were kept."""
     before = start.get(DELETED)
     if before is None or marks is None:
         return []
-    topics = {topic for topic, _queue in begin}
-    # a mark gone since is a deletion too: one is dropped only when its topic has no queue
-    return sorted(t for t in topics if before.get(t) != marks.get(t))
+    return changed_marks(before, marks, {topic for topic, _queue in begin})
 
 
 def _recreated(topic: str, keys: list[Key]) -> str:
