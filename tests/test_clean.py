@@ -804,7 +804,8 @@ def test_cleanup_keeps_segments_not_dispatched_yet(tmp_path: Path) -> None:
 def test_flush_and_commit_go_on_when_segments_they_had_not_reached_were_deleted(tmp_path: Path) -> None:
     """Whatever deleted them, segments the flush (or the pool's commit) had not reached must not
     stop it for good: it goes on from the log's first segment (data below it is gone)."""
-    store = MessageStore.open(tmp_path / "s", clean_config(transientStorePoolEnable=True, transientStorePoolSize=2))
+    # a buffer for each segment: a roll that finds none free commits the full segments first
+    store = MessageStore.open(tmp_path / "s", clean_config(transientStorePoolEnable=True, transientStorePoolSize=12))
     try:
         store.services.flush.stop()
         store.services.commit.stop()

@@ -448,18 +448,29 @@ def test_the_flushed_offset_never_goes_back_under_concurrent_flushes(make_store,
     assert went_back == []
 
 
-def test_positions_tell_what_the_pool_has_not_committed_when_it_runs_dry(make_store, store_config) -> None:
-    """With every pool buffer lent, a new segment is written straight into its file; the bytes of
-    the segment before it still wait in their buffer, and "committed" says so."""
+def test_a_pool_run_dry_commits_the_full_segment_before_a_new_one_takes_records(make_store, store_config) -> None:
+    """Every pool buffer lent (one here), a new segment was written straight into its file while
+    the full segment before it still waited in its buffer: records readable, and on disk, behind
+    bytes a crash would lose; recovery then cut at that hole and dropped them, acknowledged and
+    durable as they were, and every command that writes refused the store as damaged. The roll
+    now commits the full segment first, and the new one writes into the buffer it gave back."""
     config = _pool_committed_by_hand(store_config, transientStorePoolSize=1)
     store = make_store(config=config)
     _first_commit_round(store)
+    results = []
     while len(store.commit_log.queue.files) < 2:
-        assert store.put(Message("Pool", b"p" * 1000)).ok
+        results.append(store.put(Message("Pool", b"p" * 1000)))
+        assert results[-1].ok
+    first, second = store.commit_log.queue.files
+    assert store.commit_log.queue.committed_where == first.end_offset  # the full one, before the new one's record
+    assert second.write_buffer is not None
     positions = store.positions()
-    assert positions["committed"] == store.commit_log.queue.committed_where < positions["wrote"]
+    assert positions["committed"] == first.end_offset < positions["wrote"]
+    assert store.look_message_by_offset(results[-2].commit_log_offset) is not None
+    assert store.look_message_by_offset(results[-1].commit_log_offset) is None  # in the buffer until committed
     store.services.commit.run_once(0)
-    assert store.positions()["committed"] > 0
+    assert store.positions()["committed"] == positions["wrote"]
+    assert store.look_message_by_offset(results[-1].commit_log_offset) is not None
 
 
 def test_with_the_pool_a_put_wakes_the_commit_and_is_dispatched_at_once(make_store, store_config) -> None:

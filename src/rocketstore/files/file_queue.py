@@ -242,7 +242,7 @@ class MappedFileQueue:
             mapped = MappedFile.create(path, offset, self.file_size, self.mode, self.reserve, self.keep_fds)
         mapped.first_create_in_queue = first_in_queue
         if self.pool is not None:
-            mapped.write_buffer = self.pool.borrow()  # None when all are in use: write straight through
+            mapped.write_buffer = self.pool.borrow() or self._buffer_by_committing()  # None: straight through
         with self._files_lock:
             self.files = [*self.files, mapped]
         if self.allocator is not None:
@@ -313,6 +313,19 @@ class MappedFileQueue:
         if least_pages == 0 and ts:
             self.store_timestamp = ts
         return nothing
+
+    def _buffer_by_committing(self) -> mmap.mmap | None:
+        """Every pool buffer lent: commit the full segments holding them, so that the new segment
+        takes one back instead of being written straight into its file behind bytes still in
+        memory (a crash would lose those, and recovery would cut at the hole and drop the records
+        after it, on disk as they were). None when the pool has no buffer at all."""
+        assert self.pool is not None
+        for _ in range(min(len(self.files), self.pool.size)):
+            self.commit(0)
+            buffer = self.pool.borrow()
+            if buffer is not None:
+                return buffer
+        return None
 
     def commit(self, least_pages: int = 0) -> bool:
         """Commit the segment holding ``committed_where`` (transient pool); True when nothing advanced.
