@@ -363,23 +363,29 @@ def test_past_the_forcible_ratio_young_files_go_too(loop_fs) -> None:
         assert store.services.clean.run_once().commit_log_files == 0
 
 
-def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -> None:
-    """Fill a real 48 MiB file system with 1 MiB segments: past 90 % puts are refused with
-    SERVICE_NOT_AVAILABLE, every acknowledged message stays readable, and once cleanup frees
-    space puts are accepted again."""
-    fs = loop_fs(48)
-    config = StoreConfig(
+def _filling_disk_config() -> StoreConfig:
+    """1 MiB segments for a 48 MiB file system; cleanup runs only when a test calls it (nothing
+    young is deleted behind its back, nor the files it ages by a periodic round)."""
+    return StoreConfig(
         mappedFileSizeCommitLog=1 << 20,
         mappedFileSizeConsumeQueue=6000,
         maxHashSlotNum=64,
         maxIndexNum=4096,
         brokerIP1="127.0.0.1",
-        cleanFileForciblyEnable=False,  # nothing young is deleted behind the test's back
-        cleanResourceInterval=3_600_000,  # nor are the files the test ages, by a periodic round
+        cleanFileForciblyEnable=False,
+        cleanResourceInterval=3_600_000,
         fileReservedTime=1,
         deleteWhen=str((time.localtime().tm_hour + 12) % 24),
         deleteCommitLogFilesInterval=0,
     )
+
+
+def test_disk_full_refuses_puts_keeps_reads_and_resumes_after_cleanup(loop_fs) -> None:
+    """Fill a real 48 MiB file system with 1 MiB segments: past 90 % puts are refused with
+    SERVICE_NOT_AVAILABLE, every acknowledged message stays readable, and once cleanup frees
+    space puts are accepted again."""
+    fs = loop_fs(48)
+    config = _filling_disk_config()
     body = os.urandom(60_000)
     acked: list[tuple[int, int]] = []
     with MessageStore.open(fs.mount / "s", config) as store:
@@ -429,18 +435,7 @@ def test_dispatch_out_of_disk_while_puts_are_refused_recovers_once_cleanup_frees
     failing for want of room does not stop the store: once cleanup frees room it catches up,
     and puts are taken again."""
     fs = loop_fs(48)
-    config = StoreConfig(
-        mappedFileSizeCommitLog=1 << 20,
-        mappedFileSizeConsumeQueue=6000,
-        maxHashSlotNum=64,
-        maxIndexNum=4096,
-        brokerIP1="127.0.0.1",
-        cleanFileForciblyEnable=False,
-        cleanResourceInterval=3_600_000,
-        fileReservedTime=1,
-        deleteWhen=str((time.localtime().tm_hour + 12) % 24),
-        deleteCommitLogFilesInterval=0,
-    )
+    config = _filling_disk_config()
     body = os.urandom(60_000)
     with MessageStore.open(fs.mount / "s", config) as store:
         for i in range(200):  # a dozen segments dispatched: what cleanup may delete
