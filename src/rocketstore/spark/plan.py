@@ -218,7 +218,7 @@ def marked_snapshot(opts: ReadOptions, tries: int = 3) -> Snapshot:
         loaded = snap.store.deleted_topics
         again = DeletedTopics(loaded.path, writable=False)
         again.load()
-        changed = {t for t in loaded.table.keys() | again.table.keys() if loaded.table.get(t) != again.table.get(t)}
+        changed = changed_marks(loaded.table, again.table, loaded.table.keys() | again.table.keys())
         if not any(map(selected, changed)) or attempt == tries - 1:
             return snap
         snap.close()
