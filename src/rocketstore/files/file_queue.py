@@ -235,14 +235,18 @@ class MappedFileQueue:
         if os.path.realpath(folder) not in {os.path.realpath(p) for p in self.paths}:
             self.paths = [*self.paths, folder]  # a folder configured while running: its segments are ours too
         path = os.path.join(folder, offset_to_file_name(offset))
-        mapped = None
-        if self.allocator is not None:
-            mapped = self.allocator.take(path)
-        if mapped is None:
-            mapped = MappedFile.create(path, offset, self.file_size, self.mode, self.reserve, self.keep_fds)
+        buffer = None if self.pool is None else self.pool.borrow() or self._buffer_by_committing()
+        try:
+            mapped = self.allocator.take(path) if self.allocator is not None else None
+            if mapped is None:
+                mapped = MappedFile.create(path, offset, self.file_size, self.mode, self.reserve, self.keep_fds)
+        except BaseException:
+            if buffer is not None:
+                self.pool.give_back(buffer)  # type: ignore[union-attr]
+            raise
         mapped.first_create_in_queue = first_in_queue
         if self.pool is not None:
-            mapped.write_buffer = self.pool.borrow() or self._buffer_by_committing()  # None: straight through
+            mapped.write_buffer = buffer  # None: written straight through to the file
         with self._files_lock:
             self.files = [*self.files, mapped]
         if self.allocator is not None:
@@ -318,10 +322,16 @@ class MappedFileQueue:
         """Every pool buffer lent: commit the full segments holding them, so that the new segment
         takes one back instead of being written straight into its file behind bytes still in
         memory (a crash would lose those, and recovery would cut at the hole and drop the records
-        after it, on disk as they were). None when the pool has no buffer at all."""
+        after it, on disk as they were). None when the pool has no buffer at all, or the commit
+        fails (the commit service tries it again; the new segment is written straight through,
+        as RocketMQ writes it)."""
         assert self.pool is not None
         for _ in range(min(len(self.files), self.pool.size)):
-            self.commit(0)
+            try:
+                self.commit(0)
+            except (OSError, ValueError) as exc:  # (ValueError: a mapping closed under it)
+                log.warning("a commit at a segment roll failed (%s): the new segment is written straight through", exc)
+                return None
             buffer = self.pool.borrow()
             if buffer is not None:
                 return buffer

@@ -6,8 +6,10 @@ flush service makes it durable (spec 13.3). Buffers are anonymous mappings made 
 borrowed, locked in memory (mlock, then madvise WILLNEED, as RocketMQ's TransientStorePool.init)
 where RLIMIT_MEMLOCK or the privilege allows it, and go back to the pool when their segment is
 full and committed; the pool's close unmaps them, which unlocks them. A segment made when none is
-free is written straight through to the file, or, with ``fastFailIfNoBufferInStorePool``, not
-made: the put fails (RocketMQ 4.9.8's AllocateMappedFileService).
+free first commits the full segments holding them and takes one back (``MappedFileQueue``); only
+when that frees none (a pool of no buffers, a failed commit) is it written straight through to
+the file. With ``fastFailIfNoBufferInStorePool`` it is not made: the put fails (RocketMQ 4.9.8's
+AllocateMappedFileService).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class TransientStorePool:
         self.size = size
         self.buffer_size = buffer_size
         self.lock_memory = lock_memory
-        self.fast_fail = fast_fail  # no buffer free: no new segment (else one written straight through)
+        self.fast_fail = fast_fail  # no buffer free: no new segment (else the full ones are committed for one)
         self._free: collections.deque[mmap.mmap] = collections.deque()
         self._made = 0
         self._locking = lock_memory  # False once an mlock failed: the next buffers would not fit either
