@@ -30,6 +30,7 @@ from rocketstore.errors import CorruptStoreError, FlushError
 from rocketstore.files import syscalls
 
 OS_PAGE_SIZE = 4096
+COMMIT_SLICE = 16 << 20  # bytes a commit copies at a time: other threads run between two slices
 T = TypeVar("T")
 CREATING_SUFFIX = ".creating"  # a file being made; one left behind is a crash leftover
 
@@ -506,8 +507,10 @@ class MappedFile:
             return committed
         if wrote > self.allocated:
             self.reserve(wrote)
-        with memoryview(buf) as view:  # one copy, buffer to file, no bytes object in between
-            self.mm[committed:wrote] = view[committed:wrote]
+        with memoryview(buf) as view:  # buffer to file, no bytes object in between; in slices, as a
+            for start in range(committed, wrote, COMMIT_SLICE):  # copy holds the GIL (a GiB: seconds)
+                end = min(start + COMMIT_SLICE, wrote)
+                self.mm[start:end] = view[start:end]
         self.committed_position = wrote
         self.committed_timestamp = ts
         return wrote
