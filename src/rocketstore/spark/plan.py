@@ -194,7 +194,7 @@ class Snapshot:
             fail_on_data_loss=opts.fail_on_data_loss,
             batch_rows=opts.batch_rows,
             deleted_topics_path=self.store.deleted_topics.path,
-            deletion_marks={t: m for t, m in self.store.deleted_topics.table.items() if opts.selection.topic_ok(t)},
+            deletion_marks=deletion_marks(self),
         )
 
 

@@ -249,8 +249,9 @@ def _checked_chunks(
     """(segment, record positions, their headers, the units that cannot be read) per chunk of the
     slices' units in log order; positions and headers are those of the records that pass their
     checks. A missing segment: ``_lost`` (a read), or its units added to ``lost`` (a check). The
-    slices of a topic deleted since the read was planned are lost to that deletion, not read."""
-    slices = _deleted_since_planned(spec, slices)
+    slices of a topic deleted since the read was planned are not read: lost to that deletion (a
+    read), or left out (a check: the units are unknown, and the read tells of the deletion)."""
+    slices = _deleted_since_planned(spec, slices, lost=lost is None)
     phys, sizes, keys, offs = [], [], [], []
     for k, s in enumerate(slices):
         units, offsets = _slice_units(spec, s)
@@ -333,11 +334,12 @@ def _unreadable(spec: ReadSpec, bad: list[Unreadable]) -> None:
         log.warning("%s; skipped (failOnDataLoss=false)", item)
 
 
-def _deleted_since_planned(spec: ReadSpec, slices: list[QueueSlice]) -> list[QueueSlice]:
+def _deleted_since_planned(spec: ReadSpec, slices: list[QueueSlice], lost: bool = True) -> list[QueueSlice]:
     """The slices left once those of topics deleted since the read was planned (their mark in
-    deletedTopics.json changed) are lost to it (``_lost``): their queue files now hold the new
-    queue's units, if the topic came back, whose records are past the planned log end (not
-    damage). A marks file that cannot be read now tells nothing: every slice is kept."""
+    deletedTopics.json changed) are dropped, and, when ``lost``, lost to it (``_lost``): their
+    queue files now hold the new queue's units, if the topic came back, whose records are past the
+    planned log end (not damage). A marks file that cannot be read now tells nothing: every slice
+    is kept."""
     topics = {s.topic for s in slices}
     if not spec.deleted_topics_path or not topics:
         return slices
@@ -351,10 +353,10 @@ def _deleted_since_planned(spec: ReadSpec, slices: list[QueueSlice]) -> list[Que
     deleted = set(changed_marks(spec.deletion_marks, now.table, topics))
     kept = []
     for s in slices:
-        if s.topic in deleted:
-            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {s.start} to {s.end - 1}", _TOPIC_DELETION)
-        else:
+        if s.topic not in deleted:
             kept.append(s)
+        elif lost:
+            _lost(spec, f"consume queue {s.topic}/{s.queue_id} offsets {s.start} to {s.end - 1}", _TOPIC_DELETION)
     return kept
 
 
