@@ -105,6 +105,7 @@ class CleanService(Service):
         self._last_min_offset = 0
         self._last_redelete = time.monotonic()
         self.round_lock = threading.Lock()  # held by a round, and by whatever must not run beside one
+        self._check_lock = threading.Lock()  # one disk check at a time (the put, reput and clean threads)
         self._round_done = threading.Condition()
         self.rounds = 0  # rounds completed
         self._closed = False
@@ -237,6 +238,10 @@ class CleanService(Service):
 
     def check_disk(self) -> DiskCheck:
         """``isSpaceToDelete``: measure the folders, set or clear DISK_FULL, mark full folders."""
+        with self._check_lock:
+            return self._check_disk()
+
+    def _check_disk(self) -> DiskCheck:
         check = measure_disk(self.config, self.root)
         was_full = self.last_check is not None and self.last_check.disk_full
         self.full_paths = check.full_paths
