@@ -31,7 +31,7 @@ def _uniq_key_matches(store: MessageStore, topic: str, msg_id: str, want: int, b
     upper case (the clients' hex ids are: one typed in lower case hashes to another index slot);
     messages whose KEYS hold it are not, however many newer ones there are."""
     for candidate in dict.fromkeys((msg_id, msg_id.upper())):
-        found, _ = _by_key(store, topic, candidate, want, 0, None, batch, lambda m, c=candidate: m.uniq_key == c)
+        found, _ = _by_key(store, topic, candidate, want, 0, None, batch, lambda m: m.uniq_key == candidate)  # noqa: B023
         if found:
             return found
     return []
@@ -227,7 +227,7 @@ def query(
                 messages = [found]
             elif topic:
                 messages = _uniq_key_matches(store, topic, msg_id, want, cap)
-            what = f"no message with msgId {msg_id}"
+            what = f"no message with msgId {msg_id!r}"
             damaged = _damaged(store, where) if found is None and not messages else None
             if found is not None:
                 what += _other_topic(found, topic)
