@@ -276,3 +276,42 @@ def test_an_as_is_schedule_row_needs_its_queue_id():
     with pytest.raises(InvalidMessageError, match="needs its queueId"):
         list(messages_of(batch, as_is=True))
     assert [q for _m, q in messages_of(pa.RecordBatch.from_pylist([{**row, "queueId": 0}], schema=STAGED), True)] == [0]
+
+
+def test_staged_rows_with_bad_text_or_a_property_twice_are_refused_by_row():
+    """A properties map giving one name twice (Parquet or Arrow data can) kept its last value in
+    silence; text that is not UTF-8 (Spark does not check strings) failed the task with a bare
+    UnicodeDecodeError naming neither row nor column. Both are InvalidMessageError, raised at the
+    row, so the task names it."""
+    import pyarrow as pa
+
+    from rocketstore.errors import InvalidMessageError
+    from rocketstore.spark.sink import STAGED, messages_of
+
+    twice = pa.array([[("k", "first"), ("k", "second")]], pa.map_(pa.string(), pa.string()))
+    rows = pa.RecordBatch.from_pylist([{"topic": "T", "body": b"x"}], schema=STAGED)
+    batch = rows.set_column(STAGED.get_field_index("properties"), "properties", twice)
+    with pytest.raises(InvalidMessageError, match="property 'k' is given twice"):
+        list(messages_of(batch))
+    bad = pa.Array.from_buffers(
+        pa.string(),
+        2,
+        [None, pa.py_buffer(b"\x00\x00\x00\x00\x01\x00\x00\x00\x03\x00\x00\x00"), pa.py_buffer(b"ok\xc0")],
+    )
+    two = pa.RecordBatch.from_pylist([{"topic": "T", "body": b"x"}] * 2, schema=STAGED)
+    batch = two.set_column(STAGED.get_field_index("tags"), "tags", bad)
+    messages = messages_of(batch)
+    assert next(messages)[0].tags == "o"  # the row before it goes through
+    with pytest.raises(InvalidMessageError, match="column 'tags': text that is not UTF-8"):
+        next(messages)
+
+
+def test_an_as_is_time_before_1970_is_cut_down_to_its_millisecond():
+    """A born time of 1969-12-31 23:59:59.9995 is in millisecond -1; dividing the microseconds
+    cut it toward zero, into millisecond 0 (the next one)."""
+    import pyarrow as pa
+
+    from rocketstore.spark.sink import _epoch_ms
+
+    us = pa.array([-500, -1500, 1500, -1000], pa.timestamp("us"))
+    assert _epoch_ms(us).to_pylist() == [-1, -2, 1, -1]

@@ -54,7 +54,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,7 +280,10 @@ def _epoch_ms(value: pa.Array) -> pa.Array:
     per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[value.type.unit]
     if per_ms is None:
         return pc.multiply(raw, 1000)
-    return raw if per_ms == 1 else pc.divide(raw, per_ms)
+    if per_ms == 1:
+        return raw
+    cut = pc.divide(raw, per_ms)  # toward zero: one before 1970 with a fraction goes a ms down
+    return pc.subtract(cut, pc.cast(pc.greater(pc.multiply(cut, per_ms), raw), pa.int64()))
 
 
 def _decompressed(body: pa.Array, sys_flag: pa.Array | None) -> pa.Array:
@@ -311,15 +314,36 @@ def _joined(keys: list[str | None]) -> str | None:
         raise InvalidMessageError(f"column 'keys': {exc}") from None
 
 
+def _values(column: pa.Array, name: str) -> Iterable[Any]:
+    """A column's values as Python objects; text that is not UTF-8 (Spark does not check strings)
+    is InvalidMessageError at its own row, so that the caller names it."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        return _one_by_one(column, name)
+
+
+def _one_by_one(column: pa.Array, name: str) -> Iterator[Any]:
+    for value in column:
+        try:
+            yield value.as_py()
+        except UnicodeDecodeError as exc:
+            raise InvalidMessageError(f"column {name!r}: text that is not UTF-8 ({exc.reason})") from None
+
+
 def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Message, int | None]]:
     """(message, queue id or None) for each staged row; InvalidMessageError for a row the store
     would refuse. ``as_is``: the message ``rocketstore import`` makes of the row as an export
     line (``message_from_fields``, after the import's range checks), keeping born time, hosts,
     producer sysFlag bits, reconsume times and prepared offset."""
-    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+    columns = [_values(batch.column(i), batch.schema.names[i]) for i in range(batch.num_columns)]
     for topic, queue_id, tags, keys, props, body, flag, *extra in zip(*columns, strict=True):
         if topic is None or body is None:
             raise InvalidMessageError("topic and body may not be null")
+        if props and len(props) != len(dict(props)):
+            names = [name for name, _value in props]
+            twice = next(name for name in names if names.count(name) > 1)
+            raise InvalidMessageError(f"column 'properties': property {twice!r} is given twice")
         if as_is:
             if topic == SCHEDULE_TOPIC and queue_id is None:  # its queue is its delay level's: no round-robin
                 raise InvalidMessageError(f"a {SCHEDULE_TOPIC} row needs its queueId (its delay level - 1)")
