@@ -625,3 +625,37 @@ def test_a_commit_after_the_last_write_of_the_offsets_is_refused_not_lost(tmp_pa
         offsets.commit("g", "T", 0, 9)
     with MessageStore.open(tmp_path / "s", store_config) as again:
         assert again.query_offset("g", "T", 0) == 5
+
+
+def test_a_shutdown_from_another_thread_returns_when_the_first_is_over(make_store, store_config, tmp_path) -> None:
+    """A second shutdown() (or a with block's exit) in another thread returned at once while the
+    first still ran: the lock still held and abort still there, so opening the store again failed
+    (StoreLockedError), and a program ending then cut the first shutdown short. It now returns
+    when the first is over; the first's own thread (a handler inside it) still returns at once."""
+    store = make_store()
+    assert store.put(Message("T", b"x")).ok and store.wait_for_dispatch()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_dispatch() -> None:
+        with store.reput.lock:  # no dispatch round: the first shutdown waits for dispatch
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold_dispatch)
+    holder.start()
+    held.wait()
+    assert store.put(Message("T", b"y")).ok  # dispatch is behind now
+    first = threading.Thread(target=store.shutdown)
+    first.start()
+    while not store.closed:  # the first shutdown has begun (nothing signals it)
+        time.sleep(0.001)
+    second = threading.Thread(target=store.shutdown)
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and first.is_alive()  # waiting for the first
+    release.set()
+    for t in (holder, first, second):
+        t.join(30)
+    assert not second.is_alive() and not (tmp_path / "store" / "abort").exists()
+    with MessageStore.open(tmp_path / "store", store_config) as again:
+        assert again.get_max_offset_in_queue("T", 0) == 2

@@ -75,6 +75,8 @@ class MessageStore:
         self._closed = False
         self._shutting_down = False  # closed, but its services (flush, clean, dispatch) may still set flags
         self._shutdown_lock = threading.Lock()
+        self._shut_down = threading.Event()  # set once a shutdown is over (files closed, lock released)
+        self._shutting_thread: int | None = None  # the thread whose shutdown is under way
         self._flags_lock = threading.RLock()  # flags change from the flush, clean and put threads
         self._lock = StoreLock(root)
         self.allocator: SegmentAllocator | None = None
@@ -268,6 +270,7 @@ class MessageStore:
     def _close_in_child(self) -> None:
         """A forked child's view of a store its parent has open: closed, and never shut down."""
         self._closed = True
+        self._shut_down.set()  # a shutdown in the child waits for none
         if getattr(self, "writer", None) is not None:  # puts check this, not _closed
             self.writer.refusal = self._raise_closed
 
@@ -543,14 +546,20 @@ class MessageStore:
         keeps ``abort``; any other failure keeps ``abort`` too and is raised, as a
         RocketStoreError, once everything is closed. An interrupt (Ctrl-C) in a step keeps
         ``abort`` and is raised itself once everything is closed, in place of such an error
-        (which is logged); a second one ends the shutdown at once, the files still closed.
+        (which is logged); a second one ends the shutdown at once, the files still closed. A call
+        from another thread while one runs returns when it is over; a call after it does nothing.
         ``wait_for_dispatch``: seconds for dispatch to catch up (None: as long as it takes)."""
         wait_for_dispatch = StoreServices.shutdown_wait(wait_for_dispatch)
         with self._shutdown_lock:
-            if self._closed:
-                return
-            OPEN.discard(self)
-            self._closed = self._shutting_down = True
+            ours = not self._closed
+            if ours:
+                OPEN.discard(self)
+                self._closed = self._shutting_down = True
+                self._shutting_thread = threading.get_ident()
+        if not ours:  # shut down, or being shut down: by another thread, it is over when this returns
+            if self._shutting_thread != threading.get_ident():  # (this thread's own: a handler inside it)
+                self._shut_down.wait()
+            return
         step = ShutdownSteps(lambda: self.set_running_flags(set_bits=NOT_WRITEABLE))
         try:
             self.services.stop(step, self._update_refusal, wait_for_dispatch)
@@ -558,15 +567,23 @@ class MessageStore:
                 self._write_back(step)
         finally:
             self._shutting_down = False  # the services are stopped: no flag changes from here on
-            try:
-                self._close_files()
-            finally:
-                if not self.read_only:
-                    self._lock.release()
+            self._release()
         if step.interrupt is not None:
             raise step.interrupt
         if step.errors:
             raise RocketStoreError(f"{self.root} did not shut down cleanly: {step.errors[0]}") from step.errors[0]
+
+    def _release(self) -> None:
+        """Close the files and release the lock, whatever fails; then a shutdown called meanwhile
+        from another thread returns."""
+        try:
+            self._close_files()
+        finally:
+            try:
+                if not self.read_only:
+                    self._lock.release()
+            finally:
+                self._shut_down.set()
 
     def _write_back(self, step: ShutdownSteps) -> None:
         """The last flushes and config files, then ``abort`` removed if the shutdown is clean."""
