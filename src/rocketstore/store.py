@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from rocketstore import topic_deletion
+from rocketstore.closing import close_files, write_back
 from rocketstore.codec.message import JAVA_INT, JAVA_LONG, Message, StoredMessage
 from rocketstore.codec.topic import validate_group, validate_topic
 from rocketstore.config import StoreConfig, delay_level_millis
@@ -49,7 +50,7 @@ from rocketstore.reader import MessageReader, check_arguments
 from rocketstore.reports import DiskReport, ScheduleLevel
 from rocketstore.results import GetResult, PutResult, QueryResult
 from rocketstore.retry import send_back
-from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, NOT_WRITEABLE_BITS, check_bits
+from rocketstore.running_flags import NOT_READABLE, NOT_WRITEABLE, check_bits
 from rocketstore.running_flags import describe as describe_flags
 from rocketstore.services.clean import CleanRun, disk_report, measure_disk
 from rocketstore.services.reput import ReputService
@@ -221,7 +222,7 @@ class MessageStore:
                 self.services.start()
         except BaseException:
             self.services.stop_started()
-            self._close_files()
+            close_files(self)
             if not self.read_only:
                 self._lock.release()
             raise
@@ -564,7 +565,7 @@ class MessageStore:
         try:
             self.services.stop(step, self._update_refusal, wait_for_dispatch)
             if not self.read_only:
-                self._write_back(step)
+                write_back(self, step)
         finally:
             self._shutting_down = False  # the services are stopped: no flag changes from here on
             self._release()
@@ -577,34 +578,13 @@ class MessageStore:
         """Close the files and release the lock, whatever fails; then a shutdown called meanwhile
         from another thread returns."""
         try:
-            self._close_files()
+            close_files(self)
         finally:
             try:
                 if not self.read_only:
                     self._lock.release()
             finally:
                 self._shut_down.set()
-
-    def _write_back(self, step: ShutdownSteps) -> None:
-        """The last flushes and config files, then ``abort`` removed if the shutdown is clean."""
-        step(self.index.flush, "flushing the index")
-        step(self.checkpoint.flush, "flushing the checkpoint")
-        for manager in (self.topics, self.consumer_offsets, self.delay_offsets, self.subscription_groups):
-            step(lambda m=manager: m.persist(last=True), f"writing {os.path.basename(manager.path)}")
-        behind = self.reput.behind() if self.reput else 0
-        if step.clean and not self.running_flags & NOT_WRITEABLE_BITS and behind == 0:
-            step(lambda: remove_abort(self.root), "removing abort")
-        else:
-            unclean = "unclean shutdown (flags %d, dispatch %d bytes behind): abort kept for recovery"
-            log.warning(unclean, self.running_flags, behind)
-
-    def _close_files(self) -> None:
-        if self.allocator is not None:
-            self.allocator.stop()
-        for part in ("commit_log", "queues", "index", "pool"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                obj.close()
 
     @property
     def closed(self) -> bool:
