@@ -340,7 +340,8 @@ def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Me
     for topic, queue_id, tags, keys, props, body, flag, *extra in zip(*columns, strict=True):
         if topic is None or body is None:
             raise InvalidMessageError("topic and body may not be null")
-        if props and len(props) != len(dict(props)):
+        properties = dict(props) if props else None  # (a map column's pairs)
+        if properties is not None and len(properties) != len(props):
             names = [name for name, _value in props]
             twice = next(name for name in names if names.count(name) > 1)
             raise InvalidMessageError(f"column 'properties': property {twice!r} is given twice")
@@ -349,13 +350,13 @@ def messages_of(batch: pa.RecordBatch, as_is: bool = False) -> Iterator[tuple[Me
                 raise InvalidMessageError(f"a {SCHEDULE_TOPIC} row needs its queueId (its delay level - 1)")
             fields = dict(zip(AS_IS_COLUMNS, extra, strict=True))
             obj = {"topic": topic, "queueId": queue_id, "tags": tags, "keys": keys, "flag": flag, **fields}
-            obj["properties"] = dict(props) if props else {}
+            obj["properties"] = properties or {}
             check_int_fields(obj)
             yield message_from_fields(obj, body), queue_id
             continue
         _refuse_send(topic)
         yield (
-            Message(topic, body, tags=tags, keys=keys, properties=dict(props) if props else None, flag=flag or 0),
+            Message(topic, body, tags=tags, keys=keys, properties=properties, flag=flag or 0),
             queue_id,
         )
 
