@@ -245,8 +245,7 @@ class MappedFileQueue:
                 self.pool.give_back(buffer)  # type: ignore[union-attr]
             raise
         mapped.first_create_in_queue = first_in_queue
-        if self.pool is not None:
-            mapped.write_buffer = buffer  # None: written straight through to the file
+        mapped.write_buffer = buffer  # None (no pool, or none freed): written straight through to the file
         with self._files_lock:
             self.files = [*self.files, mapped]
         if self.allocator is not None:
